@@ -1,0 +1,76 @@
+"""poolwise's wire contract: event models, the envelope, the codec, upcasters, subject names.
+
+This package imports nothing else of poolwise's (`tests/test_events_smoke.py` checks that the
+name `events` resolves here and not to the unrelated PyPI package of that name).
+"""
+
+from events.base import Event, Frozen, Resources
+from events.codec import DecodeError, decode, encode, peek_type
+from events.config import DEFAULT_KINDS, PoolConfig, TreeOptions
+from events.decisions import (
+    EntitlementsComputed,
+    GangAdmitted,
+    GangMovedToQueue,
+    GangRequeued,
+    GangTimedOut,
+    InputRejected,
+    PoolEntitlement,
+    PreemptionRequested,
+)
+from events.envelope import CURRENT_VERSIONS, EVENT_TYPES, AnyEvent, Envelope, at_seconds, derived_id
+from events.inputs import (
+    TERMINAL_TASK_STATES,
+    ClockTicked,
+    GangCancelled,
+    GangEnqueued,
+    HostRegistered,
+    HostRemoved,
+    PoolConfigChanged,
+    PoolDeleted,
+    TaskSpec,
+    TaskState,
+    TaskStateChanged,
+    TreeConfigured,
+)
+
+POOLWISE_EVENTS = True  # marker the smoke test looks for
+
+__all__ = [
+    "CURRENT_VERSIONS",
+    "DEFAULT_KINDS",
+    "EVENT_TYPES",
+    "POOLWISE_EVENTS",
+    "TERMINAL_TASK_STATES",
+    "AnyEvent",
+    "ClockTicked",
+    "DecodeError",
+    "EntitlementsComputed",
+    "Envelope",
+    "Event",
+    "Frozen",
+    "GangAdmitted",
+    "GangCancelled",
+    "GangEnqueued",
+    "GangMovedToQueue",
+    "GangRequeued",
+    "GangTimedOut",
+    "HostRegistered",
+    "HostRemoved",
+    "InputRejected",
+    "PoolConfig",
+    "PoolConfigChanged",
+    "PoolDeleted",
+    "PoolEntitlement",
+    "PreemptionRequested",
+    "Resources",
+    "TaskSpec",
+    "TaskState",
+    "TaskStateChanged",
+    "TreeConfigured",
+    "TreeOptions",
+    "at_seconds",
+    "decode",
+    "derived_id",
+    "encode",
+    "peek_type",
+]

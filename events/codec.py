@@ -1,0 +1,102 @@
+"""Bytes <-> events. Anything malformed, unknown or too new becomes a `DecodeError` that names
+the field and the rule; the consumer turns it into an `InputRejected` event and moves on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from events.envelope import CURRENT_VERSIONS, Envelope
+from events.upcasters import UPCASTERS, Upcaster, upcast
+
+
+@dataclass(frozen=True)
+class DecodeError(Exception):
+    """Why a message is not a valid event: `field` is a dotted path (or None), `rule` a short
+    stable name (`json`, `unknown_type`, `unknown_version`, or pydantic's error type)."""
+
+    field: str | None
+    rule: str
+    message: str
+    event_type: str | None = None
+    event_id: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.field}: " if self.field else ""
+        return f"{where}{self.message} [{self.rule}]"
+
+
+def encode(envelope: Envelope) -> bytes:
+    return envelope.model_dump_json(exclude_none=True).encode()
+
+
+def decode(data: bytes | str, upcasters: dict[tuple[str, int], Upcaster] | None = None) -> Envelope:
+    """Parse one event. Current versions take the fast path (one pydantic pass over the bytes)."""
+    try:
+        return Envelope.model_validate_json(data)
+    except ValidationError as fast_error:
+        return _decode_slow(data, fast_error, UPCASTERS if upcasters is None else upcasters)
+
+
+def _decode_slow(
+    data: bytes | str, fast_error: ValidationError, upcasters: dict[tuple[str, int], Upcaster]
+) -> Envelope:
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(None, "json", f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise DecodeError(None, "json", "an event must be a JSON object")
+    event_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    body = raw.get("event")
+    if not isinstance(body, dict):
+        raise DecodeError("event", "missing", "field required: an object with `type` and `version`", None, event_id)
+    etype = body.get("type")
+    if not isinstance(etype, str) or etype not in CURRENT_VERSIONS:
+        known = ", ".join(sorted(CURRENT_VERSIONS))
+        raise DecodeError("event.type", "unknown_type", f"unknown event type {etype!r} (known: {known})", None, event_id)
+    current = CURRENT_VERSIONS[etype]
+    version = body.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DecodeError("event.version", "invalid_version", f"version must be a positive integer, got {version!r}",
+                          etype, event_id)
+    if version > current:
+        raise DecodeError("event.version", "unknown_version",
+                          f"{etype} v{version} is newer than this reader (v{current})", etype, event_id)
+    if version < current:
+        try:
+            raw = {**raw, "event": upcast(body, current, upcasters)}
+        except KeyError as exc:
+            raise DecodeError("event.version", "no_upcaster", str(exc.args[0]), etype, event_id) from None
+        try:
+            return Envelope.model_validate(raw)
+        except ValidationError as exc:
+            raise _from_validation(exc, etype, event_id) from None
+    raise _from_validation(fast_error, etype, event_id)
+
+
+def _from_validation(exc: ValidationError, etype: str | None, event_id: str | None) -> DecodeError:
+    first: dict[str, Any] = dict(exc.errors(include_url=False)[0])
+    loc = [str(p) for p in first.get("loc", ())]
+    # pydantic puts the union tag in the location (event.GangEnqueued.tasks.0); drop it.
+    if len(loc) >= 2 and loc[0] == "event" and loc[1] == etype:
+        loc = [loc[0], *loc[2:]]
+    field = ".".join(loc) or None
+    message = str(first.get("msg", "invalid"))
+    extra = len(exc.errors()) - 1
+    if extra > 0:
+        message += f" (and {extra} more error{'s' if extra > 1 else ''})"
+    return DecodeError(field, str(first.get("type", "invalid")), message, etype, event_id)
+
+
+def peek_type(data: bytes | str) -> str | None:
+    """The `event.type` of a message, if it can be read at all (for routing rejections)."""
+    try:
+        raw = json.loads(data)
+        value = raw.get("event", {}).get("type")
+        return value if isinstance(value, str) else None
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return None

@@ -1,0 +1,110 @@
+"""Decision events: what the services decided. Each records, in its envelope, the log position
+(`basis`) it was based on, and has an id derived from its inputs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from events.base import Event, Frozen, Resources
+from events.inputs import TaskSpec
+
+
+class PoolEntitlement(Frozen):
+    """One pool's share of its tree, as computed by one entitlement cycle."""
+
+    path: str
+    entitlement: Resources
+    non_slack_entitlement: Resources
+    slack_entitlement: Resources
+    fair_share: float = 0.0
+    usage_share: float = 0.0
+    demand_share: float = 0.0
+    dominant_kind: str | None = None
+
+
+class EntitlementsComputed(Event):
+    type: Literal["EntitlementsComputed"] = "EntitlementsComputed"
+    version: Literal[1] = 1
+    tree: str
+    capacity: Resources
+    slack_capacity: Resources = Field(default_factory=dict)
+    pools: list[PoolEntitlement]
+    alerts: list[str] = Field(default_factory=list)
+
+
+class GangAdmitted(Event):
+    type: Literal["GangAdmitted"] = "GangAdmitted"
+    version: Literal[1] = 1
+    tree: str
+    gang: str
+    pool: str
+    queue: str
+    tasks: list[TaskSpec]
+    attempt: int = 1
+
+
+class GangMovedToQueue(Event):
+    type: Literal["GangMovedToQueue"] = "GangMovedToQueue"
+    version: Literal[1] = 1
+    tree: str
+    gang: str
+    pool: str
+    queue: Literal["non_preemptible", "controller", "revocable", "pending"]
+    reason: str
+
+
+class GangTimedOut(Event):
+    type: Literal["GangTimedOut"] = "GangTimedOut"
+    version: Literal[1] = 1
+    tree: str
+    gang: str
+    pool: str
+    members: int
+    size: int
+    deadline: float
+
+
+class GangRequeued(Event):
+    type: Literal["GangRequeued"] = "GangRequeued"
+    version: Literal[1] = 1
+    tree: str
+    gang: str
+    pool: str
+    reason: str
+    cause: Literal["placement_timeout", "preempted"] = "placement_timeout"
+
+
+class PreemptionRequested(Event):
+    type: Literal["PreemptionRequested"] = "PreemptionRequested"
+    version: Literal[1] = 1
+    tree: str
+    pool: str
+    gang: str
+    tasks: list[str]
+    reason: str
+    excess: Resources = Field(default_factory=dict)
+    entitlement: Resources = Field(default_factory=dict)
+    allocation: Resources = Field(default_factory=dict)
+    grace_period: float = 5.0
+
+
+class InputRejected(Event):
+    """An input (a command, or an event on the stream) was refused; nothing else changed.
+
+    `ref` names what was refused (a pool path for config, a gang id for gangs, a task id, or the
+    stream position of an undecodable message); `rule` is a short stable name of the broken rule;
+    `input` is the offending input as it came (JSON text, or the raw bytes decoded leniently)."""
+
+    type: Literal["InputRejected"] = "InputRejected"
+    version: Literal[1] = 1
+    tree: str | None = None
+    ref: str
+    input_type: str
+    reason: str
+    rule: str
+    field: str | None = None
+    input: str = ""
+    input_id: str | None = None
+    input_seq: int | None = None

@@ -1,0 +1,119 @@
+"""The envelope every event travels in, and the union of all event types."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AwareDatetime, Field
+
+from events.base import Frozen
+from events.decisions import (
+    EntitlementsComputed,
+    GangAdmitted,
+    GangMovedToQueue,
+    GangRequeued,
+    GangTimedOut,
+    InputRejected,
+    PreemptionRequested,
+)
+from events.inputs import (
+    ClockTicked,
+    GangCancelled,
+    GangEnqueued,
+    HostRegistered,
+    HostRemoved,
+    PoolConfigChanged,
+    PoolDeleted,
+    TaskStateChanged,
+    TreeConfigured,
+)
+
+InputEvent = (
+    TreeConfigured
+    | PoolConfigChanged
+    | PoolDeleted
+    | HostRegistered
+    | HostRemoved
+    | GangEnqueued
+    | TaskStateChanged
+    | GangCancelled
+    | ClockTicked
+)
+DecisionEvent = (
+    EntitlementsComputed
+    | GangAdmitted
+    | GangMovedToQueue
+    | GangTimedOut
+    | GangRequeued
+    | PreemptionRequested
+    | InputRejected
+)
+AnyEvent = Annotated[InputEvent | DecisionEvent, Field(discriminator="type")]
+
+EVENT_TYPES: dict[str, type[Frozen]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        TreeConfigured,
+        PoolConfigChanged,
+        PoolDeleted,
+        HostRegistered,
+        HostRemoved,
+        GangEnqueued,
+        TaskStateChanged,
+        GangCancelled,
+        ClockTicked,
+        EntitlementsComputed,
+        GangAdmitted,
+        GangMovedToQueue,
+        GangTimedOut,
+        GangRequeued,
+        PreemptionRequested,
+        InputRejected,
+    )
+}
+CURRENT_VERSIONS: dict[str, int] = {name: cls.model_fields["version"].default for name, cls in EVENT_TYPES.items()}
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Envelope(Frozen):
+    """One event on the log.
+
+    - `id`: unique; published as `Nats-Msg-Id` so a retried publish is stored once. Inputs carry
+      the submitter's id; decisions carry an id derived from (source, basis, what was decided).
+    - `time`: when it happened, by the log's clock (decisions: the time of their basis).
+    - `source`: who wrote it (`tree`, `admission`, `cli`, `sdk:<name>`, `scenario`, ...).
+    - `causation`: id of the event that caused this one, if any.
+    - `basis`: for decisions, the stream sequence of the last event the decision had applied.
+    - `trace`: W3C trace context (`traceparent`, `tracestate`), when tracing is on.
+    """
+
+    id: str = Field(min_length=1, max_length=200)
+    time: AwareDatetime
+    source: str = "unknown"
+    causation: str | None = None
+    basis: int | None = None
+    trace: dict[str, str] | None = None
+    event: AnyEvent
+
+    @property
+    def type(self) -> str:
+        return self.event.type
+
+    @property
+    def seconds(self) -> float:
+        """The event time as seconds since the epoch (what the pure domain code works with)."""
+        return (self.time - EPOCH).total_seconds()
+
+
+def derived_id(*parts: object) -> str:
+    """A deterministic event id from the parts that identify a decision (no clock, no random)."""
+    text = "\x1f".join(str(p) for p in parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def at_seconds(seconds: float) -> datetime:
+    """The UTC datetime `seconds` after the epoch (scenario time `at` maps here)."""
+    return datetime.fromtimestamp(seconds, tz=UTC)

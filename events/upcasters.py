@@ -1,0 +1,33 @@
+"""Upcasters: turn an older version of an event (as a JSON dict) into the current one.
+
+An entry `(type, version)` maps a dict of that version to a dict of `version + 1`. The codec
+runs the chain until the current version. Events change only through this table: a stored
+event is never rewritten.
+
+Example of an entry, for when `GangEnqueued` v2 renames `user` to `owner`:
+
+    ("GangEnqueued", 1): lambda d: {**{k: v for k, v in d.items() if k != "user"},
+                                    "owner": d.get("user", "anonymous"), "version": 2},
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcast(event: dict[str, Any], current: int, table: dict[tuple[str, int], Upcaster] | None = None) -> dict[str, Any]:
+    """Run the upcaster chain on `event` until it has version `current`.
+
+    Raises KeyError naming the missing step when there is no way from its version to `current`."""
+    steps = UPCASTERS if table is None else table
+    while int(event.get("version", 0)) < current:
+        key = (str(event.get("type")), int(event.get("version", 0)))
+        if key not in steps:
+            raise KeyError(f"no upcaster from {key[0]} v{key[1]} to v{key[1] + 1}")
+        event = steps[key](event)
+    return event
