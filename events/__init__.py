@@ -10,6 +10,7 @@ from events.config import DEFAULT_KINDS, PoolConfig, TreeOptions
 from events.decisions import (
     EntitlementsComputed,
     GangAdmitted,
+    GangFinished,
     GangMovedToQueue,
     GangRequeued,
     GangTimedOut,
@@ -50,6 +51,7 @@ __all__ = [
     "Frozen",
     "GangAdmitted",
     "GangCancelled",
+    "GangFinished",
     "GangEnqueued",
     "GangMovedToQueue",
     "GangRequeued",

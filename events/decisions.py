@@ -90,6 +90,18 @@ class PreemptionRequested(Event):
     grace_period: float = 5.0
 
 
+class GangFinished(Event):
+    """A gang will take no more resources: every task ended (`done`), or it was cancelled, timed
+    out, or refused at its first enqueue (`rejected`). Lets other services count unfinished gangs."""
+
+    type: Literal["GangFinished"] = "GangFinished"
+    version: Literal[1] = 1
+    tree: str
+    gang: str
+    pool: str
+    outcome: Literal["done", "cancelled", "timed_out", "rejected"]
+
+
 class InputRejected(Event):
     """An input (a command, or an event on the stream) was refused; nothing else changed.
 

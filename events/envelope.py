@@ -12,6 +12,7 @@ from events.base import Frozen
 from events.decisions import (
     EntitlementsComputed,
     GangAdmitted,
+    GangFinished,
     GangMovedToQueue,
     GangRequeued,
     GangTimedOut,
@@ -44,6 +45,7 @@ InputEvent = (
 DecisionEvent = (
     EntitlementsComputed
     | GangAdmitted
+    | GangFinished
     | GangMovedToQueue
     | GangTimedOut
     | GangRequeued
@@ -66,6 +68,7 @@ EVENT_TYPES: dict[str, type[Frozen]] = {
         ClockTicked,
         EntitlementsComputed,
         GangAdmitted,
+        GangFinished,
         GangMovedToQueue,
         GangTimedOut,
         GangRequeued,
