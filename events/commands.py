@@ -24,6 +24,8 @@ class PoolUpsert(Frozen):
     config: PoolConfig = Field(default_factory=PoolConfig)
     replace: bool = False
     expected_version: int | None = None
+    # "new": refuse if the pool exists (`pool create`); "existing": refuse if it does not (`pool update`).
+    require: Literal["any", "new", "existing"] = "any"
 
 
 class PoolDelete(Frozen):

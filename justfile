@@ -1,0 +1,24 @@
+# The same two lines as the README's Quick start, and a few more for developers.
+
+venv := ".venv"
+
+# Install and run poolwise on an embedded NATS server.
+up:
+    python3 -m venv {{venv}} && {{venv}}/bin/pip install -q -e '.[test]' && {{venv}}/bin/poolwise up
+
+# Install and run the whole test suite.
+test:
+    python3 -m venv {{venv}} && {{venv}}/bin/pip install -q -e '.[test]' && {{venv}}/bin/python -m pytest -q
+
+# Lint and type-check (mypy --strict on the pure domain code).
+check:
+    {{venv}}/bin/ruff check events projections services tests bench
+    {{venv}}/bin/mypy --strict services/tree/domain services/admission/domain events
+
+# Run the public scenarios.
+scenarios:
+    {{venv}}/bin/poolwise scenario run ../shared/scenarios/*.yaml
+
+# Benchmarks; results go in docs/performance.md.
+bench:
+    {{venv}}/bin/poolwise bench all

@@ -1,0 +1,60 @@
+"""Parsing of the CLI's compact argument forms (`cpu=100,memory=1000`)."""
+
+from __future__ import annotations
+
+import math
+
+
+class InputError(Exception):
+    """Bad input from a person: printed as one line, exit code 2, never a traceback."""
+
+
+def parse_resources(text: str, *, option: str = "resources") -> dict[str, float]:
+    """`cpu=100,memory=1000` -> {"cpu": 100.0, "memory": 1000.0}. Negative values pass through
+    (the service refuses them, naming the rule); a malformed pair is an InputError naming the option."""
+    result: dict[str, float] = {}
+    if not text.strip():
+        return result
+    for pair in text.split(","):
+        kind, sep, amount = pair.partition("=")
+        kind = kind.strip()
+        if not sep or not kind:
+            raise InputError(f"--{option}: expected kind=amount pairs like cpu=100,memory=1000, got {pair!r}")
+        if kind in result:
+            raise InputError(f"--{option}: kind {kind!r} given twice")
+        try:
+            value = float(amount)
+        except ValueError:
+            raise InputError(f"--{option}: amount of {kind!r} must be a number, got {amount.strip()!r}") from None
+        if not math.isfinite(value):
+            raise InputError(f"--{option}: amount of {kind!r} must be finite, got {amount.strip()!r}")
+        result[kind] = value
+    return result
+
+
+def parse_share(text: str) -> float | dict[str, float]:
+    """`2` -> 2.0; `cpu=2,gpu=1` -> per-kind shares."""
+    try:
+        return float(text)
+    except ValueError:
+        return parse_resources(text, option="share")
+
+
+def parse_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def format_resources(values: dict[str, float] | None, kinds: list[str] | None = None) -> str:
+    """{"cpu": 100.0} -> `cpu=100`; kinds fixes the order and shows zeros for missing kinds."""
+    if not values:
+        return "-"
+    keys = [k for k in (kinds or sorted(values)) if k in values] if kinds else sorted(values)
+    return ",".join(f"{k}={_num(values[k])}" for k in keys)
+
+
+def _num(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return f"{value:g}" if abs(value) < 1e15 else str(value)

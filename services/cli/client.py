@@ -1,0 +1,58 @@
+"""How the CLI finds and talks to a running poolwise: NATS request/reply to the services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from pydantic import BaseModel
+
+from events import subjects
+from events.commands import Reply
+from services.cli.args import InputError
+from services.common.natsserver import resolve_nats_url
+
+
+class ServiceError(Exception):
+    """The service refused a command: `rule` names the broken rule."""
+
+    def __init__(self, rule: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.field = field
+
+
+def find_url(data_dir: Path) -> str:
+    url = resolve_nats_url(data_dir)
+    if not url:
+        raise InputError(
+            f"no running poolwise found: set NATS_URL, or start `poolwise up` (data dir {data_dir})"
+        )
+    return url
+
+
+async def request(url: str, service: str, command: BaseModel, timeout: float = 10.0) -> Reply:
+    """Send one command and return the service's reply; an error reply raises ServiceError."""
+    try:
+        nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+    except Exception as exc:
+        raise InputError(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".strip()) from None
+    try:
+        op: str = getattr(command, "op")  # noqa: B009 - every command model has `op`
+        msg = await nc.request(subjects.command(service, op), command.model_dump_json().encode(), timeout=timeout)
+    except NoRespondersError:
+        raise InputError(f"the {service} service is not running (no responder on {url})") from None
+    except NatsTimeout:
+        raise InputError(f"the {service} service did not answer within {timeout:g} s") from None
+    finally:
+        await nc.close()
+    reply = Reply.model_validate_json(msg.data)
+    if not reply.ok and reply.error is not None:
+        raise ServiceError(reply.error.rule, reply.error.message, reply.error.field)
+    return reply
+
+
+def data_of(reply: Reply) -> Any:
+    return reply.data

@@ -1,0 +1,32 @@
+"""The `poolwise` command: one CLI for everything a person does.
+
+Sub-commands live in modules named for what they hold; this module only wires them."""
+
+from __future__ import annotations
+
+import typer
+
+from services.cli import events_cmd, host_cmd, pool_cmd, serve_cmd, sql_cmd, tree_cmd
+from services.cli.errors import guarded
+
+app = typer.Typer(
+    name="poolwise",
+    help="Event-sourced resource manager for shared compute clusters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(pool_cmd.app, name="pool")
+app.add_typer(host_cmd.app, name="host")
+app.add_typer(tree_cmd.app, name="tree")
+app.add_typer(events_cmd.app, name="events")
+serve_cmd.register(app)
+sql_cmd.register(app)
+
+
+def main() -> None:
+    guarded(app)
+
+
+if __name__ == "__main__":
+    main()

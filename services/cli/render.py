@@ -1,0 +1,71 @@
+"""Tables and trees for people (rich), from the plain dicts the services reply with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from services.cli.args import format_resources
+
+
+def _share(value: Any) -> str:
+    if isinstance(value, dict):
+        return format_resources(value)
+    return f"{float(value):g}" if value is not None else "1"
+
+
+def pool_label(pool: dict[str, Any]) -> str:
+    name = pool["path"].rsplit("/", 1)[-1] or "/"
+    parts = [f"[bold]{name}[/bold]"]
+    parts.append(f"reservation {format_resources(pool.get('reservation'))}")
+    parts.append(f"limit {format_resources(pool.get('limit'))}")
+    parts.append(f"share {_share(pool.get('share'))}")
+    if pool.get("ephemeral"):
+        parts.append("[dim](ephemeral)[/dim]")
+    return "  ".join(parts)
+
+
+def pool_tree(tree_name: str, pools: list[dict[str, Any]], capacity: dict[str, float] | None) -> Tree:
+    """Draw the pools of one tree as a tree, parents before children, children by path."""
+    root = Tree(f"[bold]{tree_name}[/bold]  capacity {format_resources(capacity)}")
+    nodes: dict[str, Tree] = {"/": root}
+    for pool in sorted(pools, key=lambda p: (p["path"].count("/"), p["path"])):
+        if pool["path"] == "/":
+            continue
+        parent = nodes.get(pool.get("parent") or "/", root)
+        nodes[pool["path"]] = parent.add(pool_label(pool))
+    return root
+
+
+def pool_table(pools: list[dict[str, Any]]) -> Table:
+    table = Table("tree", "path", "reservation", "limit", "share", "mode", "children")
+    for pool in sorted(pools, key=lambda p: (p.get("tree", ""), p["path"])):
+        table.add_row(
+            pool.get("tree", "default"),
+            pool["path"],
+            format_resources(pool.get("reservation")),
+            format_resources(pool.get("limit")),
+            _share(pool.get("share")),
+            str(pool.get("mode", "fifo")),
+            str(len(pool.get("children", []))),
+        )
+    return table
+
+
+def host_table(hosts: list[dict[str, Any]]) -> Table:
+    table = Table("host", "resources", "revocable", "tags")
+    for host in sorted(hosts, key=lambda h: h["host"]):
+        table.add_row(
+            host["host"],
+            format_resources(host.get("resources")),
+            format_resources(host.get("revocable")),
+            ",".join(host.get("tags", [])) or "-",
+        )
+    return table
+
+
+def console() -> Console:
+    return Console(soft_wrap=True)

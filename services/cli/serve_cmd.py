@@ -1,0 +1,52 @@
+"""`poolwise up` (everything in one process, on an embedded NATS) and `poolwise serve <service>`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from services.cli.args import InputError
+from services.cli.options import DEFAULT_DATA_DIR, DataDir
+from services.common.runtime import run_until_signalled
+from services.launcher import SERVICES, run_system
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("serve")(serve)
+
+
+def up(
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
+                                                  help="Use this NATS server instead of an embedded one.")] = None,
+) -> None:
+    """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every service."""
+    _run(list(SERVICES), data_dir, nats_url)
+
+
+def serve(
+    service: Annotated[str, typer.Argument(help=f"One of: {', '.join(SERVICES)}.")],
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
+                                                  help="NATS server; default: the one `poolwise up` started.")] = None,
+) -> None:
+    """Run one service alone against a NATS server (NATS_URL, or the data dir's embedded one)."""
+    if service not in SERVICES:
+        raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
+    if nats_url is None:
+        from services.common.natsserver import resolve_nats_url
+
+        nats_url = resolve_nats_url(data_dir)
+        if nats_url is None:
+            raise InputError("no NATS server: set NATS_URL or start `poolwise up` first")
+    _run([service], data_dir, nats_url, embedded=False)
+
+
+def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True) -> None:
+    def on_ready(url: str) -> None:
+        typer.echo(f"poolwise: {', '.join(names)} ready on {url} (data dir {data_dir}); Ctrl-C to stop", err=True)
+
+    run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
+                                           on_ready=on_ready))

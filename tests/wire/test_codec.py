@@ -1,0 +1,131 @@
+"""The wire contract: round trips, typed errors naming field and rule, upcasters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from events import (
+    CURRENT_VERSIONS,
+    EVENT_TYPES,
+    DecodeError,
+    Envelope,
+    GangEnqueued,
+    PoolConfig,
+    PoolConfigChanged,
+    TaskSpec,
+    at_seconds,
+    decode,
+    derived_id,
+    encode,
+)
+from events import subjects
+from events.upcasters import upcast
+
+
+def _gang(**over: Any) -> GangEnqueued:
+    base: dict[str, Any] = dict(gang="g1", pool="/a", job="j1", size=2,
+                                tasks=[TaskSpec(id="g1/0", resources={"cpu": 1.5}),
+                                       TaskSpec(id="g1/1", resources={"cpu": 1.5})])
+    base.update(over)
+    return GangEnqueued(**base)
+
+
+def _env(event: Any, **over: Any) -> Envelope:
+    return Envelope(id=over.pop("id", "e1"), time=at_seconds(over.pop("at", 12.5)), source="test", event=event, **over)
+
+
+def test_round_trip_keeps_every_field() -> None:
+    env = _env(_gang(priority=7, preemptible=False, timeout=10), causation="c0", basis=41)
+    back = decode(encode(env))
+    assert back == env
+    assert back.seconds == 12.5
+    assert back.event.tasks[1].resources == {"cpu": 1.5}
+
+
+def test_every_event_type_has_type_and_version_and_is_frozen() -> None:
+    for name, cls in EVENT_TYPES.items():
+        assert cls.model_fields["type"].default == name
+        assert CURRENT_VERSIONS[name] >= 1
+        assert cls.model_config.get("frozen") is True
+        assert cls.model_config.get("extra") == "forbid"
+
+
+def test_models_forbid_unknown_fields_and_mutation() -> None:
+    with pytest.raises(ValidationError):
+        GangEnqueued.model_validate({**_gang().model_dump(), "colour": "red"})
+    gang = _gang()
+    with pytest.raises(ValidationError):
+        gang.pool = "/b"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "rule"),
+    [
+        (lambda d: d["event"]["tasks"][0]["resources"].update(cpu=-1), "event.tasks.0.resources.cpu",
+         "greater_than_equal"),
+        (lambda d: d["event"].update(size=0), "event.size", "greater_than_equal"),
+        (lambda d: d["event"].pop("pool"), "event.pool", "missing"),
+        (lambda d: d["event"].update(extra=1), "event.extra", "extra_forbidden"),
+        (lambda d: d["event"].update(type="GangExploded"), "event.type", "unknown_type"),
+        (lambda d: d["event"].update(version=9), "event.version", "unknown_version"),
+        (lambda d: d.update(time="yesterday"), "time", "datetime_from_date_parsing"),
+    ],
+)
+def test_malformed_events_name_field_and_rule(mutate: Any, field: str, rule: str) -> None:
+    raw = json.loads(encode(_env(_gang())))
+    mutate(raw)
+    with pytest.raises(DecodeError) as info:
+        decode(json.dumps(raw).encode())
+    assert info.value.field == field
+    assert info.value.rule == rule
+    assert field in str(info.value)
+
+
+def test_not_json_is_a_typed_error() -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(b"\xff{not json")
+    assert info.value.rule == "json"
+
+
+def test_upcaster_chain_runs_to_current_version() -> None:
+    table = {
+        ("PoolConfigChanged", 1): lambda d: {**d, "version": 2, "note": "v2"},
+        ("PoolConfigChanged", 2): lambda d: {**{k: v for k, v in d.items() if k != "note"}, "version": 3},
+    }
+    out = upcast({"type": "PoolConfigChanged", "version": 1, "tree": "t"}, 3, table)
+    assert out == {"type": "PoolConfigChanged", "version": 3, "tree": "t"}
+    with pytest.raises(KeyError, match="no upcaster from PoolConfigChanged v3"):
+        upcast({"type": "PoolConfigChanged", "version": 3}, 4, table)
+
+
+def test_older_version_without_upcaster_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _env(PoolConfigChanged(tree="default", path="/a", config=PoolConfig(reservation={"cpu": 5})))
+    monkeypatch.setitem(CURRENT_VERSIONS, "PoolConfigChanged", 2)  # as if the reader knew v2
+    with pytest.raises(DecodeError) as info:
+        decode(encode(env), {})
+    assert (info.value.field, info.value.rule) == ("event.version", "no_upcaster")
+    assert "PoolConfigChanged v1 to v2" in info.value.message
+
+
+def test_derived_ids_are_stable_and_distinct() -> None:
+    assert derived_id("admission", 41, "g1") == derived_id("admission", 41, "g1")
+    assert derived_id("admission", 41, "g1") != derived_id("admission", 42, "g1")
+    assert len(derived_id("x")) == 32
+
+
+def test_subjects_route_each_event() -> None:
+    assert subjects.for_event("GangEnqueued", "default", "sdk") == "poolwise.gang.default"
+    assert subjects.for_event("HostRegistered", None, "tree") == "poolwise.hosts"
+    assert subjects.for_event("GangAdmitted", "t2", "admission") == "poolwise.decision.t2.admission"
+    assert subjects.for_event("InputRejected", None, "tree") == "poolwise.rejected._"
+    assert subjects.for_event("PoolConfigChanged", "default", "tree") == "poolwise.config.default"
+
+
+def test_json_schema_covers_every_event() -> None:
+    schema = json.dumps(Envelope.model_json_schema())
+    for name in EVENT_TYPES:
+        assert name in schema
