@@ -8,6 +8,7 @@ from events.base import Event, Frozen, Resources
 from events.codec import DecodeError, decode, encode, peek_type
 from events.config import DEFAULT_KINDS, PoolConfig, TreeOptions
 from events.decisions import (
+    CycleCompleted,
     EntitlementsComputed,
     GangAdmitted,
     GangFinished,
@@ -44,6 +45,7 @@ __all__ = [
     "TERMINAL_TASK_STATES",
     "AnyEvent",
     "ClockTicked",
+    "CycleCompleted",
     "DecodeError",
     "EntitlementsComputed",
     "Envelope",

@@ -39,6 +39,8 @@ def decode(data: bytes | str, upcasters: dict[tuple[str, int], Upcaster] | None 
         return Envelope.model_validate_json(data)
     except ValidationError as fast_error:
         return _decode_slow(data, fast_error, UPCASTERS if upcasters is None else upcasters)
+    except (RecursionError, ValueError) as exc:  # absurdly nested or otherwise unreadable input
+        raise DecodeError(None, "json", f"unreadable: {exc.__class__.__name__}") from None
 
 
 def _decode_slow(
@@ -46,7 +48,7 @@ def _decode_slow(
 ) -> Envelope:
     try:
         raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise DecodeError(None, "json", f"not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise DecodeError(None, "json", "an event must be a JSON object")

@@ -102,6 +102,19 @@ class GangFinished(Event):
     outcome: Literal["done", "cancelled", "timed_out", "rejected"]
 
 
+class CycleCompleted(Event):
+    """A service finished the decision cycle it ran at the tick (or cycle) at `trigger_seq`; every
+    decision of that cycle precedes this event in the log. It tells readers (the next service in
+    the chain, the scenario runner, replay) that the service has applied the log through there."""
+
+    type: Literal["CycleCompleted"] = "CycleCompleted"
+    version: Literal[1] = 1
+    tree: str
+    service: str
+    trigger_seq: int
+    decisions: int = 0
+
+
 class InputRejected(Event):
     """An input (a command, or an event on the stream) was refused; nothing else changed.
 

@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, Field
 from events.base import Frozen
 from events.decisions import (
     EntitlementsComputed,
+    CycleCompleted,
     GangAdmitted,
     GangFinished,
     GangMovedToQueue,
@@ -44,6 +45,7 @@ InputEvent = (
 )
 DecisionEvent = (
     EntitlementsComputed
+    | CycleCompleted
     | GangAdmitted
     | GangFinished
     | GangMovedToQueue
@@ -67,6 +69,7 @@ EVENT_TYPES: dict[str, type[Frozen]] = {
         GangCancelled,
         ClockTicked,
         EntitlementsComputed,
+        CycleCompleted,
         GangAdmitted,
         GangFinished,
         GangMovedToQueue,

@@ -41,6 +41,17 @@ class StaleWrite(Exception):
         self.expected = expected
 
 
+class AppendRefused(Exception):
+    """The log refused to store an event: no stream takes its subject, or a limit was hit. Events of
+    the same `append` before `index` may be stored; the refused one and those after it may not be."""
+
+    def __init__(self, subject: str, reason: str, index: int = 0) -> None:
+        super().__init__(f"{subject}: {reason}")
+        self.subject = subject
+        self.reason = reason
+        self.index = index
+
+
 BatchHandler = Callable[[Sequence[Stored]], Awaitable[None]]
 
 
@@ -54,7 +65,9 @@ class EventLog(Protocol):
         """Append bytes as they are (submitters' events, malformed input in tests)."""
         ...
 
-    async def append_expecting(self, envelope: Envelope, subject: str, expected_last_subject_seq: int) -> Appended:
+    async def append_expecting(
+        self, envelope: Envelope, subject: str, expected_last_subject_seq: int
+    ) -> Appended:
         """Append one event only if the last event on `subject` is at `expected_last_subject_seq`
         (0: the subject has none). Raises `StaleWrite` otherwise (optimistic concurrency)."""
         ...
@@ -63,7 +76,9 @@ class EventLog(Protocol):
         """The stream's last sequence (0 when empty), or the last on `subject`."""
         ...
 
-    async def read(self, start_seq: int = 1, subjects: Sequence[str] = (), end_seq: int | None = None) -> list[Stored]:
+    async def read(
+        self, start_seq: int = 1, subjects: Sequence[str] = (), end_seq: int | None = None
+    ) -> list[Stored]:
         """Events from `start_seq` through `end_seq` (default: the current end), filtered to subjects
         (NATS wildcards allowed; empty = all), in log order."""
         ...

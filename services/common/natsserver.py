@@ -151,7 +151,9 @@ class EmbeddedNats:
             if proc.poll() is not None:
                 raise NatsServerError(f"nats-server exited with code {proc.returncode}\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise NatsServerError(f"nats-server not ready after {self.startup_timeout}s\n{self.log_tail()}")
+                raise NatsServerError(
+                    f"nats-server not ready after {self.startup_timeout}s\n{self.log_tail()}"
+                )
             if self._url is None:
                 self._read_ports(ports_file)
             elif self._healthy():
@@ -187,14 +189,16 @@ class EmbeddedNats:
         """SIGTERM, wait up to `timeout`, then SIGKILL. Safe to call twice."""
         proc, self._proc = self._proc, None
         self._url = self._monitoring_url = None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        (self.store_dir / "nats.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> EmbeddedNats:
         return self.start()

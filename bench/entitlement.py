@@ -1,0 +1,168 @@
+"""Entitlement engine timings on random trees: `bench_entitlement(sizes) -> list[dict]`.
+
+Run: `.venv/bin/python -m bench.entitlement [SIZE ...]`. Nothing runs or prints at import.
+
+Each row times, best of `repeat`:
+- `compute_s`: `EntitlementEngine.compute()` on a prepared engine (what the admission service
+  pays after each batch of events: leaves written in place, whole tree recomputed);
+- `update_compute_s`: the same after rewriting 1% of the leaves with `set_usage`;
+- `build_s`: `EntitlementEngine(tree_input)` from plain dataclasses (once per config change);
+- `end_to_end_s`: `compute_entitlements(tree_input)` (build + compute);
+- `read_all_s`: reading every pool's `PoolEntitlement` out of the result (dicts built lazily).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from services.admission.domain.entitlement import (
+    EntitlementEngine,
+    JobDemand,
+    LeafUsage,
+    PoolInput,
+    TreeInput,
+    compute_entitlements,
+)
+from services.admission.domain.entitlement.model import Policy
+
+KINDS = ("cpu", "memory", "disk", "gpu")
+
+
+def random_tree(n_pools: int, *, seed: int = 0, fanout: int = 10, policy: Policy = "per_resource", jobs_per_leaf: int = 2) -> TreeInput:
+    """A random valid tree of `n_pools` pools (fan-out about `fanout`), 4 kinds, busy leaves."""
+    rng = np.random.default_rng(seed)
+    capacity = {"cpu": 1e6, "memory": 4e6, "disk": 1e7, "gpu": 1e4}
+    cap = np.array([capacity[k] for k in KINDS])
+    parents: list[int] = [-1]
+    paths = ["/"]
+    reservation = [cap * 0.9]
+    children: list[int] = [0]
+    frontier = [0]
+    i = 0
+    while len(paths) < n_pools + 1:
+        nxt: list[int] = []
+        for p in frontier:
+            m = int(rng.integers(max(1, fanout // 2), fanout * 3 // 2 + 1))
+            for _ in range(m):
+                if len(paths) >= n_pools + 1:
+                    break
+                i += 1
+                paths.append(f"{paths[p].rstrip('/')}/p{i}")
+                parents.append(p)
+                children.append(0)
+                children[p] += 1
+                reservation.append(np.zeros(len(KINDS)))
+                nxt.append(len(paths) - 1)
+        frontier = nxt or frontier
+    # reservations: each parent hands a random part of its own to its children
+    kids: list[list[int]] = [[] for _ in paths]
+    for c, p in enumerate(parents):
+        if p >= 0:
+            kids[p].append(c)
+    for p in range(len(paths)):
+        if kids[p]:
+            parts = rng.dirichlet(np.ones(len(kids[p]))) * rng.uniform(0.3, 1.0)
+            for c, f in zip(kids[p], parts, strict=True):
+                reservation[c] = reservation[p] * f
+    pools: list[PoolInput] = []
+    for row in range(1, len(paths)):
+        res = reservation[row]
+        usage = LeafUsage()
+        if not kids[row]:
+            demand = res * rng.uniform(0.0, 3.0, len(KINDS))
+            alloc = res * rng.uniform(0.0, 1.2, len(KINDS))
+            jobs = None
+            if policy == "dominant":
+                jobs = tuple(
+                    JobDemand(job=f"j{row}-{j}", demand=dict(zip(KINDS, (demand * rng.uniform(0.2, 1.0, len(KINDS))).tolist(), strict=True)))
+                    for j in range(jobs_per_leaf)
+                )
+            usage = LeafUsage(
+                allocation=dict(zip(KINDS, alloc.tolist(), strict=True)),
+                demand=dict(zip(KINDS, demand.tolist(), strict=True)),
+                revocable_allocation={"cpu": float(res[0] * 0.1), "memory": float(res[1] * 0.05)},
+                revocable_demand={"cpu": float(res[0] * 0.1)},
+                jobs=jobs,
+            )
+        pools.append(
+            PoolInput(
+                path=paths[row],
+                reservation=dict(zip(KINDS, res.tolist(), strict=True)),
+                limit=dict(zip(KINDS, (cap * rng.uniform(0.5, 1.0)).tolist(), strict=True)),
+                share=float(rng.choice([1.0, 1.0, 2.0, 5.0])),
+                static=bool(rng.random() < 0.05),
+                usage=usage,
+            )
+        )
+    return TreeInput(kinds=KINDS, capacity=capacity, pools=tuple(pools), revocable_capacity={"cpu": 5e4}, policy=policy)
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_entitlement(sizes: Iterable[int] = (1000, 10000, 100000), *, policy: Policy = "per_resource", repeat: int = 5) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for n in sizes:
+        tree = random_tree(n, policy=policy)
+        engine = EntitlementEngine(tree)
+        reps = repeat if n <= 10000 else max(2, repeat // 2)
+        compute_s = _best(engine.compute, reps)
+        leaves = engine.leaves
+        rng = np.random.default_rng(1)
+        batch = [leaves[int(j)] for j in rng.integers(0, len(leaves), max(1, len(leaves) // 100))]
+        usage = LeafUsage(demand={"cpu": 5.0, "memory": 10.0}, allocation={"cpu": 1.0})
+
+        def update_and_compute() -> None:
+            for path in batch:
+                engine.set_usage(path, usage)
+            engine.compute()
+
+        update_s = _best(update_and_compute, reps)
+        build_s = _best(lambda: EntitlementEngine(tree), max(1, reps // 2))
+        end_to_end_s = _best(lambda: compute_entitlements(tree), max(1, reps // 2))
+        result = engine.compute()
+        read_s = _best(lambda: [result[p] for p in result], 1)
+        rows.append(
+            {
+                "pools": n,
+                "kinds": len(KINDS),
+                "policy": policy,
+                "depth": len(max(result.paths, key=lambda p: p.count("/")).split("/")) - 1,
+                "compute_s": compute_s,
+                "update_compute_s": update_s,
+                "build_s": build_s,
+                "end_to_end_s": end_to_end_s,
+                "read_all_s": read_s,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    sizes = [int(a) for a in argv if a.isdigit()] or [1000, 10000, 100000]
+    policies: list[Policy] = ["dominant"] if "dominant" in argv else ["per_resource"]
+    if "all" in argv:
+        policies = ["per_resource", "dominant"]
+    for policy in policies:
+        for row in bench_entitlement(sizes, policy=policy):
+            print(
+                f"{row['policy']:>12} {row['pools']:>7} pools x {row['kinds']} kinds (depth {row['depth']}): "
+                f"compute {row['compute_s'] * 1e3:8.1f} ms | 1% leaves + compute {row['update_compute_s'] * 1e3:8.1f} ms | "
+                f"build {row['build_s'] * 1e3:8.1f} ms | end-to-end {row['end_to_end_s'] * 1e3:8.1f} ms | "
+                f"read all {row['read_all_s'] * 1e3:8.1f} ms"
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,380 @@
+"""One DuckDB file per service holding its projections and their checkpoints.
+
+    store = ProjectionStore("admission.duckdb", [EventLogProjection(), PoolTreeProjection()])
+
+    async def handler(batch: Sequence[Stored]) -> None:        # blocking work: off the event loop
+        await anyio.to_thread.run_sync(store.apply, batch)
+
+    await log.consume(durable, subjects, store.lowest_checkpoint, handler)
+
+`apply(batch)` decodes each message once, runs every projection over the events after its own
+checkpoint and advances the checkpoints, all in one transaction: rows and checkpoints commit
+together or not at all, and an event at or below a checkpoint has no second effect.
+
+Concurrency: DuckDB lets one process open the file for writing, and then no other process may
+open it at all (not even read-only). Inside the writing process, `query` runs on its own cursor and
+sees the last committed state (MVCC), so it may run on another thread while `apply` runs. Another
+process reads with `ProjectionStore.open_read_only(path)`, which works only while no service holds
+the file (it raises `StoreBusy` otherwise): while the service runs, ask it (request/reply).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import duckdb
+import pyarrow as pa
+
+from events import DecodeError, decode
+from projections.base import Connection, Item, Malformed, Projection
+
+
+class StoredMessage(Protocol):
+    """What the store needs of a log message (`services.common.log.Stored` has it)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def msg_id(self) -> str | None: ...
+
+
+class StoreBusy(Exception):
+    """The file is held by a writing process (a running service): ask that service instead."""
+
+
+class NotReadOnly(ValueError):
+    """`query` was given SQL that is not a single read-only statement."""
+
+
+READ_ONLY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+
+_CHECKPOINTS_DDL = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    projection     VARCHAR PRIMARY KEY,
+    schema_version INTEGER NOT NULL,
+    last_seq       BIGINT  NOT NULL
+)"""
+
+
+class ProjectionStore:
+    """Projections in one DuckDB database (a file, or `:memory:`), with their checkpoints.
+
+    A large batch is decoded and handed to the projections in chunks of `chunk_size` messages, in
+    log order, all inside the batch's one transaction: `Projection.apply` may be called several
+    times per batch.
+
+    `pause_gc=True` (the default) pauses Python's cyclic garbage collector while a batch is applied
+    (it is re-enabled after, if it was enabled): full collections over the decoded events cost more
+    than half of the time of a large batch otherwise.
+
+    `external_access=False` (the default) forbids SQL from reading or writing files and loading
+    extensions: `query` may then answer SQL from the network without exposing the host's files.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = ":memory:",
+        projections: Sequence[Projection] = (),
+        *,
+        external_access: bool = False,
+        chunk_size: int = 4096,
+        pause_gc: bool = True,
+        _read_only: bool = False,
+    ) -> None:
+        names = [p.name for p in projections]
+        if len(set(names)) != len(names):
+            raise ValueError(f"projection names must be unique, got {names}")
+        self.path = str(path)
+        self.read_only = _read_only
+        self.chunk_size = max(1, chunk_size)
+        self.pause_gc = pause_gc
+        self._projections = tuple(projections)
+        self._checkpoints: dict[str, int] = {}
+        self.rebuilt: tuple[str, ...] = ()
+        self._cursor_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._writer_key = None if _read_only or self.path == ":memory:" else str(Path(path).resolve())
+        _claim(self._writer_key)
+        try:
+            self._conn = _connect(self.path, read_only=_read_only, external_access=external_access)
+        except BaseException:
+            _release(self._writer_key)
+            raise
+        self._reader_root = self._conn.cursor()  # only ever used, under the lock, to make cursors
+        self._closed = False
+        if not _read_only:
+            try:
+                self._open()
+            except BaseException:
+                self.close()
+                raise
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> ProjectionStore:
+        """Open a store file for `query` only, from a process other than its service's.
+
+        Raises `StoreBusy` while a service has the file open for writing."""
+        if str(path) == ":memory:" or not Path(path).exists():
+            raise FileNotFoundError(f"no projection store at {path}")
+        return cls(path, (), _read_only=True)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Create the checkpoint table; (re)create every projection that is new or whose stored
+        schema_version differs from its code's, with checkpoint 0."""
+        conn = self._conn
+        with _transaction(conn):
+            conn.execute(_CHECKPOINTS_DDL)
+            stored = {
+                name: (version, last)
+                for name, version, last in conn.execute(
+                    "SELECT projection, schema_version, last_seq FROM checkpoints"
+                ).fetchall()
+            }
+            rebuilt: list[str] = []
+            for projection in self._projections:
+                version, last = stored.get(projection.name, (None, 0))
+                if version != projection.schema_version:
+                    projection.drop(conn)
+                    projection.create(conn)
+                    conn.execute(
+                        "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, 0)",
+                        [projection.name, projection.schema_version],
+                    )
+                    rebuilt.append(projection.name)
+                    last = 0
+                self._checkpoints[projection.name] = int(last)
+        self.rebuilt = tuple(rebuilt)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._reader_root.close()
+        self._conn.close()
+        _release(self._writer_key)
+
+    def __enter__(self) -> ProjectionStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    @property
+    def projections(self) -> tuple[Projection, ...]:
+        return self._projections
+
+    def checkpoint(self, name: str) -> int:
+        """The last log sequence applied to projection `name` (0: nothing yet)."""
+        return self.checkpoints()[name]
+
+    def checkpoints(self) -> dict[str, int]:
+        """Every projection's checkpoint (a read-only store: as committed in the file)."""
+        if self.read_only:
+            cursor = self._reader()
+            try:
+                found = cursor.execute("SELECT projection, last_seq FROM checkpoints").fetchall()
+            finally:
+                cursor.close()
+            return {str(name): int(last) for name, last in found}
+        return dict(self._checkpoints)
+
+    @property
+    def lowest_checkpoint(self) -> int:
+        """Replay the log from `lowest_checkpoint + 1` (it is 0 after a projection was rebuilt)."""
+        return min(self.checkpoints().values(), default=0)
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply(self, batch: Sequence[StoredMessage]) -> int:
+        """Apply a batch of log messages to every projection, in one transaction with their
+        checkpoints. Returns the lowest checkpoint afterwards. If a projection raises, nothing of
+        the batch is kept (rows nor checkpoints) and the exception propagates."""
+        if self.read_only:
+            raise PermissionError("this store was opened read-only")
+        with self._write_lock:
+            low = self.lowest_checkpoint
+            pending: dict[int, StoredMessage] = {}
+            for message in batch:
+                if message.seq > low:
+                    pending.setdefault(message.seq, message)  # a seq twice in one batch: once
+            if not pending:
+                return low
+            ordered = sorted(pending)
+            top = ordered[-1]
+            advanced: dict[str, int] = {}
+            with _gc_paused(self.pause_gc), _transaction(self._conn):
+                # Decoded events are many small objects: holding a whole large batch of them makes
+                # the garbage collector rescan them again and again (5x slower at 100k). Chunks of
+                # the batch are decoded and applied in turn, all in the one transaction, with the
+                # cyclic collector paused (reference counting still frees them chunk by chunk).
+                for start in range(0, len(ordered), self.chunk_size):
+                    items = [_item(pending[seq]) for seq in ordered[start : start + self.chunk_size]]
+                    seqs = [item.seq for item in items]
+                    for projection in self._projections:
+                        done = self._checkpoints[projection.name]
+                        if seqs[-1] > done:
+                            projection.apply(self._conn, items[bisect_right(seqs, done) :])
+                for projection in self._projections:
+                    if top > self._checkpoints[projection.name]:
+                        self._conn.execute(
+                            "UPDATE checkpoints SET last_seq = ? WHERE projection = ?", [top, projection.name]
+                        )
+                        advanced[projection.name] = top
+            self._checkpoints.update(advanced)
+            return self.lowest_checkpoint
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def query_arrow(
+        self,
+        sql: str,
+        params: Sequence[object] | Mapping[str, object] | None = None,
+        *,
+        max_rows: int | None = None,
+    ) -> pa.Table:
+        """Run one read-only statement (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)
+        on a fresh cursor inside a transaction that is rolled back; at most `max_rows` rows."""
+        _check_read_only(sql)
+        cursor = self._reader()
+        try:
+            cursor.begin()
+            try:
+                relation = cursor.sql(sql, params=params)
+                if relation is None:
+                    raise NotReadOnly("the statement returned no result")
+                if max_rows is not None:
+                    relation = relation.limit(max_rows)
+                return _to_arrow(relation)
+            finally:
+                cursor.rollback()
+        finally:
+            cursor.close()
+
+    def query(
+        self,
+        sql: str,
+        params: Sequence[object] | Mapping[str, object] | None = None,
+        *,
+        max_rows: int | None = None,
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """`query_arrow` as (column names, rows of Python values) for `poolwise sql`."""
+        table = self.query_arrow(sql, params, max_rows=max_rows)
+        columns = [column.to_pylist(maps_as_pydicts="strict") for column in table.columns]
+        rows = list(zip(*columns, strict=True)) if columns else []
+        return list(table.column_names), rows
+
+    def _reader(self) -> Connection:
+        with self._cursor_lock:
+            return self._reader_root.cursor()
+
+
+_writers: set[str] = set()  # files open for writing in this process
+_writers_lock = threading.Lock()
+
+
+def _claim(key: str | None) -> None:
+    """One writing store per file per process: a second would share the database (DuckDB gives
+    one instance per file per process) with its own idea of the checkpoints."""
+    if key is None:
+        return
+    with _writers_lock:
+        if key in _writers:
+            raise StoreBusy(f"{key} is already open for writing in this process")
+        _writers.add(key)
+
+
+def _release(key: str | None) -> None:
+    if key is not None:
+        with _writers_lock:
+            _writers.discard(key)
+
+
+def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection:
+    config: dict[str, str | bool | int | float | list[str]] = {}
+    if not external_access:
+        config["enable_external_access"] = False
+    try:
+        conn = duckdb.connect(path, read_only=read_only, config=config)
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        if "lock" in str(exc).lower() or "different configuration" in str(exc):
+            raise StoreBusy(
+                f"{path} is held by a running service (DuckDB allows one writing process and no "
+                f"readers beside it): query that service instead. ({exc})"
+            ) from exc
+        raise
+    conn.execute("SET TimeZone = 'UTC'")
+    return conn
+
+
+def _item(message: StoredMessage) -> Item:
+    try:
+        event: Any = decode(message.data)
+    except DecodeError as exc:
+        event = Malformed(exc, message.data, message.msg_id)
+    except Exception as exc:  # the codec promises DecodeError; anything else must not block the stream
+        error = DecodeError(None, "undecodable", f"{type(exc).__name__}: {exc}")
+        event = Malformed(error, message.data, message.msg_id)
+    return Item(message.seq, message.subject, event)
+
+
+def _check_read_only(sql: str) -> None:
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise NotReadOnly(str(exc)) from exc
+    if len(statements) != 1:
+        raise NotReadOnly(f"give exactly one statement, got {len(statements)}")
+    kind = statements[0].type
+    if kind not in READ_ONLY_STATEMENTS:
+        raise NotReadOnly(f"only read-only statements (SELECT, EXPLAIN) are allowed, got {kind.name}")
+
+
+def _to_arrow(relation: duckdb.DuckDBPyRelation) -> pa.Table:
+    to_table = getattr(relation, "to_arrow_table", None)  # duckdb >= 1.4; `arrow()` before
+    table = to_table() if to_table is not None else relation.arrow()
+    return table if isinstance(table, pa.Table) else table.read_all()
+
+
+@contextmanager
+def _gc_paused(pause: bool) -> Iterator[None]:
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@contextmanager
+def _transaction(conn: Connection) -> Iterator[None]:
+    conn.begin()
+    try:
+        yield
+    except BaseException:
+        conn.rollback()
+        raise
+    try:
+        conn.commit()
+    except BaseException:
+        with suppress(duckdb.Error):
+            conn.rollback()
+        raise

@@ -1,0 +1,185 @@
+"""The admission cycle (DOMAIN §4): decide, for one tree, which gangs are admitted now.
+
+    1. Visit the leaf pools in path order.
+    2. In each, visit the queues non_preemptible, controller, revocable, pending; take the head
+       gang and try it, all or nothing, against
+         a. entitlement: non-slack allocation + gang <= non-slack entitlement
+            (revocable gangs: slack allocation + gang <= slack entitlement);
+         b. controller limit: controller allocation + gang <= reservation * controller_limit %;
+         c. reservation: with preemption enabled, non-preemptible allocation + gang <= reservation;
+         d. job limits: a gang of a job with nothing running keeps running jobs within
+            `max_running_jobs` at the pool and every ancestor (else it waits, and the queue goes on).
+    3. A gang that fits is admitted. At the head of pending, a gang that does not fit moves to the
+       non_preemptible, controller or revocable queue if it is such a gang, and the cycle goes on;
+       any other gang that does not fit stops its queue (head of line).
+
+The cycle reads the state and returns decisions; it changes nothing. The decisions take effect
+when the service reads them back from the log (`AdmissionState.apply`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec
+from services.admission.domain.model import CYCLE_ORDER, Gang, Ledger
+from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime, _chain
+from services.admission.domain.vectors import Vector, add_into, fits, free, short_of
+from services.tree.domain.effective import EffectivePool, effective_pools
+
+
+@dataclass(slots=True)
+class Scratch:
+    """What the cycle has admitted so far, on top of the state (which it does not touch)."""
+
+    held: dict[str, Ledger] = field(default_factory=dict)
+    running: dict[str, set[str]] = field(default_factory=dict)
+
+    def ledger(self, rt: TreeRuntime, pool: str) -> Ledger:
+        found = self.held.get(pool)
+        if found is None:
+            base = rt.ledgers.get(pool) or Ledger()
+            found = self.held[pool] = Ledger(dict(base.allocation), dict(base.non_preemptible),
+                                             dict(base.controller), dict(base.slack))
+        return found
+
+    def jobs_running(self, rt: TreeRuntime, pool: str) -> set[str]:
+        found = self.running.get(pool)
+        if found is None:
+            found = self.running[pool] = set(rt.running.get(pool, {}))
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a gang does not fit now (None fields: that check passed)."""
+
+    check: str
+    detail: str
+    movable: bool = True  # False: job limits hold the gang; it neither moves nor blocks
+
+
+def decide_cycle(state: AdmissionState, tree: str, entitlements: dict[str, PoolEntitlement]) -> list[Outcome]:
+    rt = state.runtime(tree)
+    pools = effective_pools(state.config, tree)
+    preemption_on = state.config.tree(tree).options.preemption.enabled
+    scratch = Scratch()
+    out: list[Outcome] = []
+    for path in sorted(rt.queues):  # 1. leaf pools in path order
+        view = pools.get(path)
+        if view is None:
+            continue
+        for name in CYCLE_ORDER:  # 2. queues in cycle order
+            _run_queue(state, rt, view, name, entitlements.get(path), pools, preemption_on, scratch, out)
+    return out
+
+
+def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name: str,
+               entitlement: PoolEntitlement | None, pools: dict[str, EffectivePool], preemption_on: bool,
+               scratch: Scratch, out: list[Outcome]) -> None:
+    queue = rt.queues[view.path][name]
+    if not len(queue):
+        return
+    capacity = pools["/"].limit if "/" in pools else {}
+    for gang in _in_order(rt, view, queue.ordered(), capacity):
+        verdict = judge(rt, gang, view, entitlement, pools, preemption_on, scratch)
+        if verdict is None:  # 3. fits: admitted
+            _admit(rt, gang, name, scratch, out)
+            continue
+        if not verdict.movable:
+            continue  # held by a job limit: waits without blocking the queue
+        target = _move_target(gang, preemption_on) if name == "pending" else None
+        if target is None:
+            return  # head of line: the queue stops here
+        out.append(Outcome(GangMovedToQueue(tree=rt.name, gang=gang.id, pool=gang.pool, queue=target,  # type: ignore[arg-type]
+                                            reason=f"{verdict.check}: {verdict.detail}"), f"moved:{gang.id}"))
+
+
+def _in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: Vector) -> list[Gang]:
+    if view.mode != "fair_share":
+        return gangs
+    # fair_share: repeatedly the first gang of the job using least (dominant share over weight 1),
+    # counting the gangs ordered before it as admitted.
+    usage = _job_usage(rt, view.path, capacity)
+    remaining = list(gangs)
+    ordered: list[Gang] = []
+    while remaining:
+        best = min(remaining, key=lambda g: (0 if g.head_rank else 1, usage.get(g.job, 0.0), -g.priority,
+                                             g.arrival, g.id))
+        ordered.append(best)
+        remaining.remove(best)
+        usage[best.job] = usage.get(best.job, 0.0) + dominant_share(best.resources, capacity)
+    return ordered
+
+
+def dominant_share(vector: Vector, capacity: Vector) -> float:
+    return max((v / capacity[k] for k, v in vector.items() if capacity.get(k, 0.0) > 0), default=0.0)
+
+
+def _job_usage(rt: TreeRuntime, pool: str, capacity: Vector) -> dict[str, float]:
+    totals: dict[str, Vector] = {}
+    for gang in rt.gangs.values():
+        if gang.pool == pool and gang.state == "admitted":
+            add_into(totals.setdefault(gang.job, {}), gang.resources)
+    return {job: dominant_share(v, capacity) for job, v in totals.items()}
+
+
+def judge(rt: TreeRuntime, gang: Gang, view: EffectivePool, entitlement: PoolEntitlement | None,
+          pools: dict[str, EffectivePool], preemption_on: bool, scratch: Scratch) -> Verdict | None:
+    """The checks of DOMAIN §4 in order; None when the gang fits."""
+    held = scratch.ledger(rt, view.path)
+    need = gang.resources
+    # a. entitlement
+    if gang.revocable:
+        room = free(entitlement.slack_entitlement if entitlement else {}, held.slack, need)
+        what = "slack"
+    else:
+        room = free(entitlement.non_slack_entitlement if entitlement else {}, held.non_slack, need)
+        what = "non-slack"
+    if not fits(need, room):
+        return Verdict("entitlement", _shortfall(need, room, what, entitlement is None))
+    # b. controller limit
+    if gang.controller and view.controller_limit is not None:
+        cap = {k: v * view.controller_limit / 100.0 for k, v in view.reservation.items()}
+        room = free(cap, held.controller, need)
+        if not fits(need, room):
+            return Verdict("controller_limit", _shortfall(need, room, "controller", False))
+    # c. reservation, for non-preemptible gangs
+    if preemption_on and not gang.preemptible:
+        room = free(view.reservation, held.non_preemptible, need)
+        if not fits(need, room):
+            return Verdict("reservation", _shortfall(need, room, "non-preemptible reservation", False))
+    # d. job limits
+    for pool in _chain(gang.pool):
+        running = scratch.jobs_running(rt, pool)
+        limit = pools[pool].max_running_jobs if pool in pools else None
+        if limit is not None and gang.job not in running and len(running) + 1 > limit:
+            return Verdict("job_limit", f"pool {pool} has {len(running)} running jobs of {limit}", movable=False)
+    return None
+
+
+def _shortfall(need: Vector, room: Vector, what: str, unknown: bool) -> str:
+    if unknown:
+        return "no entitlement computed yet"
+    parts = [f"needs {k} {need[k]:g}, {room.get(k, 0.0):g} {what} left" for k in sorted(short_of(need, room))]
+    return "; ".join(parts)
+
+
+def _move_target(gang: Gang, preemption_on: bool) -> str | None:
+    if preemption_on and not gang.preemptible:
+        return "non_preemptible"
+    if gang.controller:
+        return "controller"
+    if gang.revocable:
+        return "revocable"
+    return None
+
+
+def _admit(rt: TreeRuntime, gang: Gang, queue: str, scratch: Scratch, out: list[Outcome]) -> None:
+    scratch.ledger(rt, gang.pool).hold(gang, gang.resources, 1.0)
+    for pool in _chain(gang.pool):
+        scratch.jobs_running(rt, pool).add(gang.job)
+    attempt = gang.attempt + 1
+    out.append(Outcome(GangAdmitted(tree=rt.name, gang=gang.id, pool=gang.pool, queue=queue, attempt=attempt,
+                                    tasks=[TaskSpec(id=t.id, resources=t.resources) for t in gang.tasks]),
+                       f"admitted:{gang.id}:{attempt}"))

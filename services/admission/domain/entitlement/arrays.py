@@ -1,0 +1,210 @@
+"""The tree as flat arrays, the shape every phase works on.
+
+Rows are the pools in breadth-first order: row 0 is the root, then depth 1, depth 2, ...; within
+a depth, children of the same parent are contiguous (parents in row order, siblings by path).
+So each depth is one `Level`: a contiguous row range cut into sibling groups, and every phase is
+a handful of vectorized operations per level (`np.add.reduceat` over the groups), never a Python
+loop over pools. Built once per configuration; leaf numbers are written in place by
+`write_usage` (O(kinds) per leaf), so recomputing after a batch of events needs no rebuild.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.admission.domain.entitlement.model import (
+    CPU,
+    ROOT,
+    Amounts,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    JobDemand,
+    LeafUsage,
+    Policy,
+    PoolInput,
+    TreeInput,
+    amount,
+)
+
+
+@dataclass(slots=True, eq=False)
+class Level:
+    """The rows of one depth: `[start, stop)`, cut into sibling groups."""
+
+    start: int
+    stop: int
+    group_starts: IntArray
+    """Offset (from `start`) of each group's first row: the `indices` of `np.add.reduceat`."""
+    group_parent: IntArray
+    """Row of each group's parent."""
+    group_of_row: IntArray
+    """Group (0-based within the level) of each row of the level."""
+
+
+@dataclass(slots=True, eq=False)
+class TreeArrays:
+    policy: Policy
+    allocation_slack: bool
+    kinds: tuple[str, ...]
+    cpu: int
+    """Index of `cpu` in `kinds`, -1 when the tree has no cpu."""
+    paths: tuple[str, ...]
+    index: dict[str, int]
+    parent: IntArray
+    children: list[list[int]]
+    levels: list[Level]
+    is_leaf: BoolArray
+    capacity: FloatArray
+    revocable_cpu: float
+    reservation: FloatArray
+    limit: FloatArray
+    share: FloatArray
+    weight: FloatArray
+    """Scalar weight for `dominant`: the largest component of `share`."""
+    static: BoolArray
+    slack_fraction: FloatArray
+    cpu_only_reservation: BoolArray
+    """Reservation names cpu and no other kind (`dominant` implies the other kinds)."""
+    allocation: FloatArray
+    demand: FloatArray
+    revocable_allocation: FloatArray
+    revocable_demand: FloatArray
+    jobs: list[tuple[JobDemand, ...] | None]
+
+
+def parent_of(path: str) -> str:
+    head = path.rstrip("/").rsplit("/", 1)[0]
+    return head or ROOT
+
+
+def build_arrays(tree: TreeInput) -> TreeArrays:
+    kinds = tuple(tree.kinds)
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"kinds given twice: {kinds}")
+    by_path: dict[str, PoolInput] = {}
+    for pool in tree.pools:
+        if pool.path == ROOT:
+            continue
+        if pool.path in by_path:
+            raise ValueError(f"pool {pool.path} given twice")
+        by_path[pool.path] = pool
+
+    kids: dict[str, list[str]] = {ROOT: []}
+    for path in by_path:
+        kids.setdefault(path, [])
+    for path, pool in by_path.items():
+        parent = pool.parent if pool.parent is not None else parent_of(path)
+        if parent not in kids:
+            raise ValueError(f"pool {path}: parent {parent} does not exist")
+        kids[parent].append(path)
+
+    # Breadth-first: depth by depth, children of a parent together, siblings by path.
+    order: list[str] = [ROOT]
+    depth_bounds: list[tuple[int, int]] = []
+    frontier = [ROOT]
+    while frontier:
+        nxt: list[str] = []
+        for p in frontier:
+            nxt.extend(sorted(kids[p]))
+        if nxt:
+            depth_bounds.append((len(order), len(order) + len(nxt)))
+            order.extend(nxt)
+        frontier = nxt
+    if len(order) != len(by_path) + 1:
+        missing = sorted(set(by_path) - set(order))
+        raise ValueError(f"pools not reachable from the root (a cycle?): {missing}")
+
+    n, k = len(order), len(kinds)
+    index = {p: i for i, p in enumerate(order)}
+    parent = np.full(n, -1, dtype=np.intp)
+    children: list[list[int]] = [[index[c] for c in sorted(kids[p])] for p in order]
+    for i, ch in enumerate(children):
+        for c in ch:
+            parent[c] = i
+
+    levels: list[Level] = []
+    for start, stop in depth_bounds:
+        par = parent[start:stop]
+        new_group = np.ones(stop - start, dtype=bool)
+        new_group[1:] = par[1:] != par[:-1]
+        group_starts = np.flatnonzero(new_group).astype(np.intp)
+        levels.append(
+            Level(
+                start=start,
+                stop=stop,
+                group_starts=group_starts,
+                group_parent=par[group_starts].copy(),
+                group_of_row=(np.cumsum(new_group) - 1).astype(np.intp),
+            )
+        )
+
+    capacity = np.array([max(0.0, amount(tree.capacity, kd, 0.0)) for kd in kinds], dtype=np.float64)
+    reservation = np.zeros((n, k))
+    limit = np.full((n, k), math.inf)
+    share = np.ones((n, k))
+    static = np.zeros(n, dtype=bool)
+    slack_fraction = np.zeros(n)
+    cpu_only = np.zeros(n, dtype=bool)
+    reservation[0] = capacity
+    limit[0] = capacity
+    for path, pool in by_path.items():
+        i = index[path]
+        reservation[i] = [max(0.0, amount(pool.reservation, kd, 0.0)) for kd in kinds]
+        limit[i] = [max(0.0, amount(pool.limit, kd, math.inf)) for kd in kinds]
+        if isinstance(pool.share, Mapping):
+            share[i] = [max(0.0, amount(pool.share, kd, 1.0)) for kd in kinds]
+        else:
+            share[i] = max(0.0, float(pool.share))
+        static[i] = pool.static
+        slack_fraction[i] = min(max(pool.slack_limit, 0.0), 100.0) / 100.0
+        named = {kd for kd, v in pool.reservation.items() if v > 0}
+        cpu_only[i] = named == {CPU}
+
+    arr = TreeArrays(
+        policy=tree.policy,
+        allocation_slack=tree.allocation_slack,
+        kinds=kinds,
+        cpu=kinds.index(CPU) if CPU in kinds else -1,
+        paths=tuple(order),
+        index=index,
+        parent=parent,
+        children=children,
+        levels=levels,
+        is_leaf=np.array([not ch for ch in children], dtype=bool),
+        capacity=capacity,
+        revocable_cpu=max(0.0, amount(tree.revocable_capacity, CPU, 0.0)),
+        reservation=reservation,
+        limit=limit,
+        share=share,
+        weight=share.max(axis=1) if k else np.ones(n),
+        static=static,
+        slack_fraction=slack_fraction,
+        cpu_only_reservation=cpu_only,
+        allocation=np.zeros((n, k)),
+        demand=np.zeros((n, k)),
+        revocable_allocation=np.zeros((n, k)),
+        revocable_demand=np.zeros((n, k)),
+        jobs=[None] * n,
+    )
+    for path, pool in by_path.items():
+        write_usage(arr, index[path], pool.usage)
+    return arr
+
+
+def _vector(values: Amounts, kinds: tuple[str, ...]) -> list[float]:
+    return [max(0.0, amount(values, kd, 0.0)) for kd in kinds]
+
+
+def write_usage(arr: TreeArrays, row: int, usage: LeafUsage) -> None:
+    """Write a leaf's numbers into the arrays (internal pools hold nothing: callers skip them)."""
+    kinds = arr.kinds
+    arr.allocation[row] = _vector(usage.allocation, kinds)
+    arr.demand[row] = _vector(usage.demand, kinds)
+    arr.revocable_allocation[row] = _vector(usage.revocable_allocation, kinds)
+    arr.revocable_demand[row] = _vector(usage.revocable_demand, kinds)
+    arr.jobs[row] = usage.jobs

@@ -1,0 +1,104 @@
+"""The values admission folds events into: tasks, gangs, and the per-pool ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.admission.domain.vectors import Vector, add_into
+
+# Queues of a leaf pool, in the order an admission cycle visits them (DOMAIN §4).
+CYCLE_ORDER: tuple[str, ...] = ("non_preemptible", "controller", "revocable", "pending")
+
+# Task states, in lifecycle order (DOMAIN §5); terminal ones end the task.
+LIFECYCLE: tuple[str, ...] = ("pending", "ready", "placing", "placed", "launching", "running")
+RANK: dict[str, int] = {state: i for i, state in enumerate(LIFECYCLE)}
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
+PLACED_OR_LATER: frozenset[str] = frozenset({"placed", "launching", "running"}) | TERMINAL
+
+# Gang states reported by the scenario runner and `poolwise gangs`.
+WAITING, PENDING, ADMITTED, DONE = "waiting", "pending", "admitted", "done"
+TIMED_OUT, CANCELLED, REJECTED = "timed_out", "cancelled", "rejected"
+FINISHED: frozenset[str] = frozenset({DONE, TIMED_OUT, CANCELLED, REJECTED})
+
+
+@dataclass(slots=True)
+class Task:
+    id: str
+    gang: str
+    resources: Vector
+    state: str = "pending"
+    started_at: float | None = None  # when it became `running` (for "most recently started")
+    preemption_requested: bool = False
+
+
+@dataclass(slots=True)
+class Gang:
+    """A gang of one job in one leaf pool. `arrival` is the log position of the event that
+    completed it; `requeues` orders gangs requeued at the head of pending (most recent first)."""
+
+    id: str
+    tree: str
+    pool: str
+    job: str
+    user: str
+    size: int
+    priority: int
+    preemptible: bool
+    revocable: bool
+    controller: bool
+    timeout: float  # resolved: own or tree default, capped at the tree limit, plus jitter
+    created_at: float
+    tasks: list[Task] = field(default_factory=list)
+    state: str = WAITING
+    queue: str | None = None
+    arrival: int = 0
+    head_rank: int = 0  # > 0: requeued at the head of pending; larger = more recent
+    attempt: int = 0
+    admitted_at: float | None = None
+    resources: Vector = field(default_factory=dict)
+    slot_wait: str | None = None  # pool whose running-job limit holds this gang back
+
+    @property
+    def waiting_deadline(self) -> float:
+        return self.created_at + self.timeout
+
+    @property
+    def placement_deadline(self) -> float | None:
+        return None if self.admitted_at is None else self.admitted_at + self.timeout
+
+    def add_task(self, task: Task) -> None:
+        self.tasks.append(task)
+        add_into(self.resources, task.resources)
+
+    @property
+    def unfinished(self) -> bool:
+        return self.state not in FINISHED
+
+
+@dataclass(slots=True)
+class Ledger:
+    """What one leaf pool holds and wants, per kind (DOMAIN §7 allocation buckets)."""
+
+    allocation: Vector = field(default_factory=dict)  # every admitted, unfinished task
+    non_preemptible: Vector = field(default_factory=dict)
+    controller: Vector = field(default_factory=dict)
+    slack: Vector = field(default_factory=dict)  # revocable tasks
+    demand: Vector = field(default_factory=dict)  # non-revocable gangs in the queues
+    slack_demand: Vector = field(default_factory=dict)  # revocable gangs in the queues
+
+    @property
+    def non_slack(self) -> Vector:
+        return {k: v - self.slack.get(k, 0.0) for k, v in self.allocation.items()}
+
+    def hold(self, gang: Gang, resources: Vector, sign: float) -> None:
+        """Add (sign 1) or release (sign -1) what `resources` of `gang` hold."""
+        add_into(self.allocation, resources, sign)
+        if not gang.preemptible:
+            add_into(self.non_preemptible, resources, sign)
+        if gang.controller:
+            add_into(self.controller, resources, sign)
+        if gang.revocable:
+            add_into(self.slack, resources, sign)
+
+    def want(self, gang: Gang, sign: float) -> None:
+        add_into(self.slack_demand if gang.revocable else self.demand, gang.resources, sign)

@@ -1,0 +1,102 @@
+"""The four queues of a leaf pool and the named total orders of their gangs.
+
+Order `fifo` (DOMAIN §2 `fifo_sort`): the keys in the order configured, from
+`priority` (higher first), `arrival` (earlier first), `pending_tasks` (fewer tasks first), then
+the gang id as the final tie-breaker. Gangs requeued at the head of pending come before all
+others, the most recently requeued first.
+
+Order `fair_share`: the job using least, by dominant share over its weight, first; ties by
+priority (higher first), then arrival, then gang id. Usage changes as gangs are admitted, so the
+head is chosen when asked (`head(usage)`), not when the gang is queued.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator, Sequence
+
+from services.admission.domain.model import Gang
+
+SortKey = tuple[object, ...]
+
+
+def fifo_key(gang: Gang, fifo_sort: Sequence[str]) -> SortKey:
+    """The named total order `fifo`: (head tier, configured keys..., gang id)."""
+    if gang.head_rank > 0:
+        return (0, -gang.head_rank, gang.id)
+    keys: list[object] = [1]
+    for name in fifo_sort:
+        if name == "priority":
+            keys.append(-gang.priority)
+        elif name == "arrival":
+            keys.append(gang.arrival)
+        elif name == "pending_tasks":
+            keys.append(len(gang.tasks))
+    keys.append(gang.arrival)
+    keys.append(gang.id)
+    return tuple(keys)
+
+
+class GangQueue:
+    """Gangs kept sorted by a precomputed key (bisect insert: O(log n) search, memmove insert)."""
+
+    __slots__ = ("_keys", "_gangs", "_index", "_key_of")
+
+    def __init__(self, key_of: Callable[[Gang], SortKey]) -> None:
+        self._keys: list[SortKey] = []
+        self._gangs: list[Gang] = []
+        self._index: dict[str, SortKey] = {}
+        self._key_of = key_of
+
+    def __len__(self) -> int:
+        return len(self._gangs)
+
+    def __iter__(self) -> Iterator[Gang]:
+        return iter(list(self._gangs))
+
+    def ordered(self) -> list[Gang]:
+        """The gangs in order, for reading only (not a copy: do not change the queue meanwhile)."""
+        return self._gangs
+
+    def __contains__(self, gang_id: object) -> bool:
+        return gang_id in self._index
+
+    def push(self, gang: Gang) -> None:
+        key = self._key_of(gang)
+        at = bisect.bisect_left(self._keys, key)
+        self._keys.insert(at, key)
+        self._gangs.insert(at, gang)
+        self._index[gang.id] = key
+
+    def remove(self, gang: Gang) -> None:
+        key = self._index.pop(gang.id)
+        at = bisect.bisect_left(self._keys, key)
+        del self._keys[at]
+        del self._gangs[at]
+
+    def head(self, usage: Callable[[Gang], float] | None = None) -> Gang | None:
+        """The first gang; with `usage` (fair_share), the first gang of the least-using job."""
+        if not self._gangs:
+            return None
+        if usage is None:
+            return self._gangs[0]
+        best: Gang | None = None
+        best_key: SortKey = ()
+        seen_jobs: set[str] = set()
+        for key, gang in zip(self._keys, self._gangs, strict=True):
+            if gang.job in seen_jobs:
+                continue  # a job's first gang in fifo order stands for the job
+            seen_jobs.add(gang.job)
+            candidate: SortKey = (0 if key[0] == 0 else 1, usage(gang), -gang.priority, gang.arrival, gang.id)
+            if best is None or candidate < best_key:
+                best, best_key = gang, candidate
+        return best
+
+    def position(self, gang_id: str) -> int | None:
+        key = self._index.get(gang_id)
+        return None if key is None else bisect.bisect_left(self._keys, key)
+
+    def ahead_of(self, gang_id: str) -> Gang | None:
+        """The gang just ahead of this one (for `explain`)."""
+        at = self.position(gang_id)
+        return None if not at else self._gangs[at - 1]

@@ -1,0 +1,502 @@
+"""`AdmissionState`: gangs, tasks, queues and ledgers of every tree, folded from the log.
+
+`apply(event, seq, time)` is the evolve function. It is pure and deterministic: time comes from
+the events (it never goes back), and whenever it advances the timers due at or before the new
+time fire first, in deadline order (ties by gang id), before the event itself is applied.
+
+Effects and announcements. Inputs take effect where they stand in the log; so do the decisions
+of the admission cycle (`GangAdmitted`, `GangMovedToQueue`, `GangHeldByJobLimit` are applied when
+they are read back) and of preemption (`PreemptionRequested`). What the fold itself decides
+(a gang timed out, requeued after a placement timeout, finished, an input refused) is applied at
+once and returned as an `Outcome` for the service to publish; reading those back changes nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from events import (
+    ClockTicked,
+    CycleCompleted,
+    EntitlementsComputed,
+    Event,
+    GangAdmitted,
+    GangCancelled,
+    GangEnqueued,
+    GangFinished,
+    GangMovedToQueue,
+    GangRequeued,
+    GangTimedOut,
+    HostRegistered,
+    HostRemoved,
+    InputRejected,
+    PoolConfigChanged,
+    PoolDeleted,
+    PoolEntitlement,
+    PreemptionRequested,
+    TaskStateChanged,
+    TreeConfigured,
+)
+from services.admission.domain import rules
+from services.admission.domain.model import (
+    ADMITTED,
+    CANCELLED,
+    DONE,
+    FINISHED,
+    PENDING,
+    PLACED_OR_LATER,
+    RANK,
+    REJECTED,
+    TERMINAL,
+    TIMED_OUT,
+    WAITING,
+    Gang,
+    Ledger,
+    Task,
+)
+from services.admission.domain.queues import GangQueue, fifo_key
+from services.admission.domain.timing import gang_timeout
+from services.tree.domain import paths
+from services.tree.domain.effective import effective_pool
+from services.tree.domain.state import TreeState
+
+SERVICE = "admission"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Something to publish: the event body and a key unique among the outcomes of one basis."""
+
+    event: Event
+    key: str
+
+
+@dataclass(slots=True)
+class TreeRuntime:
+    """Admission's view of one tree."""
+
+    name: str
+    gangs: dict[str, Gang] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
+    queues: dict[str, dict[str, GangQueue]] = field(default_factory=dict)
+    ledgers: dict[str, Ledger] = field(default_factory=dict)
+    running: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> job -> admitted gangs
+    jobs: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> job -> unfinished gangs
+    entitlements: dict[str, PoolEntitlement] = field(default_factory=dict)
+    entitlement_seq: int = 0
+    requeues: int = 0
+    in_flight: int | None = None  # trigger seq of an admission cycle not read back yet
+    dirty: bool = False  # inputs since the last cycle
+
+
+@dataclass(slots=True)
+class AdmissionState:
+    config: TreeState = field(default_factory=TreeState)
+    trees: dict[str, TreeRuntime] = field(default_factory=dict)
+    now: float = 0.0
+    last_seq: int = 0
+    due: list[str] = field(default_factory=list)  # trees whose cycle the last tick started
+    _timers: list[tuple[float, str, str, str, int]] = field(default_factory=list)
+
+    # --- the fold -----------------------------------------------------------------------------
+
+    def apply(self, event: Event, seq: int, time: float) -> list[Outcome]:
+        """Fold one event read at log position `seq`, stamped `time` (seconds)."""
+        out: list[Outcome] = []
+        if time > self.now:
+            self._advance(time, seq, out)
+        self.last_seq = max(self.last_seq, seq)
+        self.config.apply(event, seq)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, seq, out)
+        return out
+
+    def take_due(self) -> list[str]:
+        """Trees whose admission cycle is due now (started by the tick just applied)."""
+        due, self.due = self.due, []
+        return due
+
+    def runtime(self, tree: str) -> TreeRuntime:
+        found = self.trees.get(tree)
+        if found is None:
+            found = self.trees[tree] = TreeRuntime(tree)
+        return found
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def _advance(self, time: float, seq: int, out: list[Outcome]) -> None:
+        while self._timers and self._timers[0][0] <= time:
+            deadline, gang_id, tree, kind, attempt = heapq.heappop(self._timers)
+            self.now = max(self.now, deadline)
+            rt = self.trees.get(tree)
+            gang = rt.gangs.get(gang_id) if rt else None
+            if rt is None or gang is None:
+                continue
+            if kind == "waiting" and gang.state == WAITING:
+                self._time_out(rt, gang, deadline, seq, out)
+            elif kind == "placement" and gang.state == ADMITTED and gang.attempt == attempt:
+                if any(t.state not in PLACED_OR_LATER for t in gang.tasks):
+                    self._requeue(rt, gang, head=True)
+                    placed = sum(t.state in PLACED_OR_LATER for t in gang.tasks)
+                    out.append(Outcome(GangRequeued(
+                        tree=rt.name, gang=gang.id, pool=gang.pool, cause="placement_timeout",
+                        reason=(f"{len(gang.tasks) - placed} of {len(gang.tasks)} tasks not placed within "
+                                f"{gang.timeout:g} s of admission")), f"requeued:{gang.id}:{attempt}"))
+        self.now = time
+
+    def _timer(self, deadline: float, gang: Gang, kind: str) -> None:
+        heapq.heappush(self._timers, (deadline, gang.id, gang.tree, kind, gang.attempt))
+
+    def next_deadline(self) -> float | None:
+        """When the earliest timer fires (the service's clock ticks then, so timers fire on a
+        quiet log); stale entries may make this early, never late."""
+        return self._timers[0][0] if self._timers else None
+
+    # --- gang transitions (shared by handlers) -------------------------------------------------
+
+    def _time_out(self, rt: TreeRuntime, gang: Gang, deadline: float, seq: int, out: list[Outcome]) -> None:
+        gang.state = TIMED_OUT
+        self._forget_job(rt, gang)
+        out.append(Outcome(GangTimedOut(tree=rt.name, gang=gang.id, pool=gang.pool, members=len(gang.tasks),
+                                        size=gang.size, deadline=deadline), f"timed_out:{gang.id}"))
+        out.append(_finished(rt, gang, "timed_out"))
+
+    def _enqueue(self, rt: TreeRuntime, gang: Gang) -> None:
+        """Put a complete gang into the pending queue of its pool; it is now demand."""
+        gang.state, gang.queue = PENDING, "pending"
+        self._queues(rt, gang.pool)["pending"].push(gang)
+        _ledger(rt, gang.pool).want(gang, 1.0)
+
+    def _dequeue(self, rt: TreeRuntime, gang: Gang) -> None:
+        if gang.state == PENDING and gang.queue is not None:
+            self._queues(rt, gang.pool)[gang.queue].remove(gang)
+            _ledger(rt, gang.pool).want(gang, -1.0)
+        gang.queue = None
+
+    def _requeue(self, rt: TreeRuntime, gang: Gang, *, head: bool) -> None:
+        """An admitted gang goes back to pending whole: every task pending, its allocation released."""
+        self._release(rt, gang)
+        for task in gang.tasks:
+            task.state, task.started_at, task.preemption_requested = "pending", None, False
+        gang.admitted_at = None
+        if head:
+            rt.requeues += 1
+            gang.head_rank = rt.requeues
+        else:
+            gang.head_rank = 0
+        gang.slot_wait = None
+        self._enqueue(rt, gang)
+
+    def _release(self, rt: TreeRuntime, gang: Gang) -> None:
+        """Release what the gang's live tasks hold and stop counting it as running."""
+        ledger = _ledger(rt, gang.pool)
+        for task in gang.tasks:
+            if task.state not in TERMINAL and task.state != "pending":
+                ledger.hold(gang, task.resources, -1.0)
+        _count(rt.running, gang, -1)
+
+    def _forget_job(self, rt: TreeRuntime, gang: Gang) -> None:
+        _count(rt.jobs, gang, -1)
+
+    def _queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
+        found = rt.queues.get(pool)
+        if found is None:
+            found = rt.queues[pool] = self._new_queues(rt, pool)
+        return found
+
+    def _new_queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
+        view = effective_pool(self.config, rt.name, pool)
+        order = view.fifo_sort if view is not None else ("priority", "arrival")
+        return {name: GangQueue(lambda g, o=order: fifo_key(g, o))
+                for name in ("non_preemptible", "controller", "revocable", "pending")}
+
+    def rebuild_queues(self, rt: TreeRuntime, pool: str) -> None:
+        """A pool's order options changed: re-sort its queues."""
+        old = rt.queues.get(pool)
+        if old is None:
+            return
+        new = self._new_queues(rt, pool)
+        for name, queue in old.items():
+            for gang in queue:
+                new[name].push(gang)
+        rt.queues[pool] = new
+
+
+# --- handlers: one per event type, wired in one table ------------------------------------------
+
+
+def _on_enqueued(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, GangEnqueued)
+    rt = state.runtime(event.tree)
+    gang = rt.gangs.get(event.gang)
+    if gang is None:
+        _first_members(state, rt, event, seq, out)
+    else:
+        _more_members(state, rt, gang, event, seq, out)
+
+
+def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, seq: int,
+                   out: list[Outcome]) -> None:
+    refusal = rules.check_new_gang(state.config, rt, event)
+    if refusal is not None:
+        # The gang id is used up: later members are refused too.
+        gang = _new_gang(state, rt, event, refusal.pool or event.pool)
+        gang.state = REJECTED
+        rt.gangs[gang.id] = gang
+        out.append(_rejected(rt, event, seq, refusal.rule, refusal.message, event.gang))
+        out.append(_finished(rt, gang, "rejected"))
+        return
+    placement = rules.place(state.config, event)
+    assert placement is not None
+    gang = _new_gang(state, rt, event, placement)
+    rt.gangs[gang.id] = gang
+    _count(rt.jobs, gang, 1)
+    _add_members(state, rt, gang, event, seq)
+
+
+def _new_gang(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, pool: str) -> Gang:
+    options = state.config.tree(rt.name).options
+    return Gang(id=event.gang, tree=rt.name, pool=pool, job=event.job, user=event.user, size=event.size,
+                priority=event.priority, preemptible=event.preemptible, revocable=event.revocable,
+                controller=event.controller, timeout=gang_timeout(event.timeout, options.gang_timeout, event.gang),
+                created_at=state.now)
+
+
+def _more_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int,
+                  out: list[Outcome]) -> None:
+    refusal = rules.check_more_members(state.config, rt, gang, event)
+    if refusal is not None:
+        out.append(_rejected(rt, event, seq, refusal.rule, refusal.message, event.gang))
+        return
+    _add_members(state, rt, gang, event, seq)
+
+
+def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int) -> None:
+    for spec in event.tasks:
+        task = Task(spec.id, gang.id, dict(spec.resources))
+        gang.add_task(task)
+        rt.tasks[task.id] = task
+    rt.dirty = True
+    if len(gang.tasks) >= gang.size:
+        gang.arrival = seq
+        state._enqueue(rt, gang)
+    elif len(gang.tasks) == len(event.tasks):  # first members: start the waiting timer
+        state._timer(gang.waiting_deadline, gang, "waiting")
+
+
+def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, TaskStateChanged)
+    rt = state.runtime(event.tree)
+    task = rt.tasks.get(event.task)
+    gang = rt.gangs.get(task.gang) if task is not None else None
+    refusal = rules.check_transition(task, gang, event)
+    if refusal is not None:
+        out.append(_rejected(rt, event, seq, refusal.rule, refusal.message, event.task))
+        return
+    assert task is not None and gang is not None
+    if event.state == task.state:
+        return
+    rt.dirty = True
+    if event.state == "running" and task.started_at is None:
+        task.started_at = state.now
+    if event.state in TERMINAL:
+        _ledger(rt, gang.pool).hold(gang, task.resources, -1.0)
+    task.state = event.state
+    if all(t.state in TERMINAL for t in gang.tasks):
+        _gang_stopped(state, rt, gang, out)
+
+
+def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[Outcome]) -> None:
+    """Every task of an admitted gang ended: done, or (if preempted) back to pending as a new attempt."""
+    if any(t.state == "preempted" for t in gang.tasks):
+        _count(rt.running, gang, -1)
+        for task in gang.tasks:
+            task.state, task.started_at, task.preemption_requested = "pending", None, False
+        gang.admitted_at, gang.head_rank, gang.slot_wait = None, 0, None
+        state._enqueue(rt, gang)
+        out.append(Outcome(GangRequeued(tree=rt.name, gang=gang.id, pool=gang.pool, cause="preempted",
+                                        reason="its tasks were preempted"), f"requeued:{gang.id}:{gang.attempt}"))
+        return
+    gang.state = DONE
+    _count(rt.running, gang, -1)
+    state._forget_job(rt, gang)
+    out.append(_finished(rt, gang, "done"))
+
+
+def _on_cancelled(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, GangCancelled)
+    rt = state.runtime(event.tree)
+    gang = rt.gangs.get(event.gang)
+    if gang is None or gang.state in FINISHED:
+        what = "no such gang" if gang is None else f"gang {event.gang} is already {gang.state}"
+        out.append(_rejected(rt, event, seq, "cancel_finished" if gang else "unknown_gang", f"cannot cancel: {what}",
+                             event.gang))
+        return
+    rt.dirty = True
+    if gang.state == ADMITTED:
+        state._release(rt, gang)
+        for task in gang.tasks:
+            if task.state not in TERMINAL:
+                task.state = "killed"
+    else:
+        state._dequeue(rt, gang)
+    gang.state = CANCELLED
+    state._forget_job(rt, gang)
+    out.append(_finished(rt, gang, "cancelled"))
+
+
+def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, GangAdmitted)
+    rt = state.runtime(event.tree)
+    gang = rt.gangs.get(event.gang)
+    if gang is None or gang.state != PENDING or event.attempt != gang.attempt + 1:
+        return  # decided on a state that moved on (e.g. cancelled in between): no effect
+    state._dequeue(rt, gang)
+    gang.state, gang.attempt, gang.admitted_at, gang.head_rank, gang.slot_wait = (
+        ADMITTED, event.attempt, state.now, 0, None)
+    ledger = _ledger(rt, gang.pool)
+    for task in gang.tasks:
+        task.state = "ready"
+        ledger.hold(gang, task.resources, 1.0)
+    _count(rt.running, gang, 1)
+    state._timer(state.now + gang.timeout, gang, "placement")
+
+
+def _on_moved(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, GangMovedToQueue)
+    rt = state.runtime(event.tree)
+    gang = rt.gangs.get(event.gang)
+    if gang is None or gang.state != PENDING or gang.queue == event.queue:
+        return
+    queues = state._queues(rt, gang.pool)
+    assert gang.queue is not None
+    queues[gang.queue].remove(gang)
+    gang.queue = event.queue
+    queues[event.queue].push(gang)
+
+
+def _on_preemption(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, PreemptionRequested)
+    rt = state.runtime(event.tree)
+    gang = rt.gangs.get(event.gang)
+    if gang is None or gang.state != ADMITTED:
+        return
+    rt.dirty = True
+    if all(t.state in ("ready", "placing") or t.state in TERMINAL for t in gang.tasks):
+        state._requeue(rt, gang, head=False)  # nothing runs yet: straight back to pending
+        return
+    for task_id in event.tasks:
+        task = rt.tasks.get(task_id)
+        if task is not None and task.state not in TERMINAL:
+            task.preemption_requested = True
+
+
+def _on_entitlements(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, EntitlementsComputed)
+    rt = state.runtime(event.tree)
+    rt.entitlements = {p.path: p for p in event.pools}
+    rt.entitlement_seq = seq
+
+
+def _on_cycle(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, CycleCompleted)
+    if event.service == SERVICE:
+        rt = state.runtime(event.tree)
+        if rt.in_flight == event.trigger_seq:
+            rt.in_flight = None
+
+
+def _on_pool_changed(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    assert isinstance(event, PoolConfigChanged)
+    rt = state.runtime(event.tree)
+    rt.dirty = True
+    state.rebuild_queues(rt, paths.normalize(event.path))
+
+
+def _on_tick(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    """A tick starts an admission cycle in each tree it names (all, when it names none), unless
+    that tree's previous cycle has not been read back yet (its decisions are still on the way)."""
+    assert isinstance(event, ClockTicked)
+    names = [event.tree] if event.tree else sorted(set(state.config.tree_names()) | set(state.trees))
+    for name in names:
+        rt = state.runtime(name)
+        if rt.in_flight is None:
+            rt.in_flight = seq
+            state.due.append(name)
+
+
+def _on_config(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    for rt in state.trees.values():
+        rt.dirty = True
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def _ledger(rt: TreeRuntime, pool: str) -> Ledger:
+    found = rt.ledgers.get(pool)
+    if found is None:
+        found = rt.ledgers[pool] = Ledger()
+    return found
+
+
+def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
+    """Count the gang's job up or down in its pool and every ancestor (root excluded)."""
+    for pool in _chain(gang.pool):
+        jobs = table.setdefault(pool, {})
+        value = jobs.get(gang.job, 0) + delta
+        if value > 0:
+            jobs[gang.job] = value
+        else:
+            jobs.pop(gang.job, None)
+
+
+def _chain(pool: str) -> list[str]:
+    return [pool, *[p for p in paths.ancestors(pool) if p != paths.ROOT]]
+
+
+def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
+    return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type]
+                   f"finished:{gang.id}")
+
+
+def _rejected(rt: TreeRuntime, event: Event, seq: int, rule: str, message: str, ref: str) -> Outcome:
+    return Outcome(InputRejected(tree=rt.name, ref=ref, input_type=event.type, reason=message, rule=rule,
+                                 input=event.model_dump_json(), input_seq=seq), f"rejected:{seq}")
+
+
+def running_jobs(rt: TreeRuntime, pool: str) -> int:
+    return len(rt.running.get(pool, {}))
+
+
+def total_jobs(rt: TreeRuntime, pool: str) -> int:
+    return len(rt.jobs.get(pool, {}))
+
+
+def gangs_of(rt: TreeRuntime, states: Iterable[str]) -> list[Gang]:
+    wanted = set(states)
+    return [g for g in rt.gangs.values() if g.state in wanted]
+
+
+_Handler = Callable[[AdmissionState, Event, int, list[Outcome]], None]
+
+# The one table that wires event types to their handlers.
+_HANDLERS: dict[type[Event], _Handler] = {
+    GangEnqueued: _on_enqueued,
+    TaskStateChanged: _on_task,
+    GangCancelled: _on_cancelled,
+    GangAdmitted: _on_admitted,
+    GangMovedToQueue: _on_moved,
+    PreemptionRequested: _on_preemption,
+    EntitlementsComputed: _on_entitlements,
+    CycleCompleted: _on_cycle,
+    PoolConfigChanged: _on_pool_changed,
+    ClockTicked: _on_tick,
+    TreeConfigured: _on_config,
+    PoolDeleted: _on_config,
+    HostRegistered: _on_config,
+    HostRemoved: _on_config,
+}

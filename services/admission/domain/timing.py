@@ -1,0 +1,20 @@
+"""Gang timeouts (PFN gang plugin): resolution, and the jitter derived from the gang id."""
+
+from __future__ import annotations
+
+import hashlib
+
+from events.config import GangTimeoutOptions
+
+
+def jitter_fraction(gang_id: str) -> float:
+    """A number in [0, 1) derived from the gang id alone: replay gives the same instant."""
+    digest = hashlib.sha256(gang_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def gang_timeout(own: float | None, options: GangTimeoutOptions, gang_id: str) -> float:
+    """Its own timeout, else the tree default, capped at the tree limit, plus jitter in [0, jitter)."""
+    base = options.default if own is None else own
+    base = min(base, options.limit)
+    return base + (options.jitter * jitter_fraction(gang_id) if options.jitter > 0 else 0.0)

@@ -1,0 +1,49 @@
+"""Resource vectors as plain dicts (kind -> amount), with the tolerance of DOMAIN §1.
+
+`a <= b` holds when `a - b < TOLERANCE`; subtraction clamps at 0."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+TOLERANCE = 0.0009
+
+Vector = dict[str, float]
+
+
+def add_into(acc: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
+    """acc += sign * other, in place; kinds that drop to ~0 stay (as 0.0) so reports list them."""
+    for kind, amount in other.items():
+        value = acc.get(kind, 0.0) + sign * amount
+        acc[kind] = 0.0 if abs(value) < 1e-9 else value
+
+
+def total(vectors: Iterable[Mapping[str, float]]) -> Vector:
+    acc: Vector = {}
+    for vector in vectors:
+        add_into(acc, vector)
+    return acc
+
+
+def free(limit: Mapping[str, float], used: Mapping[str, float], kinds: Iterable[str]) -> Vector:
+    """What is left of `limit` after `used`, per kind, clamped at 0."""
+    return {k: max(0.0, limit.get(k, 0.0) - used.get(k, 0.0)) for k in kinds}
+
+
+def fits(need: Mapping[str, float], room: Mapping[str, float]) -> bool:
+    """Every kind the need asks for is within the room (a kind not needed always fits)."""
+    return all(amount - room.get(kind, 0.0) < TOLERANCE for kind, amount in need.items() if amount > 0)
+
+
+def short_of(need: Mapping[str, float], room: Mapping[str, float]) -> Vector:
+    """The kinds where `need` exceeds `room`, with how far."""
+    return {k: a - room.get(k, 0.0) for k, a in need.items() if a > 0 and a - room.get(k, 0.0) >= TOLERANCE}
+
+
+def exceeds(a: Mapping[str, float], b: Mapping[str, float]) -> Vector:
+    """Per kind, how far `a` is above `b` (only kinds beyond the tolerance)."""
+    return {k: v - b.get(k, 0.0) for k, v in a.items() if v - b.get(k, 0.0) >= TOLERANCE}
+
+
+def scaled(vector: Mapping[str, float], factor: float) -> Vector:
+    return {k: v * factor for k, v in vector.items()}

@@ -1,0 +1,44 @@
+"""What every pool reports (DOMAIN §7), read from admission's state: plain dicts per pool."""
+
+from __future__ import annotations
+
+from services.admission.domain.model import Ledger
+from services.admission.domain.state import AdmissionState
+from services.admission.domain.vectors import Vector, add_into
+from services.tree.domain import paths
+from services.tree.domain.effective import effective_pools
+
+NUMBERS = ("entitlement", "non_slack_entitlement", "slack_entitlement", "allocation", "slack_allocation",
+           "demand", "slack_demand", "reservation", "limit")
+
+
+def pool_numbers(state: AdmissionState, tree: str) -> dict[str, dict[str, Vector]]:
+    """Per pool (root excluded), in path order: entitlements of the last cycle, allocation and
+    demand (a parent's are the sums of its leaves'), reservation and limit."""
+    rt = state.runtime(tree)
+    totals: dict[str, Ledger] = {}
+    for leaf, ledger in rt.ledgers.items():
+        for path in [leaf, *paths.ancestors(leaf)]:
+            acc = totals.setdefault(path, Ledger())
+            add_into(acc.allocation, ledger.allocation)
+            add_into(acc.slack, ledger.slack)
+            add_into(acc.demand, ledger.demand)
+            add_into(acc.slack_demand, ledger.slack_demand)
+    result: dict[str, dict[str, Vector]] = {}
+    for path, view in effective_pools(state.config, tree).items():
+        if path == paths.ROOT:
+            continue
+        held = totals.get(path, Ledger())
+        ent = rt.entitlements.get(path)
+        result[path] = {
+            "entitlement": dict(ent.entitlement) if ent else {},
+            "non_slack_entitlement": dict(ent.non_slack_entitlement) if ent else {},
+            "slack_entitlement": dict(ent.slack_entitlement) if ent else {},
+            "allocation": dict(held.allocation),
+            "slack_allocation": dict(held.slack),
+            "demand": dict(held.demand),
+            "slack_demand": dict(held.slack_demand),
+            "reservation": dict(view.reservation),
+            "limit": dict(view.limit),
+        }
+    return result

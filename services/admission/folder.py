@@ -1,0 +1,45 @@
+"""Admission's pure part behind the `Folder` shape: fold an event, then decide what is due."""
+
+from __future__ import annotations
+
+from events import Envelope, at_seconds, derived_id
+from events.subjects import PREFIX
+from services.admission.domain.decide import decide_tree
+from services.admission.domain.state import SERVICE, AdmissionState, Outcome
+
+SUBJECTS: tuple[str, ...] = (
+    f"{PREFIX}.hosts",
+    f"{PREFIX}.config.*",
+    f"{PREFIX}.gang.*",
+    f"{PREFIX}.task.*",
+    f"{PREFIX}.clock.*",
+    f"{PREFIX}.decision.*.admission",
+    f"{PREFIX}.decision.*.preemption",
+)
+OWNED_PREFIXES: tuple[str, ...] = (f"{PREFIX}.gang.", f"{PREFIX}.task.", f"{PREFIX}.clock.")
+
+
+class AdmissionFolder:
+    service = SERVICE
+
+    def __init__(self, state: AdmissionState | None = None) -> None:
+        self.state = state or AdmissionState()
+
+    @property
+    def now(self) -> float:
+        return self.state.now
+
+    def owns(self, subject: str) -> bool:
+        return subject.startswith(OWNED_PREFIXES)
+
+    def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
+        # 1. fold the event (timers due before it fire first); 2. run the cycles its tick started.
+        outcomes = self.state.apply(envelope.event, seq, envelope.seconds)
+        decided = [self._wrap(o, seq, envelope.id) for o in outcomes]
+        for tree in self.state.take_due():
+            decided.extend(self._wrap(o, seq, envelope.id) for o in decide_tree(self.state, tree, seq))
+        return decided
+
+    def _wrap(self, outcome: Outcome, basis: int, causation: str) -> Envelope:
+        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=at_seconds(self.state.now), source=SERVICE,
+                        causation=causation, basis=basis, event=outcome.event)

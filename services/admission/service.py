@@ -1,0 +1,83 @@
+"""The admission service: its folder on the log, its projections, and its clock.
+
+The clock publishes a `ClockTicked` (time from the wall clock, never earlier than the log's)
+when inputs arrived since the last cycle and the previous cycle has been read back, and when
+the earliest timer is due, so that timeouts fire on a quiet log. Ticks are events: replay sees
+the same ones. Scenario runs switch the clock off and publish their own ticks.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+
+from events import ClockTicked, Envelope, at_seconds, derived_id
+from projections.store import ProjectionStore
+from services.admission.folder import SUBJECTS, AdmissionFolder
+from services.common.folding import run_folder
+from services.common.log import EventLog
+
+DEBOUNCE = 0.002  # seconds: inputs arriving together share one cycle
+
+
+class Clock:
+    def __init__(self, log: EventLog, folder: AdmissionFolder) -> None:
+        self.log = log
+        self.folder = folder
+        self.wake = anyio.Event()
+        self.count = 0
+
+    async def on_batch(self, last_seq: int) -> None:
+        self.wake.set()
+
+    def _wanted(self) -> bool:
+        state = self.folder.state
+        return any(rt.dirty and rt.in_flight is None for rt in state.trees.values())
+
+    async def run(self) -> None:
+        while True:
+            deadline = self.folder.state.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            with anyio.move_on_after(timeout if timeout is not None else 3600):
+                await self.wake.wait()
+            self.wake = anyio.Event()
+            due = deadline is not None and time.time() >= deadline
+            if self._wanted() or due:
+                await anyio.sleep(DEBOUNCE)
+                await self.tick()
+
+    async def tick(self) -> None:
+        state = self.folder.state
+        for rt in state.trees.values():
+            rt.dirty = False
+        now = max(time.time(), state.now)
+        self.count += 1
+        await self.log.append([Envelope(id=derived_id("clock", now, self.count, state.last_seq), time=at_seconds(now),
+                                        source="admission:clock", event=ClockTicked())])
+
+
+async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool = True,
+                          folder: AdmissionFolder | None = None,
+                          task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+    folder = folder or AdmissionFolder()
+    store = None
+    if data_dir is not None:
+        from services.admission.projection import projections_for
+
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = ProjectionStore(data_dir / "admission.duckdb", projections_for())
+    ticker = Clock(log, folder) if clock else None
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(lambda task_status: run_folder(
+                log, folder, SUBJECTS, durable="admission", store=store,
+                on_batch=ticker.on_batch if ticker else None, task_status=task_status))
+            if ticker is not None:
+                tg.start_soon(ticker.run)
+            task_status.started("admission")
+    finally:
+        if store is not None:
+            store.close()

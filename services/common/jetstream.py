@@ -1,0 +1,529 @@
+"""`JetStreamLog`: the event log port over NATS JetStream (nats-py).
+
+Throughput comes from never waiting on one message at a time:
+
+- `append` publishes with a reply inbox per message, many in flight (a bounded window), and
+  counts the PubAcks in one wildcard-subscription callback; a publish left unanswered is sent
+  again (same `Nats-Msg-Id`, so the server stores it once).
+- `read` and `consume` drive pull consumers by sending pull requests themselves and receiving
+  the messages in one subscription callback (nats-py's `fetch()` makes a task per message; a
+  callback does not). One request of `window` messages is open at a time, the next one goes out
+  as soon as it is served, so the handler always has a buffer to chew on. Gaps in the consumer
+  sequence (a message lost on a reconnect) restart the consumer from the last position handed
+  out, so nothing is skipped and nothing is handed out twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import deque
+from collections.abc import Sequence
+from itertools import count
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+from nats.js.manager import JetStreamManager
+
+from events import Envelope, encode
+from events.subjects import PREFIX, STREAM, STREAM_SUBJECTS
+from services.common.log import Appended, AppendRefused, BatchHandler, StaleWrite, Stored
+from services.common.memlog import envelope_subject
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+WRONG_LAST_SEQUENCE = 10071
+_NO_STREAM = {"error": {"code": 503, "description": "no stream takes this subject (no responders)"}}
+_TERMINAL = frozenset({"404", "408", "409"})
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
+MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
+
+
+class ConsumerLost(Exception):
+    """The pull consumer vanished or skipped messages; the caller recreates it from its position."""
+
+
+_Item = tuple[str, bytes, dict[str, str] | None]  # subject, data, headers
+
+
+class _Batch:
+    __slots__ = ("done", "remaining", "results", "tokens")
+
+    def __init__(self, size: int) -> None:
+        self.results: list[dict[str, Any] | None] = [None] * size
+        self.tokens = [0] * size
+        self.remaining = size
+        self.done = asyncio.Event()
+        if size == 0:
+            self.done.set()
+
+    def settle(self, index: int, value: dict[str, Any]) -> None:
+        if self.results[index] is None:
+            self.results[index] = value
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.done.set()
+
+
+class _Publisher:
+    """Pipelined JetStream publishes; all PubAcks land on one wildcard inbox callback."""
+
+    def __init__(self, nc: NATS, window: int, timeout: float, retries: int) -> None:
+        self._nc = nc
+        self._window = window
+        self._resume = window * 3 // 4  # a stalled sender goes on when the window is this empty
+        self._timeout = timeout
+        self._retries = retries
+        self._prefix = ""
+        self._waiting: dict[int, tuple[_Batch, int]] = {}
+        self._tokens = count(1)
+        self._space: asyncio.Event | None = None
+        self._lock = asyncio.Lock()
+        self._started = False
+
+    async def _start(self) -> None:
+        async with self._lock:
+            if not self._started:
+                self._prefix = self._nc.new_inbox() + "."
+                await self._nc.subscribe(self._prefix + "*", cb=self._on_ack)
+                self._started = True
+
+    async def _on_ack(self, msg: Msg) -> None:
+        try:
+            entry = self._waiting.pop(int(msg.subject[len(self._prefix) :]), None)
+        except ValueError:
+            return
+        if entry is None:
+            return  # the answer to a publish we already sent again
+        if self._space is not None and len(self._waiting) <= self._resume:
+            self._space.set()
+            self._space = None
+        batch, index = entry
+        if not msg.data and msg.headers and msg.headers.get("Status") == "503":
+            batch.settle(index, _NO_STREAM)
+            return
+        try:
+            batch.settle(index, json.loads(msg.data))
+        except ValueError:
+            batch.settle(index, {"error": {"description": f"unreadable PubAck {msg.data[:100]!r}"}})
+
+    async def publish(self, items: Sequence[_Item]) -> list[dict[str, Any]]:
+        """Publish all, wait for every PubAck (resending unanswered ones), return them in order."""
+        if not self._started:
+            await self._start()
+        batch = _Batch(len(items))
+        todo: Sequence[int] = range(len(items))
+        try:
+            for _ in range(self._retries + 1):
+                if await self._send(batch, items, todo) and await self._settled(batch):
+                    return [r for r in batch.results if r is not None]
+                todo = [i for i, r in enumerate(batch.results) if r is None]
+                self._forget(batch, todo)
+            raise TimeoutError(f"JetStream did not acknowledge {batch.remaining} of {len(items)} publishes")
+        finally:
+            if batch.remaining:
+                self._forget(batch, [i for i, r in enumerate(batch.results) if r is None])
+
+    async def _send(self, batch: _Batch, items: Sequence[_Item], todo: Sequence[int]) -> bool:
+        """Publish `todo`, at most `window` unanswered at a time; False if acks stopped coming."""
+        waiting, tokens, prefix, publish = self._waiting, self._tokens, self._prefix, self._nc.publish
+        for index in todo:
+            while len(waiting) >= self._window:
+                if self._space is None:
+                    self._space = asyncio.Event()
+                try:
+                    await asyncio.wait_for(self._space.wait(), self._timeout)
+                except TimeoutError:
+                    return False
+            token = next(tokens)
+            waiting[token] = (batch, index)
+            batch.tokens[index] = token
+            subject, data, headers = items[index]
+            await publish(subject, data, reply=f"{prefix}{token}", headers=headers)
+        return True
+
+    async def _settled(self, batch: _Batch) -> bool:
+        """Wait while acks keep coming; False after `timeout` without any."""
+        while not batch.done.is_set():
+            before = batch.remaining
+            try:
+                await asyncio.wait_for(batch.done.wait(), self._timeout)
+            except TimeoutError:
+                if batch.remaining == before:
+                    return False
+        return True
+
+    def _forget(self, batch: _Batch, indexes: Sequence[int]) -> None:
+        for index in indexes:
+            self._waiting.pop(batch.tokens[index], None)
+        if self._space is not None and len(self._waiting) < self._window:
+            self._space.set()
+            self._space = None
+
+
+class _Delivered:
+    __slots__ = ("reply", "stored")
+
+    def __init__(self, stored: Stored, reply: str) -> None:
+        self.stored = stored
+        self.reply = reply
+
+
+class _Puller:
+    """Messages of one pull consumer, requested `window` at a time and gathered by a callback."""
+
+    def __init__(
+        self, nc: NATS, api: str, stream: str, consumer: str, *, window: int, last_cseq: int, after_seq: int,
+        expires: float = 30.0, heartbeat: float = 5.0,
+    ) -> None:  # fmt: skip
+        self._nc = nc
+        self._next_subject = f"{api}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._window = window
+        self._expires = expires
+        self._heartbeat = heartbeat
+        self._cseq = last_cseq  # consumer sequence of the last message received
+        self.high = after_seq  # stream sequence of the last message buffered
+        self.pending = -1  # messages left after the last one received (-1: none received yet)
+        self.items: deque[_Delivered] = deque()
+        self._requests = count(1)
+        self._current = 0  # the open pull request (0: none)
+        self._unserved = 0
+        self._inbox = ""
+        self._sub: Any = None
+        self._wake = asyncio.Event()
+        self._error: Exception | None = None
+        self._received = 0  # messages and statuses, for the heartbeat watchdog
+
+    async def start(self) -> None:
+        self._inbox = self._nc.new_inbox() + "."
+        self._sub = await self._nc.subscribe(self._inbox + "*", cb=self._on_msg)
+        await self._request()
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _request(self) -> None:
+        if self._current or self._sub is None or len(self.items) >= self._window:
+            return
+        self._current = next(self._requests)
+        self._unserved = self._window
+        body = json.dumps({"batch": self._window, "max_bytes": MAX_REQUEST_BYTES,
+                           "expires": int(self._expires * 1e9), "idle_heartbeat": int(self._heartbeat * 1e9)})
+        await self._nc.publish(self._next_subject, body.encode(), reply=f"{self._inbox}{self._current}")
+
+    async def _on_msg(self, msg: Msg) -> None:
+        self._received += 1
+        if msg.reply:  # a message of the stream (pull consumers send statuses without a reply)
+            self._on_data(msg)
+            if not self._current:
+                await self._request()
+            return
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status in _TERMINAL:
+            if msg.subject == f"{self._inbox}{self._current}":
+                self._current = 0
+            if status == "409" and "Deleted" in headers.get("Description", ""):
+                self._error = ConsumerLost(f"consumer deleted: {headers.get('Description')}")
+        elif status == "503":
+            self._error = ConsumerLost("no such consumer (no responders)")
+        else:
+            return  # idle heartbeat
+        self._wake.set()
+        await self._request()
+
+    def _on_data(self, msg: Msg) -> None:
+        tokens = msg.reply.split(".")
+        if len(tokens) < 9 or tokens[1] != "ACK":
+            return
+        offset = 0 if len(tokens) == 9 else 2  # v2 ack subjects carry domain and account hash
+        delivered, sseq, cseq = int(tokens[4 + offset]), int(tokens[5 + offset]), int(tokens[6 + offset])
+        if cseq != self._cseq + 1 and delivered == 1:
+            self._error = ConsumerLost(f"consumer sequence jumped from {self._cseq} to {cseq}")
+        self._cseq = cseq
+        if self._unserved > 0:
+            self._unserved -= 1
+            if self._unserved == 0:
+                self._current = 0
+        if sseq <= self.high:
+            return  # a redelivery of something already handed out
+        self.high = sseq
+        self.pending = int(tokens[8 + offset])
+        msg_id = msg.headers.get(MSG_ID) if msg.headers else None
+        self.items.append(_Delivered(Stored(sseq, msg.subject, msg.data, msg_id), msg.reply))
+        self._wake.set()
+
+    async def take(self, limit: int) -> list[_Delivered]:
+        """Up to `limit` buffered messages, waiting for at least one. Raises `ConsumerLost`."""
+        quiet = 0
+        while not self.items:
+            self._check()
+            self._wake.clear()
+            await self._request()
+            received = self._received
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._heartbeat)
+            except TimeoutError:
+                quiet = quiet + 1 if self._received == received else 0
+                if quiet >= 3:  # not even heartbeats: the open request was lost (a reconnect)
+                    self._current = quiet = 0
+        self._check()
+        taken = [self.items.popleft() for _ in range(min(limit, len(self.items)))]
+        await self._request()
+        return taken
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
+class JetStreamLog:
+    """The event log on a JetStream stream (default: `events.subjects.STREAM` over STREAM_SUBJECTS).
+
+    `prefix` replaces the subjects' first token (`poolwise`) for envelopes and the stream's subjects,
+    so benchmarks can run on a server that already holds the real stream. Subjects that callers
+    pass in (`append_raw`, filters) are used as given.
+    """
+
+    read_window = 8192  # messages per pull request when reading
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        stream: str = STREAM,
+        prefix: str = PREFIX,
+        window: int = 4096,
+        timeout: float = 10.0,
+        retries: int = 3,
+        owns_connection: bool = False,
+    ) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.prefix = prefix
+        self.subjects = tuple(self._prefixed(s) for s in STREAM_SUBJECTS)
+        self.jsm = JetStreamManager(nc, timeout=timeout)
+        self._api = "$JS.API"
+        self._owns = owns_connection
+        self._publisher = _Publisher(nc, window, timeout, retries)
+
+    @classmethod
+    async def connect(cls, url: str, *, name: str = "poolwise", **options: Any) -> JetStreamLog:
+        """Connect to NATS at `url` (the log closes the connection on `close()`)."""
+        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1)
+        return cls(nc, owns_connection=True, **options)
+
+    async def close(self) -> None:
+        if self._owns and not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def __aenter__(self) -> JetStreamLog:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _prefixed(self, subject: str) -> str:
+        return subject if self.prefix == PREFIX else self.prefix + subject[len(PREFIX) :]
+
+    # -- the stream ------------------------------------------------------------------------------
+
+    async def ensure_stream(self, *, replicas: int = 1, duplicate_window: float = 600.0) -> None:
+        """Create the stream, or bring its subjects and duplicate window up to date (idempotent)."""
+        try:
+            info = await self.jsm.stream_info(self.stream)
+        except NotFoundError:
+            await self.jsm.add_stream(StreamConfig(
+                name=self.stream, subjects=list(self.subjects), storage=StorageType.FILE,
+                num_replicas=replicas, duplicate_window=duplicate_window,
+            ))  # fmt: skip
+            return
+        config = info.config
+        if set(config.subjects or ()) != set(self.subjects) or config.duplicate_window != duplicate_window:
+            config = config.evolve(subjects=list(self.subjects), duplicate_window=duplicate_window)
+            await self.jsm.update_stream(config)
+
+    async def delete_stream(self) -> None:
+        """Remove the stream and everything in it (tests, `poolwise reset`)."""
+        with contextlib.suppress(NotFoundError):
+            await self.jsm.delete_stream(self.stream)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    async def append(self, envelopes: Sequence[Envelope]) -> list[Appended]:
+        items = [(self._prefixed(envelope_subject(e)), encode(e), {MSG_ID: e.id}) for e in envelopes]
+        return self._appended(items, await self._publisher.publish(items))
+
+    async def append_raw(self, subject: str, data: bytes, msg_id: str | None = None) -> Appended:
+        items = [(subject, bytes(data), {MSG_ID: msg_id} if msg_id else None)]
+        return self._appended(items, await self._publisher.publish(items))[0]
+
+    async def append_expecting(
+        self, envelope: Envelope, subject: str, expected_last_subject_seq: int
+    ) -> Appended:
+        """Publish on the envelope's own subject, only if the last event on `subject` (which may be a
+        wildcard) is at `expected_last_subject_seq`."""
+        target = self._prefixed(envelope_subject(envelope))
+        headers = {MSG_ID: envelope.id, EXPECTED_LAST_SUBJECT_SEQ: str(expected_last_subject_seq)}
+        if subject != target:
+            headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = subject
+        items = [(target, encode(envelope), headers)]
+        acks = await self._publisher.publish(items)
+        error = acks[0].get("error")
+        if error and error.get("err_code") == WRONG_LAST_SEQUENCE:
+            raise StaleWrite(subject, expected_last_subject_seq, f"{subject}: {error.get('description')}")
+        return self._appended(items, acks)[0]
+
+    @staticmethod
+    def _appended(items: Sequence[tuple[str, bytes, Any]], acks: Sequence[dict[str, Any]]) -> list[Appended]:
+        out: list[Appended] = []
+        for index, ack in enumerate(acks):
+            error = ack.get("error")
+            if error:
+                raise AppendRefused(items[index][0], str(error.get("description", error)), index)
+            out.append(Appended(int(ack["seq"]), bool(ack.get("duplicate", False))))
+        return out
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    async def last_seq(self, subject: str | None = None) -> int:
+        if subject is None:
+            return int((await self.jsm.stream_info(self.stream)).state.last_seq)
+        request = json.dumps({"last_by_subj": subject}).encode()
+        response = await self.nc.request(f"{self._api}.STREAM.MSG.GET.{self.stream}", request, timeout=5.0)
+        reply = json.loads(response.data)
+        error = reply.get("error")
+        if error:
+            if error.get("code") == 404 and error.get("err_code") == 10037:  # no message found
+                return 0
+            raise RuntimeError(f"last sequence of {subject}: {error.get('description')}")
+        return int(reply["message"]["seq"])
+
+    async def read(
+        self, start_seq: int = 1, subjects: Sequence[str] = (), end_seq: int | None = None
+    ) -> list[Stored]:
+        end = await self.last_seq() if end_seq is None else end_seq
+        out: list[Stored] = []
+        losses = 0
+        while not out or out[-1].seq < end:
+            position = out[-1].seq if out else max(start_seq, 1) - 1
+            if position >= end:
+                break
+            try:
+                await self._read_into(out, position, end, subjects)
+                break
+            except ConsumerLost:
+                losses = 1 if out and out[-1].seq > position else losses + 1
+                if losses >= MAX_LOSSES:
+                    raise
+        return out
+
+    async def _read_into(self, out: list[Stored], after: int, end: int, subjects: Sequence[str]) -> None:
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=after + 1, filter_subjects=list(subjects) or None, mem_storage=True,
+            inactive_threshold=30.0, num_replicas=1,
+        )  # fmt: skip
+        info = await self.jsm.add_consumer(self.stream, config)
+        if info.num_pending == 0:
+            await self._delete_consumer(info.name)
+            return
+        puller = _Puller(self.nc, self._api, self.stream, info.name, window=self.read_window, last_cseq=0,
+                         after_seq=after, heartbeat=2.0)  # fmt: skip
+        try:
+            await puller.start()
+            while True:
+                for item in await puller.take(self.read_window):
+                    if item.stored.seq > end:
+                        return
+                    out.append(item.stored)
+                    if item.stored.seq == end:
+                        return
+                if puller.pending == 0 and not puller.items:
+                    return
+        finally:
+            await puller.stop()
+            await self._delete_consumer(info.name)
+
+    async def _delete_consumer(self, name: str | None) -> None:
+        if name:
+            with contextlib.suppress(Exception):
+                await self.jsm.delete_consumer(self.stream, name)
+
+    # -- consuming -------------------------------------------------------------------------------
+
+    async def consume(
+        self,
+        durable: str,
+        subjects: Sequence[str],
+        after_seq: int,
+        handler: BatchHandler,
+        *,
+        max_batch: int = 1000,
+    ) -> None:
+        """A durable pull consumer (ack policy all) from `after_seq + 1`; each batch is acknowledged
+        (its last message) after the handler returns. A raising handler's error propagates and
+        nothing of that batch is acknowledged."""
+        window = max(2 * max_batch, 1024)
+        position = after_seq
+        losses = 0
+        while True:
+            info = await self._durable_at(durable, subjects, position)
+            before = position
+            last_cseq = info.delivered.consumer_seq if info.delivered else 0
+            puller = _Puller(self.nc, self._api, self.stream, durable, window=window, last_cseq=last_cseq,
+                             after_seq=position)  # fmt: skip
+            try:
+                await puller.start()
+                while True:
+                    items = await puller.take(max_batch)
+                    await handler([item.stored for item in items])
+                    position = items[-1].stored.seq
+                    await self.nc.publish(items[-1].reply, b"")
+            except ConsumerLost:
+                losses = 1 if position > before else losses + 1
+                if losses >= MAX_LOSSES:
+                    raise
+                await asyncio.sleep(0.05 * losses)  # then recreate it at the last position handled
+            finally:
+                await asyncio.shield(puller.stop())
+
+    async def _durable_at(self, durable: str, subjects: Sequence[str], after_seq: int) -> ConsumerInfo:
+        """The durable consumer, positioned right after `after_seq` (recreated when it is not)."""
+        try:
+            info = await self.jsm.consumer_info(self.stream, durable)
+        except NotFoundError:
+            info = None
+        if info is not None:
+            config = info.config
+            filters = config.filter_subjects or ([config.filter_subject] if config.filter_subject else [])
+            if (
+                config.ack_policy == AckPolicy.ALL
+                and not config.deliver_subject
+                and sorted(filters) == sorted(subjects)
+                and info.num_ack_pending == 0
+                and not info.num_waiting
+                and info.delivered.stream_seq == after_seq
+                and info.ack_floor.stream_seq == after_seq
+            ):
+                return info
+            await self.jsm.delete_consumer(self.stream, durable)
+        return await self.jsm.add_consumer(self.stream, ConsumerConfig(
+            name=durable, durable_name=durable, ack_policy=AckPolicy.ALL,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1,
+            filter_subjects=list(subjects) or None, ack_wait=300.0, max_ack_pending=-1,
+        ))  # fmt: skip
+
+
+async def connect(url: str, **options: Any) -> JetStreamLog:
+    """`JetStreamLog.connect(url)`: a log on its own connection."""
+    return await JetStreamLog.connect(url, **options)

@@ -1,0 +1,61 @@
+"""How a service process runs: an anyio task group, cancelled gracefully on SIGINT / SIGTERM.
+
+A service's entry point follows anyio's readiness pattern, so whoever starts it (`poolwise up`,
+a test) knows when it is serving:
+
+    async def serve(log: EventLog, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        state = await rebuild(log)       # fold the log, open projections ...
+        task_status.started("tree")      # ... ready: the starter's `await tg.start(serve, log)` returns
+        await run_forever(state)         # until cancelled
+
+    run_until_signalled(lambda: main(...))   # in the process's entry point
+
+The first SIGINT/SIGTERM cancels everything (finally blocks and `async with` exits run); a second
+one, while shutting down, is not intercepted any more and stops the process the hard way.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+__all__ = ["TaskStatus", "run_until_signalled", "start_all", "until_signalled"]
+
+SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+
+
+Main = Callable[[], Awaitable[Any]]
+
+
+async def until_signalled(main: Main, signals: Sequence[signal.Signals] = SIGNALS) -> bool:
+    """Run `main()` until it returns or a signal arrives; True if a signal stopped it."""
+    stopped = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal stopped
+            with anyio.open_signal_receiver(*signals) as received:
+                async for _ in received:
+                    stopped = True
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        await main()
+        tg.cancel_scope.cancel()
+    return stopped
+
+
+def run_until_signalled(main: Main, signals: Sequence[signal.Signals] = SIGNALS) -> bool:
+    """The process entry point: `anyio.run` of `until_signalled` (asyncio backend; nats-py needs it)."""
+    return anyio.run(until_signalled, main, signals, backend="asyncio")
+
+
+async def start_all(tg: TaskGroup, services: Sequence[Callable[..., Coroutine[Any, Any, Any]]]) -> list[Any]:
+    """Start each `serve(*, task_status)` in `tg`, in order, each once the previous one is ready;
+    returns what each passed to `task_status.started(...)`."""
+    return [await tg.start(service) for service in services]

@@ -1,0 +1,39 @@
+"""Preemption's pure part behind the `Folder` shape."""
+
+from __future__ import annotations
+
+from events import Envelope, at_seconds, derived_id
+from events.subjects import PREFIX
+from services.admission.domain.state import Outcome
+from services.preemption.domain.state import SERVICE, PreemptionState
+
+SUBJECTS: tuple[str, ...] = (
+    f"{PREFIX}.hosts",
+    f"{PREFIX}.config.*",
+    f"{PREFIX}.gang.*",
+    f"{PREFIX}.task.*",
+    f"{PREFIX}.clock.*",
+    f"{PREFIX}.decision.*.admission",
+    f"{PREFIX}.decision.*.preemption",
+)
+
+
+class PreemptionFolder:
+    service = SERVICE
+
+    def __init__(self, state: PreemptionState | None = None) -> None:
+        self.state = state or PreemptionState()
+
+    @property
+    def now(self) -> float:
+        return self.state.now
+
+    def owns(self, subject: str) -> bool:
+        return False  # admission rejects malformed inputs; preemption owns no input subject
+
+    def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
+        return [self._wrap(o, seq, envelope.id) for o in self.state.apply(envelope.event, seq, envelope.seconds)]
+
+    def _wrap(self, outcome: Outcome, basis: int, causation: str) -> Envelope:
+        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=at_seconds(self.state.now), source=SERVICE,
+                        causation=causation, basis=basis, event=outcome.event)

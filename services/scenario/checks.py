@@ -1,0 +1,95 @@
+"""The rules of a scenario file that span several places: capacity or hosts, kinds in play,
+declared trees, pools parents first, steps in time order. Each raises `Problem` at its place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from events.subjects import TREE_NAME
+from services.scenario.errors import Loc, Problem
+
+if TYPE_CHECKING:
+    from services.scenario.format import Scenario
+
+
+def check_setup(s: Scenario) -> None:
+    """The rules that span several places of the file. Raises `Problem`."""
+    if s.capacity is not None and s.hosts is not None:
+        raise Problem(("hosts",), "use either `capacity` or `hosts`, not both")
+    _unique(s.resources, ("resources",), "resource kind")
+    _check_trees(s)
+    kinds = s.known_kinds()
+    if s.capacity is not None:
+        _amounts(s.capacity, ("capacity",), kinds)
+    names: set[str] = set()
+    for i, host in enumerate(s.hosts or []):
+        if host.name in names:
+            raise Problem(("hosts", i, "name"), f"host {host.name!r} is given twice")
+        names.add(host.name)
+        _amounts(host.resources, ("hosts", i, "resources"), kinds)
+        _amounts(host.revocable, ("hosts", i, "revocable"), kinds)
+    _check_pools(s)
+    previous: float | None = None
+    for i, step in enumerate(s.steps):
+        if previous is not None and step.at < previous:
+            raise Problem(("steps", i, "at"), f"at {step.at:g} comes before the previous step's "
+                          f"{previous:g}: steps are in time order (non-decreasing `at`)")
+        previous = step.at
+
+
+def _check_trees(s: Scenario) -> None:
+    seen: set[str] = set()
+    for i, tree in enumerate(s.trees or []):
+        if not TREE_NAME.match(tree.name):
+            raise Problem(("trees", i, "name"), f"tree name {tree.name!r} must be 1 to 64 of -_a-zA-Z0-9")
+        if tree.name in seen:
+            raise Problem(("trees", i, "name"), f"tree {tree.name!r} is declared twice")
+        seen.add(tree.name)
+        if "resources" in tree.model_fields_set:
+            _unique(tree.resources, ("trees", i, "resources"), "resource kind")
+
+
+def _check_pools(s: Scenario) -> None:
+    options = s.tree_options()
+    declared: set[tuple[str, str]] = set()
+    for i, pool in enumerate(s.pools):
+        tree = pool.tree or s.default_tree
+        if tree not in options:
+            known = ", ".join(options)
+            raise Problem(("pools", i, "tree"), f"tree {tree!r} is not declared (trees: {known})")
+        path = pool.path
+        if not path.startswith("/") or path == "/" or path.endswith("/") or "//" in path:
+            problem = ("the root `/` is the tree's capacity, not a configurable pool" if path == "/"
+                       else f"pool path {path!r} must look like /a/b")
+            raise Problem(("pools", i, "path"), problem)
+        if (tree, path) in declared:
+            raise Problem(("pools", i, "path"), f"pool {path} is declared twice")
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent != "/" and (tree, parent) not in declared:
+            raise Problem(("pools", i, "path"), f"the parent {parent} of pool {path} is not declared "
+                          "before it (pools are created in order, parents first)")
+        declared.add((tree, path))
+        kinds = options[tree].resources
+        for field in ("reservation", "limit"):
+            value = getattr(pool, field)
+            if value is not None:
+                _amounts(value, ("pools", i, field), kinds)
+        if isinstance(pool.share, dict):
+            _amounts(pool.share, ("pools", i, "share"), kinds)
+
+
+def _amounts(values: dict[str, float], loc: Loc, kinds: Sequence[str]) -> None:
+    for kind, amount in values.items():
+        if kind not in kinds:
+            raise Problem((*loc, kind), f"unknown resource kind {kind!r} (kinds in play: {', '.join(kinds)})")
+        if amount < 0:
+            raise Problem((*loc, kind), f"{kind} must not be negative, got {amount:g}")
+
+
+def _unique(values: Sequence[str], loc: Loc, what: str) -> None:
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise Problem((*loc, i), f"{what} {value!r} is given twice")
+        seen.add(value)

@@ -1,0 +1,244 @@
+"""`poolwise scenario run`: drive the real services with a scenario and report what they decided.
+
+Both buses run the one system: the tree, admission and preemption services, in this process, on
+a log: `memory` (the in-memory twin of the log) or `nats` (JetStream on a private embedded
+server). Per step (SCENARIOS.md):
+
+    1. publish the step's inputs, stamped `at` (the first input whose time is later fires the
+       timers due first, in every service's fold); task selectors and `ack_preemptions` are
+       resolved against the state read back from the log so far;
+    2. publish a clock tick at `at`: admission runs one cycle (entitlement, then admission) and
+       closes it with `CycleCompleted`; preemption then runs one pass and closes it too;
+    3. read the log back until preemption's `CycleCompleted` for that chain is there: the step
+       has settled; build the step's report from the state folded from the log (the services'
+       own decisions), and check the expectations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from events import (
+    ClockTicked,
+    CycleCompleted,
+    DecodeError,
+    Envelope,
+    Event,
+    GangCancelled,
+    TaskStateChanged,
+    at_seconds,
+    decode,
+    derived_id,
+    subjects,
+)
+from events.commands import HostAdd, HostRemove, PoolDelete, PoolUpsert, TreeConfigure
+from services.admission.domain.model import RANK, TERMINAL, Gang
+from services.admission.service import serve_admission
+from services.common.log import EventLog
+from services.preemption.domain.state import PreemptionState
+from services.preemption.service import serve_preemption
+from services.scenario.expect import check
+from services.scenario.format import Scenario
+from services.scenario.inputs import AckPreemptions, EnqueueInput, Expander, StepInput, StepPlan, TaskSelector
+from services.scenario.report import (
+    GangReport,
+    PoolReport,
+    ScenarioReport,
+    StepReport,
+    TaskReport,
+    decisions_of,
+    resource_map,
+)
+from services.admission.domain.views import pool_numbers
+from services.tree.service import TreeService, serve_tree
+
+SETTLE_TIMEOUT = 30.0
+
+
+class ScenarioRunError(Exception):
+    """The system did not settle, or a service failed: the run cannot say pass or fail."""
+
+
+@dataclass(frozen=True, slots=True)
+class _TaskView:
+    tree: str
+    gang: str
+    task: str
+    pool: str
+    state: str
+
+
+def can_move(current: str, new: str) -> bool:
+    """The task state machine (DOMAIN §5): forward only, from `ready` on, never out of a terminal state."""
+    if current in TERMINAL or current == "pending" or current == new:
+        return False
+    if new in TERMINAL:
+        return True
+    return new in RANK and RANK[new] > RANK[current]
+
+
+class Run:
+    """One scenario on one log, with the services running in the caller's task group."""
+
+    def __init__(self, scenario: Scenario, log: EventLog, tree: TreeService, run_id: str) -> None:
+        self.scenario = scenario
+        self.log = log
+        self.tree = tree
+        self.view = PreemptionState()
+        self.read_to = 0
+        self.run_id = run_id
+        self.multi = scenario.multi_tree
+
+    # --- reading back ---------------------------------------------------------------------
+
+    async def catch_up(self) -> list[tuple[int, Envelope]]:
+        batch = await self.log.read(self.read_to + 1)
+        read: list[tuple[int, Envelope]] = []
+        for stored in batch:
+            self.read_to = stored.seq
+            try:
+                envelope = decode(stored.data)
+            except DecodeError:
+                continue
+            self.view.apply(envelope.event, stored.seq, envelope.seconds)
+            read.append((stored.seq, envelope))
+        return read
+
+    async def settle(self, tick_seq: int) -> list[tuple[int, Envelope]]:
+        """Read until, for every tree, preemption closed the pass that follows our tick's cycle."""
+        trees = sorted(set(self.view.admission.config.tree_names()) | set(self.view.admission.trees))
+        admission_done: dict[str, int] = {}
+        done: set[str] = set()
+        read: list[tuple[int, Envelope]] = []
+        with anyio.fail_after(SETTLE_TIMEOUT):
+            while True:
+                for seq, envelope in await self.catch_up():
+                    read.append((seq, envelope))
+                    event = envelope.event
+                    if not isinstance(event, CycleCompleted):
+                        continue
+                    if event.service == "admission" and event.trigger_seq == tick_seq:
+                        admission_done[event.tree] = seq
+                    elif event.service == "preemption" and admission_done.get(event.tree) == event.trigger_seq:
+                        done.add(event.tree)
+                if done >= set(trees):
+                    return read
+                await anyio.sleep(0.002)
+
+    # --- setup and steps ------------------------------------------------------------------
+
+    async def command(self, item: StepInput) -> tuple[bool, str]:
+        reply = await self.tree.handle(item.body)  # type: ignore[arg-type]
+        return reply.ok, "" if reply.error is None else reply.error.message
+
+    async def setup(self, inputs: list[StepInput]) -> None:
+        for item in inputs:
+            ok, message = await self.command(item)
+            if not ok:
+                loc = tuple(int(p) if p.isdigit() else p for p in item.place.replace("]", "").replace("[", ".")
+                            .split("."))
+                raise self.scenario.error(loc, message)
+        await self.catch_up()
+
+    async def publish(self, item: StepInput, time: Any) -> None:
+        body = item.body
+        if isinstance(body, PoolUpsert | PoolDelete | HostAdd | HostRemove | TreeConfigure):
+            await self.command(item)
+            return
+        if isinstance(body, EnqueueInput):
+            await self.log.append_raw(subjects.gang(body.tree), body.envelope_json(item.id, time), item.id)
+            return
+        events: list[Event]
+        if isinstance(body, TaskSelector | AckPreemptions):
+            await self.catch_up()
+            if isinstance(body, TaskSelector):
+                events = list(body.resolve(self._tasks(), can_move))
+            else:
+                events = list(body.resolve(self._requested()))
+        else:
+            events = [body]
+        envelopes = [Envelope(id=derived_id(item.id, n), time=time, source="scenario", event=e)
+                     for n, e in enumerate(events)]
+        if envelopes:
+            await self.log.append(envelopes)
+
+    async def step(self, plan: StepPlan) -> StepReport:
+        start = self.read_to
+        for item in plan.inputs:  # 1.
+            await self.publish(item, plan.time)
+        tick = Envelope(id=derived_id(self.run_id, "tick", plan.index), time=plan.time, source="scenario",
+                        event=ClockTicked())
+        (appended,) = await self.log.append([tick])  # 2.
+        read = await self.settle(appended.seq)  # 3.
+        decisions = [d for seq, env in read if seq > start for d in decisions_of(env.event, self._key)]
+        report = StepReport(at=plan.at, pools=self._pools(), gangs=self._gangs(), tasks=self._task_states(),
+                            decisions=decisions)
+        return report.with_failures(check(plan.expect, report))
+
+    # --- the state, as reports --------------------------------------------------------------
+
+    def _key(self, tree: str | None, path: str) -> str:
+        return self.scenario.pool_key(tree, path)
+
+    def _all_gangs(self) -> list[Gang]:
+        return [g for rt in self.view.admission.trees.values() for g in rt.gangs.values()]
+
+    def _tasks(self) -> list[_TaskView]:
+        return [_TaskView(g.tree, g.id, t.id, g.pool, t.state) for g in self._all_gangs() for t in g.tasks]
+
+    def _requested(self) -> list[_TaskView]:
+        return [_TaskView(g.tree, g.id, t.id, g.pool, t.state) for g in self._all_gangs() for t in g.tasks
+                if t.preemption_requested and t.state not in TERMINAL]
+
+    def _gangs(self) -> dict[str, GangReport]:
+        return {g.id: GangReport(state=g.state, pool=self._key(g.tree, g.pool),  # type: ignore[arg-type]
+                                 queue=g.queue if g.state == "pending" else None)  # type: ignore[arg-type]
+                for g in self._all_gangs()}
+
+    def _task_states(self) -> dict[str, TaskReport]:
+        return {t.id: TaskReport(state=t.state) for g in self._all_gangs() for t in g.tasks}  # type: ignore[arg-type]
+
+    def _pools(self) -> dict[str, PoolReport]:
+        result: dict[str, PoolReport] = {}
+        for tree in self.view.admission.config.tree_names():
+            kinds = self.view.admission.config.tree(tree).kinds
+            for path, numbers in pool_numbers(self.view.admission, tree).items():
+                result[self._key(tree, path)] = PoolReport(**{k: resource_map(v, kinds) for k, v in numbers.items()})
+        return result
+
+
+async def run_on(log: EventLog, scenario: Scenario, run_id: str) -> ScenarioReport:
+    """Run one scenario on `log` (an empty stream) with the services started here."""
+    expander = Expander(scenario, run=run_id)
+    async with anyio.create_task_group() as tg:
+        tree: TreeService = await tg.start(lambda task_status: serve_tree(log, None, task_status=task_status))
+        await tg.start(lambda task_status: serve_admission(log, None, clock=False, task_status=task_status))
+        await tg.start(lambda task_status: serve_preemption(log, None, task_status=task_status))
+        run = Run(scenario, log, tree, run_id)
+        await run.setup(expander.setup())
+        steps = [await run.step(plan) for plan in expander.plans()]
+        tg.cancel_scope.cancel()
+    return ScenarioReport.build(scenario.name, steps)
+
+
+async def run_file(scenario: Scenario, bus: str, nats_url: str | None, index: int) -> ScenarioReport:
+    run_id = f"{Path(scenario.file or scenario.name).name}:{index}"
+    if bus == "memory":
+        from services.common.memlog import MemoryLog
+
+        return await run_on(MemoryLog(), scenario, run_id)
+    from services.common.jetstream import JetStreamLog
+
+    assert nats_url is not None
+    log = await JetStreamLog.connect(nats_url)
+    try:
+        await log.delete_stream()
+        await log.ensure_stream()
+        return await run_on(log, scenario, run_id)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await log.close()
