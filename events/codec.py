@@ -59,7 +59,8 @@ def _decode_slow(
     etype = body.get("type")
     if not isinstance(etype, str) or etype not in CURRENT_VERSIONS:
         known = ", ".join(sorted(CURRENT_VERSIONS))
-        raise DecodeError("event.type", "unknown_type", f"unknown event type {etype!r} (known: {known})", None, event_id)
+        raise DecodeError("event.type", "unknown_type", f"unknown event type {etype!r} (known: {known})", None,
+                          event_id)
     current = CURRENT_VERSIONS[etype]
     version = body.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:

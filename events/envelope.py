@@ -10,8 +10,8 @@ from pydantic import AwareDatetime, Field
 
 from events.base import Frozen
 from events.decisions import (
-    EntitlementsComputed,
     CycleCompleted,
+    EntitlementsComputed,
     GangAdmitted,
     GangFinished,
     GangMovedToQueue,

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import nats
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
 
 from events import subjects

@@ -41,10 +41,7 @@ def sql(
         data: dict[str, Any] = reply.data
         return data
 
-    if url:
-        data = run_async(via_service)
-    else:
-        data = _from_file(data_dir / service / f"{service}.duckdb", query)
+    data = run_async(via_service) if url else _from_file(data_dir / service / f"{service}.duckdb", query)
     if as_json:
         typer.echo(json.dumps([dict(zip(data["columns"], row, strict=True)) for row in data["rows"]], default=str))
         return

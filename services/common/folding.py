@@ -20,6 +20,7 @@ skips ids already stored).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,7 +54,8 @@ def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now
     tree = parts[2] if len(parts) >= 3 and parts[0] == PREFIX and parts[1] in ("gang", "task", "clock", "config") \
         else None
     text = stored.data.decode("utf-8", errors="replace")[:4096]
-    event = InputRejected(tree=tree, ref=error.event_id or f"seq:{stored.seq}", input_type=error.event_type or "unknown",
+    event = InputRejected(tree=tree, ref=error.event_id or f"seq:{stored.seq}",
+                          input_type=error.event_type or "unknown",
                           reason=str(error), rule=error.rule, field=error.field, input=text,
                           input_id=error.event_id, input_seq=stored.seq)
     return Envelope(id=derived_id(service, stored.seq, "malformed"), time=at_seconds(now), source=service,
@@ -95,10 +97,8 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
     if not any(s.msg_id for s in history):  # adapters that do not keep ids: read them from the events
         present = set()
         for s in history:
-            try:
+            with suppress(DecodeError):
                 present.add(decode(s.data).id)
-            except DecodeError:
-                pass
     result = fold_batch(folder, history, 0)
     missing = [d for d in result.decisions if d.id not in present]
     if missing:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 from typing import Any
 
@@ -43,6 +43,7 @@ _NO_STREAM = {"error": {"code": 503, "description": "no stream takes this subjec
 _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
 MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
+TICK = 0.5  # seconds between looks at a quiet connection
 
 
 class ConsumerLost(Exception):
@@ -121,7 +122,9 @@ class _Publisher:
         todo: Sequence[int] = range(len(items))
         try:
             for _ in range(self._retries + 1):
-                if await self._send(batch, items, todo) and await self._settled(batch):
+                reconnects = self._nc.stats["reconnects"]
+                sent = await self._send(batch, items, todo, reconnects)
+                if sent and await self._settled(batch, reconnects):
                     return [r for r in batch.results if r is not None]
                 todo = [i for i, r in enumerate(batch.results) if r is None]
                 self._forget(batch, todo)
@@ -130,16 +133,16 @@ class _Publisher:
             if batch.remaining:
                 self._forget(batch, [i for i, r in enumerate(batch.results) if r is None])
 
-    async def _send(self, batch: _Batch, items: Sequence[_Item], todo: Sequence[int]) -> bool:
+    async def _send(
+        self, batch: _Batch, items: Sequence[_Item], todo: Sequence[int], reconnects: int
+    ) -> bool:
         """Publish `todo`, at most `window` unanswered at a time; False if acks stopped coming."""
         waiting, tokens, prefix, publish = self._waiting, self._tokens, self._prefix, self._nc.publish
         for index in todo:
             while len(waiting) >= self._window:
                 if self._space is None:
                     self._space = asyncio.Event()
-                try:
-                    await asyncio.wait_for(self._space.wait(), self._timeout)
-                except TimeoutError:
+                if not await self._wait(self._space, self._waiting.__len__, reconnects):
                     return False
             token = next(tokens)
             waiting[token] = (batch, index)
@@ -148,16 +151,29 @@ class _Publisher:
             await publish(subject, data, reply=f"{prefix}{token}", headers=headers)
         return True
 
-    async def _settled(self, batch: _Batch) -> bool:
-        """Wait while acks keep coming; False after `timeout` without any."""
+    async def _settled(self, batch: _Batch, reconnects: int) -> bool:
+        """Wait while acks keep coming; False after `timeout` without any, or after a reconnect."""
         while not batch.done.is_set():
-            before = batch.remaining
-            try:
-                await asyncio.wait_for(batch.done.wait(), self._timeout)
-            except TimeoutError:
-                if batch.remaining == before:
-                    return False
+            if not await self._wait(batch.done, lambda: batch.remaining, reconnects):
+                return False
         return True
+
+    async def _wait(self, event: asyncio.Event, progress: Callable[[], int], reconnects: int) -> bool:
+        """Wait for `event`, or for `progress()` to change: False after `timeout` without either, or
+        once the connection was re-established (what was in flight then may be lost: send it again)."""
+        before = progress()
+        waited = 0.0
+        while waited < self._timeout:
+            try:
+                await asyncio.wait_for(event.wait(), TICK)
+                return True
+            except TimeoutError:
+                if self._nc.stats["reconnects"] != reconnects and self._nc.is_connected:
+                    return False
+                if progress() != before:
+                    return True
+                waited += TICK
+        return False
 
     def _forget(self, batch: _Batch, indexes: Sequence[int]) -> None:
         for index in indexes:
@@ -199,6 +215,7 @@ class _Puller:
         self._wake = asyncio.Event()
         self._error: Exception | None = None
         self._received = 0  # messages and statuses, for the heartbeat watchdog
+        self._reconnects = nc.stats["reconnects"]
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox() + "."
@@ -264,18 +281,21 @@ class _Puller:
 
     async def take(self, limit: int) -> list[_Delivered]:
         """Up to `limit` buffered messages, waiting for at least one. Raises `ConsumerLost`."""
-        quiet = 0
+        quiet = 0.0
         while not self.items:
             self._check()
+            if self._nc.stats["reconnects"] != self._reconnects and self._nc.is_connected:
+                self._reconnects = self._nc.stats["reconnects"]
+                self._current = 0  # the open request died with the old connection: ask again
             self._wake.clear()
             await self._request()
             received = self._received
             try:
-                await asyncio.wait_for(self._wake.wait(), self._heartbeat)
+                await asyncio.wait_for(self._wake.wait(), TICK)
             except TimeoutError:
-                quiet = quiet + 1 if self._received == received else 0
-                if quiet >= 3:  # not even heartbeats: the open request was lost (a reconnect)
-                    self._current = quiet = 0
+                quiet = quiet + TICK if self._received == received else 0.0
+                if quiet >= 3 * self._heartbeat:  # not even heartbeats: the open request is lost
+                    self._current, quiet = 0, 0.0
         self._check()
         taken = [self.items.popleft() for _ in range(min(limit, len(self.items)))]
         await self._request()

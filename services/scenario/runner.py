@@ -28,15 +28,13 @@ from events import (
     DecodeError,
     Envelope,
     Event,
-    GangCancelled,
-    TaskStateChanged,
-    at_seconds,
     decode,
     derived_id,
     subjects,
 )
 from events.commands import HostAdd, HostRemove, PoolDelete, PoolUpsert, TreeConfigure
 from services.admission.domain.model import RANK, TERMINAL, Gang
+from services.admission.domain.views import pool_numbers
 from services.admission.service import serve_admission
 from services.common.log import EventLog
 from services.preemption.domain.state import PreemptionState
@@ -53,7 +51,6 @@ from services.scenario.report import (
     decisions_of,
     resource_map,
 )
-from services.admission.domain.views import pool_numbers
 from services.tree.service import TreeService, serve_tree
 
 SETTLE_TIMEOUT = 30.0

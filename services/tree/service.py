@@ -26,15 +26,11 @@ from events import DecodeError, Envelope, InputRejected, at_seconds, decode, der
 from events.commands import (
     COMMANDS,
     CommandError,
-    HostAdd,
     HostList,
-    HostRemove,
-    PoolDelete,
     PoolGet,
     PoolList,
     PoolUpsert,
     Reply,
-    TreeConfigure,
     TreeList,
 )
 from projections.store import ProjectionStore
@@ -157,9 +153,9 @@ class TreeService:
         for event in decision.events:
             tree = getattr(event, "tree", None)
             subject = subjects.for_event(event.type, tree, SERVICE)
-            basis = self.position
-            envelope = Envelope(id=derived_id(SERVICE, subject, self.subject_seq.get(subject, 0), event.model_dump_json()),
-                                time=at_seconds(self.now), source=SERVICE, basis=basis, event=event)
+            expected = self.subject_seq.get(subject, 0)
+            envelope = Envelope(id=derived_id(SERVICE, subject, expected, event.model_dump_json()),
+                                time=at_seconds(self.now), source=SERVICE, basis=self.position, event=event)
             appended = await self.log.append_expecting(envelope, subject, self.subject_seq.get(subject, 0))
             if appended.duplicate:
                 raise StaleWrite(subject, self.subject_seq.get(subject, 0), "duplicate: already written")

@@ -14,15 +14,13 @@ from events import (
     DecodeError,
     Envelope,
     GangEnqueued,
-    PoolConfig,
-    PoolConfigChanged,
     TaskSpec,
     at_seconds,
     decode,
     derived_id,
     encode,
+    subjects,
 )
-from events import subjects
 from events.upcasters import upcast
 
 

@@ -91,7 +91,7 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
         target = _move_target(gang, preemption_on) if name == "pending" else None
         if target is None:
             return  # head of line: the queue stops here
-        out.append(Outcome(GangMovedToQueue(tree=rt.name, gang=gang.id, pool=gang.pool, queue=target,  # type: ignore[arg-type]
+        out.append(Outcome(GangMovedToQueue(tree=rt.name, gang=gang.id, pool=gang.pool, queue=target,  # type: ignore[arg-type,unused-ignore]
                                             reason=f"{verdict.check}: {verdict.detail}"), f"moved:{gang.id}"))
 
 

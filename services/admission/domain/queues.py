@@ -40,7 +40,7 @@ def fifo_key(gang: Gang, fifo_sort: Sequence[str]) -> SortKey:
 class GangQueue:
     """Gangs kept sorted by a precomputed key (bisect insert: O(log n) search, memmove insert)."""
 
-    __slots__ = ("_keys", "_gangs", "_index", "_key_of")
+    __slots__ = ("_gangs", "_index", "_key_of", "_keys")
 
     def __init__(self, key_of: Callable[[Gang], SortKey]) -> None:
         self._keys: list[SortKey] = []

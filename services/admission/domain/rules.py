@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from events import GangEnqueued, TaskStateChanged
 from services.admission.domain.model import ADMITTED, PENDING, RANK, TERMINAL, WAITING, Gang, Task
+from services.admission.domain.vectors import TOLERANCE, total
 from services.tree.domain import paths
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import effective_pool
 from services.tree.domain.placement import place_gang
 from services.tree.domain.state import TreeState
-from services.admission.domain.vectors import TOLERANCE, total
 
 if TYPE_CHECKING:
     from services.admission.domain.state import TreeRuntime

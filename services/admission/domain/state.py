@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from events import (
     ClockTicked,
@@ -47,7 +48,6 @@ from services.admission.domain.model import (
     FINISHED,
     PENDING,
     PLACED_OR_LATER,
-    RANK,
     REJECTED,
     TERMINAL,
     TIMED_OUT,
@@ -137,14 +137,14 @@ class AdmissionState:
                 continue
             if kind == "waiting" and gang.state == WAITING:
                 self._time_out(rt, gang, deadline, seq, out)
-            elif kind == "placement" and gang.state == ADMITTED and gang.attempt == attempt:
-                if any(t.state not in PLACED_OR_LATER for t in gang.tasks):
-                    self._requeue(rt, gang, head=True)
-                    placed = sum(t.state in PLACED_OR_LATER for t in gang.tasks)
-                    out.append(Outcome(GangRequeued(
-                        tree=rt.name, gang=gang.id, pool=gang.pool, cause="placement_timeout",
-                        reason=(f"{len(gang.tasks) - placed} of {len(gang.tasks)} tasks not placed within "
-                                f"{gang.timeout:g} s of admission")), f"requeued:{gang.id}:{attempt}"))
+            elif (kind == "placement" and gang.state == ADMITTED and gang.attempt == attempt
+                  and any(t.state not in PLACED_OR_LATER for t in gang.tasks)):
+                placed = sum(t.state in PLACED_OR_LATER for t in gang.tasks)
+                self._requeue(rt, gang, head=True)
+                out.append(Outcome(GangRequeued(
+                    tree=rt.name, gang=gang.id, pool=gang.pool, cause="placement_timeout",
+                    reason=(f"{len(gang.tasks) - placed} of {len(gang.tasks)} tasks not placed within "
+                            f"{gang.timeout:g} s of admission")), f"requeued:{gang.id}:{attempt}"))
         self.now = time
 
     def _timer(self, deadline: float, gang: Gang, kind: str) -> None:
@@ -210,7 +210,7 @@ class AdmissionState:
     def _new_queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
         view = effective_pool(self.config, rt.name, pool)
         order = view.fifo_sort if view is not None else ("priority", "arrival")
-        return {name: GangQueue(lambda g, o=order: fifo_key(g, o))
+        return {name: GangQueue(partial(fifo_key, fifo_sort=order))
                 for name in ("non_preemptible", "controller", "revocable", "pending")}
 
     def rebuild_queues(self, rt: TreeRuntime, pool: str) -> None:
@@ -459,7 +459,7 @@ def _chain(pool: str) -> list[str]:
 
 
 def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
-    return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type]
+    return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type,unused-ignore]
                    f"finished:{gang.id}")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events import PreemptionRequested, PoolEntitlement
+from events import PoolEntitlement, PreemptionRequested
 from services.admission.domain.model import ADMITTED, TERMINAL, Gang, Ledger, Task
 from services.admission.domain.state import Outcome, TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, exceeds

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from events import CycleCompleted, Event
-from services.admission.domain.state import SERVICE as ADMISSION, AdmissionState, Outcome
+from services.admission.domain.state import SERVICE as ADMISSION
+from services.admission.domain.state import AdmissionState, Outcome
 from services.preemption.domain.passes import OverSince, preemption_pass
 
 SERVICE = "preemption"
