@@ -13,15 +13,29 @@ from services.cli.args import format_resources
 
 def _share(value: Any) -> str:
     if isinstance(value, dict):
+        distinct = set(value.values())
+        if len(distinct) == 1:
+            return f"{float(distinct.pop()):g}"
         return format_resources(value)
     return f"{float(value):g}" if value is not None else "1"
+
+
+def shown_reservation(pool: dict[str, Any]) -> dict[str, float]:
+    """The kinds a pool reserves (zeros left out)."""
+    return {k: v for k, v in (pool.get("reservation") or {}).items() if v}
+
+
+def shown_limit(pool: dict[str, Any]) -> dict[str, float]:
+    """The kinds a pool (or an ancestor) limits; unbounded kinds left out."""
+    unbounded = set((pool.get("effective") or {}).get("unbounded", []))
+    return {k: v for k, v in (pool.get("limit") or {}).items() if k not in unbounded}
 
 
 def pool_label(pool: dict[str, Any]) -> str:
     name = pool["path"].rsplit("/", 1)[-1] or "/"
     parts = [f"[bold]{name}[/bold]"]
-    parts.append(f"reservation {format_resources(pool.get('reservation'))}")
-    parts.append(f"limit {format_resources(pool.get('limit'))}")
+    parts.append(f"reservation {format_resources(shown_reservation(pool))}")
+    parts.append(f"limit {format_resources(shown_limit(pool)) if shown_limit(pool) else 'unbounded'}")
     parts.append(f"share {_share(pool.get('share'))}")
     if pool.get("ephemeral"):
         parts.append("[dim](ephemeral)[/dim]")
@@ -46,8 +60,8 @@ def pool_table(pools: list[dict[str, Any]]) -> Table:
         table.add_row(
             pool.get("tree", "default"),
             pool["path"],
-            format_resources(pool.get("reservation")),
-            format_resources(pool.get("limit")),
+            format_resources(shown_reservation(pool)),
+            format_resources(shown_limit(pool)) if shown_limit(pool) else "unbounded",
             _share(pool.get("share")),
             str(pool.get("mode", "fifo")),
             str(len(pool.get("children", []))),
@@ -68,4 +82,6 @@ def host_table(hosts: list[dict[str, Any]]) -> Table:
 
 
 def console() -> Console:
-    return Console(soft_wrap=True)
+    """Rich output; when not on a terminal, wide enough that tables are not cut."""
+    probe = Console()
+    return Console(soft_wrap=True) if probe.is_terminal else Console(soft_wrap=True, width=200)

@@ -1,0 +1,48 @@
+"""Small builders for hand-written trees."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from services.admission.domain.entitlement import LeafUsage, PoolInput, TreeEntitlements
+
+TOL = 0.0009
+
+
+def leaf(
+    path: str,
+    *,
+    reservation: Mapping[str, float] | None = None,
+    limit: Mapping[str, float] | None = None,
+    share: float | Mapping[str, float] = 1.0,
+    static: bool = False,
+    slack_limit: float = 20.0,
+    allocation: Mapping[str, float] | None = None,
+    demand: Mapping[str, float] | None = None,
+    revocable_allocation: Mapping[str, float] | None = None,
+    revocable_demand: Mapping[str, float] | None = None,
+) -> PoolInput:
+    return PoolInput(
+        path=path,
+        reservation=dict(reservation or {}),
+        limit=None if limit is None else dict(limit),
+        share=share,
+        static=static,
+        slack_limit=slack_limit,
+        usage=LeafUsage(
+            allocation=dict(allocation or {}),
+            demand=dict(demand or {}),
+            revocable_allocation=dict(revocable_allocation or {}),
+            revocable_demand=dict(revocable_demand or {}),
+        ),
+    )
+
+
+def check(result: TreeEntitlements, field: str, expected: Mapping[str, Mapping[str, float]], tol: float = TOL) -> None:
+    """Each listed number of `field` (entitlement, non_slack_entitlement, ...) within `tol`."""
+    for path, kinds in expected.items():
+        got = getattr(result[path], field)
+        for kind, want in kinds.items():
+            assert got[kind] == pytest.approx(want, abs=tol), f"{field} of {path} {kind}: {got[kind]} != {want}"

@@ -1,0 +1,53 @@
+"""Every public scenario passes, on the in-memory log and on JetStream (the outside contract)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from services.scenario.format import load_scenario
+from services.scenario.report import ScenarioReport
+from services.scenario.runner import run_file
+
+SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
+FILES = sorted(SCENARIOS.glob("*.yaml")) if SCENARIOS.is_dir() else []
+
+
+def _run(path: Path, bus: str, url: str | None) -> ScenarioReport:
+    return anyio.run(run_file, load_scenario(path), bus, url, 0)
+
+
+def _failures(report: ScenarioReport) -> list[str]:
+    return [f for step in report.steps for f in step.failures]
+
+
+@pytest.mark.skipif(not FILES, reason="../shared/scenarios is not beside this checkout")
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_public_scenario_on_memory_bus(path: Path) -> None:
+    report = _run(path, "memory", None)
+    assert _failures(report) == []
+    assert report.passed
+
+
+@pytest.mark.nats
+@pytest.mark.skipif(not FILES, reason="../shared/scenarios is not beside this checkout")
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_public_scenario_on_nats_bus(path: Path, nats_url: str) -> None:
+    report = _run(path, "nats", nats_url)
+    assert _failures(report) == []
+    assert report.passed
+
+
+def test_a_failing_expectation_fails_the_report(tmp_path: Path) -> None:
+    scenario = tmp_path / "wrong.yaml"
+    scenario.write_text(
+        "name: wrong\nresources: [cpu]\ncapacity: {cpu: 100}\n"
+        "pools:\n  - {path: /a, reservation: {cpu: 20}}\n"
+        "steps:\n  - at: 0\n    do:\n      - enqueue: {gang: g, pool: /a, tasks: 1, resources: {cpu: 1}}\n"
+        "    expect:\n      allocation: {/a: {cpu: 2}}\n      admitted: [g]\n"
+    )
+    report = _run(scenario, "memory", None)
+    assert not report.passed
+    assert _failures(report) == ["step at=0: allocation /a cpu: expected 2.0, observed 1.0"]
