@@ -3,7 +3,8 @@
 - `nats_url`: the session's server (started in a tmp dir; `NATS_URL`, if set, is used instead).
 - `fresh_stream`: that URL, after the `POOLWISE` stream was deleted and created again, empty, with
   sequences from 1. Tests run one at a time, so no test sees another's events. On a server given
-  by `NATS_URL`, a `POOLWISE` stream the tests did not create is never deleted: the test is skipped.
+  by `NATS_URL` (not ours), a `POOLWISE` stream the tests did not create is never deleted: the test
+  is skipped instead.
 - `jetstream_log`: a `JetStreamLog` connected to `fresh_stream`.
 
 Async tests use anyio's plugin: `@pytest.mark.anyio` (backend: asyncio, which nats-py needs).
@@ -32,22 +33,26 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = os.environ.get("NATS_URL", "").strip()
-    if env:
-        yield env
+    if _external_server():
+        yield os.environ["NATS_URL"].strip()
         return
     with EmbeddedNats(tmp_path_factory.mktemp("nats")) as server:
         yield server.url
 
 
+def _external_server() -> bool:
+    return bool(os.environ.get("NATS_URL", "").strip())
+
+
 async def reset_stream(log: JetStreamLog) -> None:
-    """Delete the log's stream (only one the tests created) and create it again, empty."""
+    """Delete the log's stream and create it again, empty. On a server that is not the session's
+    own, only a stream the tests created is deleted."""
     try:
         info = await log.jsm.stream_info(log.stream)
     except NotFoundError:
         info = None
     if info is not None:
-        if info.config.description != TEST_STREAM_MARK:
+        if _external_server() and info.config.description != TEST_STREAM_MARK:
             pytest.skip(f"stream {log.stream} on this server was not created by the tests; not touching it")
         await log.delete_stream()
     await log.jsm.add_stream(StreamConfig(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from services.cli import events_cmd, host_cmd, pool_cmd, scenario_cmd, serve_cmd, sql_cmd, tree_cmd
+from services.cli import demo_cmd, events_cmd, host_cmd, pool_cmd, scenario_cmd, serve_cmd, sql_cmd, tree_cmd
 from services.cli.errors import guarded
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app.add_typer(events_cmd.app, name="events")
 app.add_typer(scenario_cmd.app, name="scenario")
 serve_cmd.register(app)
 sql_cmd.register(app)
+demo_cmd.register(app)
 
 
 def main() -> None:
