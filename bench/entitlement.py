@@ -33,7 +33,9 @@ from services.admission.domain.entitlement.model import Policy
 KINDS = ("cpu", "memory", "disk", "gpu")
 
 
-def random_tree(n_pools: int, *, seed: int = 0, fanout: int = 10, policy: Policy = "per_resource", jobs_per_leaf: int = 2) -> TreeInput:
+def random_tree(
+    n_pools: int, *, seed: int = 0, fanout: int = 10, policy: Policy = "per_resource", jobs_per_leaf: int = 2
+) -> TreeInput:
     """A random valid tree of `n_pools` pools (fan-out about `fanout`), 4 kinds, busy leaves."""
     rng = np.random.default_rng(seed)
     capacity = {"cpu": 1e6, "memory": 4e6, "disk": 1e7, "gpu": 1e4}
@@ -79,7 +81,10 @@ def random_tree(n_pools: int, *, seed: int = 0, fanout: int = 10, policy: Policy
             jobs = None
             if policy == "dominant":
                 jobs = tuple(
-                    JobDemand(job=f"j{row}-{j}", demand=dict(zip(KINDS, (demand * rng.uniform(0.2, 1.0, len(KINDS))).tolist(), strict=True)))
+                    JobDemand(
+                        job=f"j{row}-{j}",
+                        demand=dict(zip(KINDS, (demand * rng.uniform(0.2, 1.0, len(KINDS))).tolist(), strict=True)),
+                    )
                     for j in range(jobs_per_leaf)
                 )
             usage = LeafUsage(
@@ -111,42 +116,44 @@ def _best(fn: Callable[[], Any], repeat: int) -> float:
     return best
 
 
-def bench_entitlement(sizes: Iterable[int] = (1000, 10000, 100000), *, policy: Policy = "per_resource", repeat: int = 5) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for n in sizes:
-        tree = random_tree(n, policy=policy)
-        engine = EntitlementEngine(tree)
-        reps = repeat if n <= 10000 else max(2, repeat // 2)
-        compute_s = _best(engine.compute, reps)
-        leaves = engine.leaves
-        rng = np.random.default_rng(1)
-        batch = [leaves[int(j)] for j in rng.integers(0, len(leaves), max(1, len(leaves) // 100))]
-        usage = LeafUsage(demand={"cpu": 5.0, "memory": 10.0}, allocation={"cpu": 1.0})
+def bench_entitlement(
+    sizes: Iterable[int] = (1000, 10000, 100000), *, policy: Policy = "per_resource", repeat: int = 5
+) -> list[dict[str, Any]]:
+    """One row of timings (seconds, best of `repeat`) per size: see the module docstring."""
+    return [_bench_one(n, policy, repeat) for n in sizes]
 
-        def update_and_compute() -> None:
-            for path in batch:
-                engine.set_usage(path, usage)
-            engine.compute()
 
-        update_s = _best(update_and_compute, reps)
-        build_s = _best(lambda: EntitlementEngine(tree), max(1, reps // 2))
-        end_to_end_s = _best(lambda: compute_entitlements(tree), max(1, reps // 2))
-        result = engine.compute()
-        read_s = _best(lambda: [result[p] for p in result], 1)
-        rows.append(
-            {
-                "pools": n,
-                "kinds": len(KINDS),
-                "policy": policy,
-                "depth": len(max(result.paths, key=lambda p: p.count("/")).split("/")) - 1,
-                "compute_s": compute_s,
-                "update_compute_s": update_s,
-                "build_s": build_s,
-                "end_to_end_s": end_to_end_s,
-                "read_all_s": read_s,
-            }
-        )
-    return rows
+def _bench_one(n: int, policy: Policy, repeat: int) -> dict[str, Any]:
+    tree = random_tree(n, policy=policy)
+    engine = EntitlementEngine(tree)
+    reps = repeat if n <= 10000 else max(2, repeat // 2)
+    compute_s = _best(engine.compute, reps)
+    leaves = engine.leaves
+    rng = np.random.default_rng(1)
+    batch = [leaves[int(j)] for j in rng.integers(0, len(leaves), max(1, len(leaves) // 100))]
+    usage = LeafUsage(demand={"cpu": 5.0, "memory": 10.0}, allocation={"cpu": 1.0})
+
+    def update_and_compute() -> None:
+        for path in batch:
+            engine.set_usage(path, usage)
+        engine.compute()
+
+    update_s = _best(update_and_compute, reps)
+    build_s = _best(lambda: EntitlementEngine(tree), max(1, reps // 2))
+    end_to_end_s = _best(lambda: compute_entitlements(tree), max(1, reps // 2))
+    result = engine.compute()
+    read_s = _best(lambda: [result[p] for p in result], 1)
+    return {
+        "pools": n,
+        "kinds": len(KINDS),
+        "policy": policy,
+        "depth": max(p.count("/") for p in result.paths[1:]) if n else 0,
+        "compute_s": compute_s,
+        "update_compute_s": update_s,
+        "build_s": build_s,
+        "end_to_end_s": end_to_end_s,
+        "read_all_s": read_s,
+    }
 
 
 def main(argv: list[str]) -> None:
@@ -158,7 +165,8 @@ def main(argv: list[str]) -> None:
         for row in bench_entitlement(sizes, policy=policy):
             print(
                 f"{row['policy']:>12} {row['pools']:>7} pools x {row['kinds']} kinds (depth {row['depth']}): "
-                f"compute {row['compute_s'] * 1e3:8.1f} ms | 1% leaves + compute {row['update_compute_s'] * 1e3:8.1f} ms | "
+                f"compute {row['compute_s'] * 1e3:8.1f} ms | "
+                f"1% leaves + compute {row['update_compute_s'] * 1e3:8.1f} ms | "
                 f"build {row['build_s'] * 1e3:8.1f} ms | end-to-end {row['end_to_end_s'] * 1e3:8.1f} ms | "
                 f"read all {row['read_all_s'] * 1e3:8.1f} ms"
             )

@@ -65,8 +65,10 @@ def reference(tree: TreeInput) -> dict[str, dict[str, dict[str, float]]]:
                 nr = u.allocation.get(k, 0.0) + u.demand.get(k, 0.0)
                 term = 0.0
                 if k != CPU:
-                    term = min(pools[path].slack_limit / 100 * res(path, k),
-                               u.revocable_allocation.get(k, 0.0) + u.revocable_demand.get(k, 0.0))
+                    term = min(
+                        pools[path].slack_limit / 100 * res(path, k),
+                        u.revocable_allocation.get(k, 0.0) + u.revocable_demand.get(k, 0.0),
+                    )
                 out[k] = min(lim(path, k), nr + term)
                 nonrev[path][k] = min(lim(path, k), nr)
         req[path] = out
@@ -83,17 +85,17 @@ def reference(tree: TreeInput) -> dict[str, dict[str, dict[str, float]]]:
         for k in kinds:
             e = ent[path][k]
             base = [
-                min(res(c, k), lim(c, k)) if pools[c].static else min(req[c][k], res(c, k), lim(c, k))
-                for c in kids
+                min(res(c, k), lim(c, k)) if pools[c].static else min(req[c][k], res(c, k), lim(c, k)) for c in kids
             ]
             if sum(base) > e:
                 base = [b * e / sum(base) for b in base]
             rest = max(0.0, e - sum(base))
-            extra = waterfill(rest, [max(0.0, req[c][k] - b) for c, b in zip(kids, base)],
-                              [share(c, k) for c in kids])
+            extra = waterfill(
+                rest, [max(0.0, req[c][k] - b) for c, b in zip(kids, base, strict=True)], [share(c, k) for c in kids]
+            )
             left = max(0.0, rest - sum(extra))
             total_share = sum(share(c, k) for c in kids)
-            for c, b, x in zip(kids, base, extra):
+            for c, b, x in zip(kids, base, extra, strict=True):
                 given = b + x
                 add = left * share(c, k) / total_share if total_share > 0 else 0.0
                 ent[c][k] = max(given, min(lim(c, k), given + add))
@@ -128,7 +130,7 @@ def reference(tree: TreeInput) -> dict[str, dict[str, dict[str, float]]]:
             gifts = waterfill(have, [wants(c) for c in kids], [share(c, CPU) for c in kids])
             left = max(0.0, have - sum(gifts))
             total_share = sum(share(c, CPU) for c in kids)
-            for c, g in zip(kids, gifts):
+            for c, g in zip(kids, gifts, strict=True):
                 slack_cpu[c] = g + (left * share(c, CPU) / total_share if total_share > 0 else 0.0)
                 divide_slack(c)
 
@@ -144,9 +146,14 @@ def reference(tree: TreeInput) -> dict[str, dict[str, dict[str, float]]]:
             u = pools[path].usage
             out = {}
             for k in kinds:
-                out[k] = max(0.0, min(ent[path][k] - nonrev[path][k],
-                                      pools[path].slack_limit / 100 * res(path, k),
-                                      u.revocable_allocation.get(k, 0.0) + u.revocable_demand.get(k, 0.0)))
+                out[k] = max(
+                    0.0,
+                    min(
+                        ent[path][k] - nonrev[path][k],
+                        pools[path].slack_limit / 100 * res(path, k),
+                        u.revocable_allocation.get(k, 0.0) + u.revocable_demand.get(k, 0.0),
+                    ),
+                )
         if CPU in kinds:
             out[CPU] = slack_cpu[path]
         slack[path] = out
@@ -156,6 +163,10 @@ def reference(tree: TreeInput) -> dict[str, dict[str, dict[str, float]]]:
     result: dict[str, dict[str, dict[str, float]]] = {}
     for path in ent:
         non_slack = {k: (ent[path][k] if k == CPU else max(0.0, ent[path][k] - slack[path][k])) for k in kinds}
-        result[path] = {"entitlement": ent[path], "slack": slack[path], "non_slack": non_slack,
-                        "requirement": req[path]}
+        result[path] = {
+            "entitlement": ent[path],
+            "slack": slack[path],
+            "non_slack": non_slack,
+            "requirement": req[path],
+        }
     return result

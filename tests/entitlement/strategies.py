@@ -35,7 +35,9 @@ def _vector(draw: st.DrawFn, kinds: tuple[str, ...], cap: dict[str, float]) -> d
 
 
 @st.composite
-def trees(draw: st.DrawFn, policy: Policy = "per_resource", max_pools: int = 9, with_jobs: bool = False) -> TreeInput:
+def trees(
+    draw: st.DrawFn, policy: Policy = "per_resource", max_pools: int = 9, with_jobs: bool = False, limits: bool = True
+) -> TreeInput:
     kinds = draw(st.sampled_from(KIND_SETS))
     cap = {k: draw(st.sampled_from([0.0, 10.0, 100.0, 1000.0, 64.0])) for k in kinds}
     n = draw(st.integers(1, max_pools))
@@ -75,7 +77,11 @@ def trees(draw: st.DrawFn, policy: Policy = "per_resource", max_pools: int = 9, 
         jobs: tuple[JobDemand, ...] | None = None
         if with_jobs and draw(st.booleans()):
             jobs = tuple(
-                JobDemand(job=f"j{i}-{j}", demand=_vector(draw, kinds, cap), weight=draw(st.sampled_from([1.0, 1.0, 0.5, 3.0])))
+                JobDemand(
+                    job=f"j{i}-{j}",
+                    demand=_vector(draw, kinds, cap),
+                    weight=draw(st.sampled_from([1.0, 1.0, 0.5, 3.0])),
+                )
                 for j in range(draw(st.integers(0, 3)))
             )
         usage = LeafUsage(
@@ -89,7 +95,7 @@ def trees(draw: st.DrawFn, policy: Policy = "per_resource", max_pools: int = 9, 
             PoolInput(
                 path=path,
                 reservation=r,
-                limit=None if all(math.isinf(x) for x in lm.values()) and draw(st.booleans()) else lm,
+                limit=None if not limits or (all(math.isinf(x) for x in lm.values()) and draw(st.booleans())) else lm,
                 share=share,
                 static=draw(st.booleans()) and draw(st.booleans()),
                 slack_limit=draw(st.sampled_from([0.0, 20.0, 50.0, 100.0])),

@@ -71,7 +71,11 @@ def test_cpu_only_reservation_implies_other_kinds_in_proportion_to_the_parents_g
     )
     # /o's box is its limit (50, 100): memory binds: (0.05 + y) + y = 0.1 -> y = 0.025;
     # a = (0, 0.075) -> memory 75; b = (0.025, 0.025) -> (2.5, 25)
-    check(r, "entitlement", {"/o/a": {"cpu": 0, "memory": 75}, "/o/b": {"cpu": 2.5, "memory": 25}, "/o": {"cpu": 2.5, "memory": 100}})
+    check(
+        r,
+        "entitlement",
+        {"/o/a": {"cpu": 0, "memory": 75}, "/o/b": {"cpu": 2.5, "memory": 25}, "/o": {"cpu": 2.5, "memory": 100}},
+    )
 
 
 def test_hierarchy_pool_dominant_share_is_its_weighted_part() -> None:
@@ -81,7 +85,9 @@ def test_hierarchy_pool_dominant_share_is_its_weighted_part() -> None:
     # and P = (0.3, y). Q = (y/2, y). The root: memory binds at 2y = 1: y = 0.5.
     p = PoolInput(
         path="/P",
-        usage=LeafUsage(jobs=(JobDemand("j1", {"cpu": 30}), JobDemand("j2", {"cpu": 30}), JobDemand("j3", {"memory": 1000}))),
+        usage=LeafUsage(
+            jobs=(JobDemand("j1", {"cpu": 30}), JobDemand("j2", {"cpu": 30}), JobDemand("j3", {"memory": 1000}))
+        ),
     )
     q = leaf("/Q", demand={"cpu": 1000, "memory": 1000})
     r = run(p, q, capacity={"cpu": 200, "memory": 100})
@@ -94,12 +100,18 @@ def test_a_jump_is_taken_only_when_all_of_it_fits() -> None:
     # and y stops there (the 10% memory it would need only in part stays undivided: see dominant.py).
     p = PoolInput(
         path="/P",
-        usage=LeafUsage(jobs=(JobDemand("j1", {"cpu": 30}), JobDemand("j2", {"cpu": 30}), JobDemand("j3", {"memory": 1000}))),
+        usage=LeafUsage(
+            jobs=(JobDemand("j1", {"cpu": 30}), JobDemand("j2", {"cpu": 30}), JobDemand("j3", {"memory": 1000}))
+        ),
     )
     q = leaf("/Q", demand={"cpu": 1000, "memory": 1000})
     rr = leaf("/R", demand={"memory": 1000}, share=1.5)
     r = run(p, q, rr, capacity={"cpu": 200, "memory": 100})
-    check(r, "entitlement", {"/P": {"cpu": 60, "memory": 15}, "/Q": {"cpu": 30, "memory": 30}, "/R": {"cpu": 0, "memory": 45}})
+    check(
+        r,
+        "entitlement",
+        {"/P": {"cpu": 60, "memory": 15}, "/Q": {"cpu": 30, "memory": 30}, "/R": {"cpu": 0, "memory": 45}},
+    )
 
 
 def test_zero_weight_pool_gets_its_guarantee_only() -> None:
@@ -108,13 +120,20 @@ def test_zero_weight_pool_gets_its_guarantee_only() -> None:
 
 
 def test_kinds_without_capacity_are_left_out() -> None:
-    r = run(leaf("/A", demand={"cpu": 100, "gpu": 5}), leaf("/B", demand={"cpu": 100}), kinds=("cpu", "gpu"), capacity={"cpu": 100, "gpu": 0})
+    r = run(
+        leaf("/A", demand={"cpu": 100, "gpu": 5}),
+        leaf("/B", demand={"cpu": 100}),
+        kinds=("cpu", "gpu"),
+        capacity={"cpu": 100, "gpu": 0},
+    )
     check(r, "entitlement", {"/A": {"cpu": 50, "gpu": 0}, "/B": {"cpu": 50, "gpu": 0}})
 
 
 def test_revocable_work_is_a_pseudo_job_of_the_leaf() -> None:
     # A: non-revocable (50 cpu, 0 memory), revocable memory 300 of which slack_limit 20% of 500 = 100 counts.
-    r = run(leaf("/A", reservation={"memory": 500}, demand={"cpu": 50}, revocable_demand={"memory": 300}, slack_limit=20))
+    r = run(
+        leaf("/A", reservation={"memory": 500}, demand={"cpu": 50}, revocable_demand={"memory": 300}, slack_limit=20)
+    )
     assert r["/A"].requirement == {"cpu": 50, "memory": 100}
     check(r, "entitlement", {"/A": {"cpu": 50, "memory": 100}})
     check(r, "slack_entitlement", {"/A": {"memory": 100}})
@@ -124,7 +143,10 @@ def test_revocable_work_is_a_pseudo_job_of_the_leaf() -> None:
 def test_children_add_up_to_their_parent_exactly() -> None:
     r = run(
         leaf("/o", reservation={"cpu": 40}),
-        PoolInput(path="/o/a", usage=LeafUsage(jobs=(JobDemand("x", {"cpu": 30, "memory": 10}), JobDemand("y", {"memory": 800})))),
+        PoolInput(
+            path="/o/a",
+            usage=LeafUsage(jobs=(JobDemand("x", {"cpu": 30, "memory": 10}), JobDemand("y", {"memory": 800}))),
+        ),
         leaf("/o/b", demand={"cpu": 80, "memory": 80}),
         leaf("/p", demand={"cpu": 100, "memory": 100}, share=2),
     )

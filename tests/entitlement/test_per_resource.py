@@ -19,7 +19,10 @@ def run(*pools: PoolInput, capacity: float = 100.0, kinds: tuple[str, ...] = CPU
 def test_peloton_user_guide_example() -> None:
     # 100 cpu; RP1..3 reservation 20, limit 100, share 1; demands 10/80/80:
     # reservations 10, 20, 20; the 50 left water-filled over RP2 and RP3 (need 60 each): 25 each.
-    pools = [leaf(f"/RP{i}", reservation={"cpu": 20}, limit={"cpu": 100}, demand={"cpu": d}) for i, d in ((1, 10), (2, 80), (3, 80))]
+    pools = [
+        leaf(f"/RP{i}", reservation={"cpu": 20}, limit={"cpu": 100}, demand={"cpu": d})
+        for i, d in ((1, 10), (2, 80), (3, 80))
+    ]
     r = compute_entitlements(TreeInput(kinds=CPU1, capacity={"cpu": 100}, pools=tuple(pools)))
     check(r, "entitlement", {"/RP1": {"cpu": 10}, "/RP2": {"cpu": 45}, "/RP3": {"cpu": 45}})
     # RP1's demand rises to 50: reservations 20 each, the 40 left over needs 30/60/60: 13.33 each.
@@ -36,7 +39,10 @@ def test_phase1_reservation_up_to_requirement_then_phase3_by_share() -> None:
         TreeInput(
             kinds=CPU1,
             capacity={"cpu": 100},
-            pools=(leaf("/A", reservation={"cpu": 40}, demand={"cpu": 10}), leaf("/B", reservation={"cpu": 40}, demand={"cpu": 40})),
+            pools=(
+                leaf("/A", reservation={"cpu": 40}, demand={"cpu": 10}),
+                leaf("/B", reservation={"cpu": 40}, demand={"cpu": 40}),
+            ),
         )
     )
     check(r, "entitlement", {"/A": {"cpu": 35}, "/B": {"cpu": 65}})
@@ -84,7 +90,10 @@ def test_phase2_is_weighted_water_filling_capped_at_requirement() -> None:
 def test_phase2_only_for_children_needing_more_than_their_reservation() -> None:
     # A: reservation 30, needs 30 (nothing more); B: reservation 10, needs 100; capacity 100.
     # Phase 1: 30 + 10; phase 2: B +60 (all that is left). Phase 3: nothing.
-    r = run(leaf("/A", reservation={"cpu": 30}, demand={"cpu": 30}), leaf("/B", reservation={"cpu": 10}, demand={"cpu": 100}))
+    r = run(
+        leaf("/A", reservation={"cpu": 30}, demand={"cpu": 30}),
+        leaf("/B", reservation={"cpu": 10}, demand={"cpu": 100}),
+    )
     check(r, "entitlement", {"/A": {"cpu": 30}, "/B": {"cpu": 70}})
 
 
@@ -107,7 +116,10 @@ def test_reservations_above_capacity_are_scaled_down_with_alerts() -> None:
         TreeInput(
             kinds=CPU1,
             capacity={"cpu": 100},
-            pools=(leaf("/A", reservation={"cpu": 80}, demand={"cpu": 100}), leaf("/B", reservation={"cpu": 60}, demand={"cpu": 100})),
+            pools=(
+                leaf("/A", reservation={"cpu": 80}, demand={"cpu": 100}),
+                leaf("/B", reservation={"cpu": 60}, demand={"cpu": 100}),
+            ),
         )
     )
     check(r, "entitlement", {"/A": {"cpu": 80 * 100 / 140}, "/B": {"cpu": 60 * 100 / 140}})

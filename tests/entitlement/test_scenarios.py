@@ -26,17 +26,20 @@ def _peloton(at: int) -> tuple[TreeInput, Expect]:
     # at 0: a-0..9 (10 x 1 cpu), b-0..79, c-0..79 all queued: demands 10 / 80 / 80.
     # at 60: a, b-0..44, c-0..44 admitted at 0 (allocation 10 / 45 / 45), d-0..39 queued in RP1 (40),
     #        b-45..79 and c-45..79 still queued (35 each): requirements 50 / 80 / 80.
-    usage = {
+    by_step: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {
         0: [({}, {"cpu": 10}), ({}, {"cpu": 80}), ({}, {"cpu": 80})],
         60: [({"cpu": 10}, {"cpu": 40}), ({"cpu": 45}, {"cpu": 35}), ({"cpu": 45}, {"cpu": 35})],
-    }[at]
+    }
+    usage = by_step[at]
     pools = tuple(
-        leaf(f"/RP{i + 1}", reservation={"cpu": 20}, limit={"cpu": 100}, allocation=a, demand=d) for i, (a, d) in enumerate(usage)
+        leaf(f"/RP{i + 1}", reservation={"cpu": 20}, limit={"cpu": 100}, allocation=a, demand=d)
+        for i, (a, d) in enumerate(usage)
     )
-    want = {
+    wants: dict[int, dict[str, dict[str, float]]] = {
         0: {"/RP1": {"cpu": 10}, "/RP2": {"cpu": 45}, "/RP3": {"cpu": 45}},
         60: {"/RP1": {"cpu": 33.33}, "/RP2": {"cpu": 33.33}, "/RP3": {"cpu": 33.33}},
-    }[at]
+    }
+    want = wants[at]
     return TreeInput(kinds=("cpu",), capacity={"cpu": 100}, pools=pools, policy="per_resource"), {"entitlement": want}
 
 
@@ -48,30 +51,58 @@ def _yt(at: int) -> tuple[TreeInput, Expect]:
     #       Reservations 30 + 0 + 20; batch water-filled to 25; the 25 left by weight 1:10:1.
     # at 10: b1 done; a1, k1, b2..b4 hold 30 / 15 / 20; b5 still queued (5): batch 20.
     # at 20: a2 (50) queued in adhoc: 30 + 50 = 80 = its reservation; batch (b2..b5, 20) gets nothing.
-    alloc, demand = {
+    steps: dict[int, tuple[dict[str, float], dict[str, float]]] = {
         0: ({"a": 0, "b": 0, "k": 0}, {"a": 30, "b": 25, "k": 20}),
         10: ({"a": 30, "b": 15, "k": 20}, {"a": 0, "b": 5, "k": 0}),
         20: ({"a": 30, "b": 20, "k": 20}, {"a": 50, "b": 0, "k": 0}),
-    }[at]
+    }
+    alloc, demand = steps[at]
     pools = (
         leaf("/project-root", reservation={"cpu": 100}, limit={"cpu": 100}),
-        leaf("/project-root/adhoc", reservation={"cpu": 80}, limit={"cpu": 100}, share=1,
-             allocation={"cpu": alloc["a"]}, demand={"cpu": demand["a"]}),
-        leaf("/project-root/batch", reservation={"cpu": 0}, limit={"cpu": 100}, share=10,
-             allocation={"cpu": alloc["b"]}, demand={"cpu": demand["b"]}),
-        leaf("/project-root/backup", reservation={"cpu": 20}, limit={"cpu": 100}, share=1,
-             allocation={"cpu": alloc["k"]}, demand={"cpu": demand["k"]}),
+        leaf(
+            "/project-root/adhoc",
+            reservation={"cpu": 80},
+            limit={"cpu": 100},
+            share=1,
+            allocation={"cpu": alloc["a"]},
+            demand={"cpu": demand["a"]},
+        ),
+        leaf(
+            "/project-root/batch",
+            reservation={"cpu": 0},
+            limit={"cpu": 100},
+            share=10,
+            allocation={"cpu": alloc["b"]},
+            demand={"cpu": demand["b"]},
+        ),
+        leaf(
+            "/project-root/backup",
+            reservation={"cpu": 20},
+            limit={"cpu": 100},
+            share=1,
+            allocation={"cpu": alloc["k"]},
+            demand={"cpu": demand["k"]},
+        ),
     )
-    want = {
+    wants: dict[int, dict[str, dict[str, float]]] = {
         0: {
             "/project-root": {"cpu": 100},
             "/project-root/adhoc": {"cpu": 32.08},
             "/project-root/batch": {"cpu": 45.83},
             "/project-root/backup": {"cpu": 22.08},
         },
-        10: {"/project-root/adhoc": {"cpu": 32.5}, "/project-root/batch": {"cpu": 45}, "/project-root/backup": {"cpu": 22.5}},
-        20: {"/project-root/adhoc": {"cpu": 80}, "/project-root/batch": {"cpu": 0}, "/project-root/backup": {"cpu": 20}},
-    }[at]
+        10: {
+            "/project-root/adhoc": {"cpu": 32.5},
+            "/project-root/batch": {"cpu": 45},
+            "/project-root/backup": {"cpu": 22.5},
+        },
+        20: {
+            "/project-root/adhoc": {"cpu": 80},
+            "/project-root/batch": {"cpu": 0},
+            "/project-root/backup": {"cpu": 20},
+        },
+    }
+    want = wants[at]
     return TreeInput(kinds=("cpu",), capacity={"cpu": 100}, pools=pools), {"entitlement": want}
 
 
@@ -86,27 +117,35 @@ def _revocable(at: int) -> tuple[TreeInput, Expect]:
     #       memory: /a requires min(600, 550 + min(100, 100)) = 600: 500 + 100; 400 left by share,
     #       /a capped at its limit 600 (not redistributed), /b 200.
     #       slack memory /a: min(600 - 550, 100, 100) = 50, non-slack 550; slack cpu still 45.
-    usage = {
-        0: {"revocable_demand": {"cpu": 50, "memory": 100}},
-        10: {
-            "demand": {"cpu": 55, "memory": 550},
-            "revocable_allocation": {"cpu": 40, "memory": 80},
-            "revocable_demand": {"cpu": 10, "memory": 20},
-        },
-    }[at]
+    steps: dict[int, tuple[dict[str, float], dict[str, float], dict[str, float]]] = {
+        0: ({}, {}, {"cpu": 50, "memory": 100}),
+        10: ({"cpu": 55, "memory": 550}, {"cpu": 40, "memory": 80}, {"cpu": 10, "memory": 20}),
+    }
+    demand, revocable_allocation, revocable_demand = steps[at]
     pools = (
-        leaf("/a", reservation={"cpu": 50, "memory": 500}, limit={"cpu": 100, "memory": 600}, slack_limit=20, **usage),  # type: ignore[arg-type]
+        leaf(
+            "/a",
+            reservation={"cpu": 50, "memory": 500},
+            limit={"cpu": 100, "memory": 600},
+            slack_limit=20,
+            demand=demand,
+            revocable_allocation=revocable_allocation,
+            revocable_demand=revocable_demand,
+        ),
         leaf("/b", reservation={"cpu": 50, "memory": 500}, limit={"cpu": 100, "memory": 1000}),
     )
-    want: Expect = {
+    wants: dict[int, Expect] = {
         0: {"slack_entitlement": {"/a": {"cpu": 45, "memory": 100}}},
         10: {
             "entitlement": {"/a": {"cpu": 77.5, "memory": 600}, "/b": {"cpu": 22.5, "memory": 200}},
             "non_slack_entitlement": {"/a": {"cpu": 77.5, "memory": 550}},
             "slack_entitlement": {"/a": {"cpu": 45, "memory": 50}},
         },
-    }[at]
-    tree = TreeInput(kinds=("cpu", "memory"), capacity={"cpu": 100, "memory": 1000}, revocable_capacity={"cpu": 45}, pools=pools)
+    }
+    want = wants[at]
+    tree = TreeInput(
+        kinds=("cpu", "memory"), capacity={"cpu": 100, "memory": 1000}, revocable_capacity={"cpu": 45}, pools=pools
+    )
     return tree, want
 
 
@@ -123,7 +162,11 @@ def _respool(at: int) -> tuple[TreeInput, Expect]:
             demand={"cpu": 190, "memory": 1900, "disk": 1900, "gpu": 19},
         ),
     )
-    tree = TreeInput(kinds=("cpu", "memory", "disk", "gpu"), capacity={"cpu": 200, "memory": 2000, "disk": 2000, "gpu": 20}, pools=pools)
+    tree = TreeInput(
+        kinds=("cpu", "memory", "disk", "gpu"),
+        capacity={"cpu": 200, "memory": 2000, "disk": 2000, "gpu": 20},
+        pools=pools,
+    )
     return tree, {"entitlement": {"/batch": {"cpu": 200, "memory": 2000, "disk": 2000, "gpu": 20}}}
 
 
@@ -134,16 +177,24 @@ def _dominant(at: int) -> tuple[TreeInput, Expect]:
     #       (0.6 + y) + (0.2 + y) = 1: y = 0.1: 70% and 30%.
     # at 10: /A and /B empty; job x (10 x (10, 200)) in /X, job y (10 x (20, 100)) in /Y:
     #       directions (0.5, 1) and (1, 0.5): 1.5 y = 1 in both kinds.
-    jobs: dict[str, tuple[JobDemand, ...]] = {
-        0: {"/A": (JobDemand("a", {"cpu": 100, "memory": 1000}),), "/B": (JobDemand("b", {"cpu": 100, "memory": 1000}),)},
-        10: {"/X": (JobDemand("x", {"cpu": 100, "memory": 2000}),), "/Y": (JobDemand("y", {"cpu": 200, "memory": 1000}),)},
-    }[at]  # type: ignore[assignment]
-    res = {"/A": {"cpu": 60.0}, "/B": {"cpu": 20.0}, "/X": {}, "/Y": {}}
-    pools = tuple(PoolInput(path=p, reservation=r, usage=LeafUsage(jobs=jobs.get(p, ()))) for p, r in res.items())  # type: ignore[attr-defined]
-    want = {
+    by_step: dict[int, dict[str, tuple[JobDemand, ...]]] = {
+        0: {
+            "/A": (JobDemand("a", {"cpu": 100, "memory": 1000}),),
+            "/B": (JobDemand("b", {"cpu": 100, "memory": 1000}),),
+        },
+        10: {
+            "/X": (JobDemand("x", {"cpu": 100, "memory": 2000}),),
+            "/Y": (JobDemand("y", {"cpu": 200, "memory": 1000}),),
+        },
+    }
+    jobs = by_step[at]
+    res: dict[str, dict[str, float]] = {"/A": {"cpu": 60.0}, "/B": {"cpu": 20.0}, "/X": {}, "/Y": {}}
+    pools = tuple(PoolInput(path=p, reservation=r, usage=LeafUsage(jobs=jobs.get(p, ()))) for p, r in res.items())
+    wants: dict[int, dict[str, dict[str, float]]] = {
         0: {"/A": {"cpu": 70, "memory": 700}, "/B": {"cpu": 30, "memory": 300}, "/X": {"cpu": 0, "memory": 0}},
         10: {"/X": {"cpu": 33.33, "memory": 666.67}, "/Y": {"cpu": 66.67, "memory": 333.33}, "/A": {"cpu": 0}},
-    }[at]
+    }
+    want = wants[at]
     tree = TreeInput(kinds=("cpu", "memory"), capacity={"cpu": 100, "memory": 1000}, pools=pools, policy="dominant")
     return tree, {"entitlement": want}
 
@@ -175,8 +226,16 @@ def test_yt_step_zero_exactly() -> None:
     # 25 left after reservations and batch's share: by weight 1:10:1.
     tree, _ = _yt(0)
     r = compute_entitlements(tree)
-    check(r, "entitlement", {"/project-root/adhoc": {"cpu": 30 + 25 / 12}, "/project-root/batch": {"cpu": 25 + 250 / 12},
-                             "/project-root/backup": {"cpu": 20 + 25 / 12}}, tol=1e-9)
+    check(
+        r,
+        "entitlement",
+        {
+            "/project-root/adhoc": {"cpu": 30 + 25 / 12},
+            "/project-root/batch": {"cpu": 25 + 250 / 12},
+            "/project-root/backup": {"cpu": 20 + 25 / 12},
+        },
+        tol=1e-9,
+    )
 
 
 SCENARIO_DIR = Path(__file__).resolve().parents[3] / "shared" / "scenarios"
@@ -198,6 +257,12 @@ def test_numbers_are_the_scenario_files() -> None:
             for field, pools in wanted.items():
                 for pool, kinds in pools.items():
                     for kind, value in kinds.items():
-                        assert mine[field][pool][kind] == pytest.approx(float(value), abs=1e-9), (file.name, key, field, pool, kind)
+                        assert mine[field][pool][kind] == pytest.approx(float(value), abs=1e-9), (
+                            file.name,
+                            key,
+                            field,
+                            pool,
+                            kind,
+                        )
             seen.add(key)
     assert seen, "no scenario with entitlement expectations found"

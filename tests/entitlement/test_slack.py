@@ -80,7 +80,13 @@ def test_slack_memory(demand: float, revocable: float, entitled: float, slack: f
             kinds=CM,
             capacity={"cpu": 100, "memory": 1000},
             pools=(
-                leaf("/A", reservation={"memory": 500}, limit={"memory": 600}, demand={"memory": demand}, revocable_demand={"memory": revocable}),
+                leaf(
+                    "/A",
+                    reservation={"memory": 500},
+                    limit={"memory": 600},
+                    demand={"memory": demand},
+                    revocable_demand={"memory": revocable},
+                ),
                 leaf("/B", reservation={"memory": 100}),
             ),
         )
@@ -103,12 +109,21 @@ def test_internal_pool_slack_is_the_sum_of_its_childrens() -> None:
             ),
         )
     )
-    check(r, "slack_entitlement", {"/o/a": {"memory": 30, "cpu": 5}, "/o/b": {"memory": 60, "cpu": 5}, "/o": {"memory": 90, "cpu": 10}})
+    check(
+        r,
+        "slack_entitlement",
+        {"/o/a": {"memory": 30, "cpu": 5}, "/o/b": {"memory": 60, "cpu": 5}, "/o": {"memory": 90, "cpu": 10}},
+    )
 
 
 def test_without_cpu_there_is_no_slack_cpu() -> None:
     r = compute_entitlements(
-        TreeInput(kinds=("memory",), capacity={"memory": 100}, revocable_capacity={"cpu": 50}, pools=(leaf("/A", revocable_demand={"memory": 5}, reservation={"memory": 50}),))
+        TreeInput(
+            kinds=("memory",),
+            capacity={"memory": 100},
+            revocable_capacity={"cpu": 50},
+            pools=(leaf("/A", revocable_demand={"memory": 5}, reservation={"memory": 50}),),
+        )
     )
     assert r.slack_capacity == {"memory": 0.0}
     check(r, "slack_entitlement", {"/A": {"memory": 5}})

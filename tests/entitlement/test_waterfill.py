@@ -26,7 +26,10 @@ from services.admission.domain.entitlement.waterfill import level_waterfill, seg
 def test_waterfill_by_hand(amount: float, needs: list[float], weights: list[float], gifts: list[float]) -> None:
     assert waterfill(amount, needs, weights) == pytest.approx(gifts)
     got = segmented_waterfill(
-        np.array([float(amount)]), np.array(needs, dtype=float), np.array(weights, dtype=float), np.zeros(len(needs), dtype=np.intp)
+        np.array([float(amount)]),
+        np.array(needs, dtype=float),
+        np.array(weights, dtype=float),
+        np.zeros(len(needs), dtype=np.intp),
     )
     assert got.tolist() == pytest.approx(gifts)
 
@@ -34,7 +37,14 @@ def test_waterfill_by_hand(amount: float, needs: list[float], weights: list[floa
 segments = st.lists(
     st.tuples(
         st.floats(0, 200),
-        st.lists(st.tuples(st.sampled_from([0.0, 1.0, 5.0, 50.0, 150.0]) | st.floats(0, 100), st.sampled_from([0.0, 0.5, 1.0, 2.0, 10.0])), min_size=1, max_size=6),
+        st.lists(
+            st.tuples(
+                st.sampled_from([0.0, 1.0, 5.0, 50.0, 150.0]) | st.floats(0, 100),
+                st.sampled_from([0.0, 0.5, 1.0, 2.0, 10.0]),
+            ),
+            min_size=1,
+            max_size=6,
+        ),
     ),
     min_size=1,
     max_size=6,

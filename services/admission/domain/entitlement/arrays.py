@@ -98,10 +98,10 @@ def build_arrays(tree: TreeInput) -> TreeArrays:
     for path in by_path:
         kids.setdefault(path, [])
     for path, pool in by_path.items():
-        parent = pool.parent if pool.parent is not None else parent_of(path)
-        if parent not in kids:
-            raise ValueError(f"pool {path}: parent {parent} does not exist")
-        kids[parent].append(path)
+        up = pool.parent if pool.parent is not None else parent_of(path)
+        if up not in kids:
+            raise ValueError(f"pool {path}: parent {up} does not exist")
+        kids[up].append(path)
 
     # Breadth-first: depth by depth, children of a parent together, siblings by path.
     order: list[str] = [ROOT]
@@ -144,26 +144,38 @@ def build_arrays(tree: TreeInput) -> TreeArrays:
         )
 
     capacity = np.array([max(0.0, amount(tree.capacity, kd, 0.0)) for kd in kinds], dtype=np.float64)
-    reservation = np.zeros((n, k))
-    limit = np.full((n, k), math.inf)
-    share = np.ones((n, k))
-    static = np.zeros(n, dtype=bool)
-    slack_fraction = np.zeros(n)
-    cpu_only = np.zeros(n, dtype=bool)
-    reservation[0] = capacity
-    limit[0] = capacity
-    for path, pool in by_path.items():
-        i = index[path]
-        reservation[i] = [max(0.0, amount(pool.reservation, kd, 0.0)) for kd in kinds]
-        limit[i] = [max(0.0, amount(pool.limit, kd, math.inf)) for kd in kinds]
-        if isinstance(pool.share, Mapping):
-            share[i] = [max(0.0, amount(pool.share, kd, 1.0)) for kd in kinds]
-        else:
-            share[i] = max(0.0, float(pool.share))
-        static[i] = pool.static
-        slack_fraction[i] = min(max(pool.slack_limit, 0.0), 100.0) / 100.0
-        named = {kd for kd, v in pool.reservation.items() if v > 0}
-        cpu_only[i] = named == {CPU}
+    pools = [by_path[p] for p in order[1:]]
+    cap_row = capacity.tolist()
+    reservation = _matrix(
+        [cap_row] + [[m.get(kd, 0.0) for kd in kinds] for m in (p.reservation for p in pools)], 0.0, k
+    )
+    inf = math.inf
+    limit = _matrix(
+        [cap_row] + [[inf] * k if m is None else [m.get(kd, inf) for kd in kinds] for m in (p.limit for p in pools)],
+        inf,
+        k,
+    )
+    share = _matrix(
+        [[1.0] * k]
+        + [
+            [sh.get(kd, 1.0) for kd in kinds] if isinstance(sh, Mapping) else [float(sh)] * k
+            for sh in (p.share for p in pools)
+        ],
+        1.0,
+        k,
+    )
+    static = np.array([False] + [p.static for p in pools], dtype=bool)
+    slack_fraction = np.clip(np.array([0.0] + [p.slack_limit for p in pools], dtype=np.float64), 0.0, 100.0) / 100.0
+    cpu_only = np.array([False] + [_names_cpu_only(p.reservation) for p in pools], dtype=bool)
+    usages = [p.usage for p in pools]
+    zero = [0.0] * k
+
+    jobs: list[tuple[JobDemand, ...] | None] = [None]
+    jobs.extend(u.jobs for u in usages)
+
+    def usage_matrix(field: str) -> FloatArray:
+        rows = [zero] + [[m.get(kd, 0.0) for kd in kinds] for m in (getattr(u, field) for u in usages)]
+        return _matrix(rows, 0.0, k)
 
     arr = TreeArrays(
         policy=tree.policy,
@@ -185,15 +197,25 @@ def build_arrays(tree: TreeInput) -> TreeArrays:
         static=static,
         slack_fraction=slack_fraction,
         cpu_only_reservation=cpu_only,
-        allocation=np.zeros((n, k)),
-        demand=np.zeros((n, k)),
-        revocable_allocation=np.zeros((n, k)),
-        revocable_demand=np.zeros((n, k)),
-        jobs=[None] * n,
+        allocation=usage_matrix("allocation"),
+        demand=usage_matrix("demand"),
+        revocable_allocation=usage_matrix("revocable_allocation"),
+        revocable_demand=usage_matrix("revocable_demand"),
+        jobs=jobs,
     )
-    for path, pool in by_path.items():
-        write_usage(arr, index[path], pool.usage)
     return arr
+
+
+def _matrix(rows: list[list[float]], default: float, k: int) -> FloatArray:
+    """`(len(rows), k)` floats, NaN read as `default`, negatives as 0."""
+    m = np.array(rows, dtype=np.float64).reshape(len(rows), k)
+    if np.isnan(m).any():
+        m[np.isnan(m)] = default
+    return np.maximum(m, 0.0)
+
+
+def _names_cpu_only(reservation: Amounts) -> bool:
+    return CPU in reservation and all((v <= 0) == (kd != CPU) for kd, v in reservation.items())
 
 
 def _vector(values: Amounts, kinds: tuple[str, ...]) -> list[float]:

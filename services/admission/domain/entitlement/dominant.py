@@ -53,6 +53,14 @@ the inner argument *and* whether it is the top of a jump, so that a parent sitti
 jump top puts its children on theirs too, and the children's shares always add up to exactly
 their parent's.
 
+Consequences of one common argument (DOMAIN §3 asks for exactly that)
+--------------------------------------------------------------------
+When a kind runs out, `y` stops for every sibling, also for jobs that use none of that kind, and
+a pool's limit on one kind stops all of its jobs. So what is left of the other kinds stays
+undivided (true DRF progressive filling would freeze only the users of the exhausted kind), and
+more demand can lower a pool's own entitlement: see the two counterexamples in
+`tests/entitlement/test_properties.py`. `per_resource` has no such effect.
+
 Cost: a pool's function has about as many breakpoints as its subtree has jobs and pools (times
 the kinds), so the whole is O(jobs * depth * kinds) in pure Python: see `bench/entitlement.py`.
 """
@@ -67,7 +75,7 @@ from operator import itemgetter
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.model import TOLERANCE, Alert, FloatArray, amount
+from services.admission.domain.entitlement.model import TOLERANCE, Alert, FloatArray
 from services.admission.domain.entitlement.per_resource import aggregate
 
 _EPS = 1e-12
@@ -206,14 +214,25 @@ def _compose(h: _Path, g: Vec, lim: Vec, w: float) -> _Path:
                 m = d
         return m
 
+    def top_line(v: Vec) -> int:
+        """Which of the lines (0 = the floor at 0, k + 1 = kind k) gives `y_of(v)`."""
+        m, best = 0.0, 0
+        for k in range(dims):
+            d = v[k] - g[k]
+            if d > m:
+                m, best = d, k + 1
+        return best
+
     xs: list[float] = []
     vs: list[Vec] = []
     ts: list[float] = []
     rs: list[bool] = []
 
     def push(y: float, v: Vec, t: float, r: bool) -> None:
-        if xs and y < xs[-1]:
-            y = xs[-1]
+        # Arguments within rounding of the previous one are the same (a jump): `_sum` reads them so.
+        last = xs[-1] if xs else 0.0
+        if y - last <= _TINY * max(1.0, y):
+            y = last
         xs.append(y)
         vs.append(v)
         ts.append(t)
@@ -233,7 +252,8 @@ def _compose(h: _Path, g: Vec, lim: Vec, w: float) -> _Path:
             continue
         smax = _cut(a, b, cap)
         t0, t1 = hx[i], hx[i + 1]
-        if weighted and smax > 0.0:
+        # y is convex along the segment: if one line is on top at both ends, it is on top throughout.
+        if weighted and smax > 0.0 and top_line(a) != top_line(_lerp(a, b, smax) if smax < 1.0 else b):
             cs = [0.0] + [(a[k] - g[k]) * inv for k in range(dims)]
             ms = [0.0] + [(b[k] - a[k]) * inv for k in range(dims)]
             for s in _kinks(cs, ms, smax):
@@ -282,11 +302,30 @@ def _fit(h: _Path, cap: Vec) -> tuple[Vec, float, bool]:
     return vs[-1], xs[-1], rs[-1]
 
 
-def _job_path(d: Vec, w: float) -> _Path | None:
-    top = max(d, default=0.0)
-    if top <= _EPS or w <= _EPS:
-        return None
-    return _Path([0.0, top / w], [[0.0] * len(d), list(d)], [0.0, 0.0], [False, False])
+def _ramps(jobs: list[tuple[Vec, float]], dims: int) -> _Path:
+    """The inner function of a leaf: the sum of its jobs' shares `d / D * min(D, w * t)`."""
+    slope = [0.0] * dims
+    ends: list[tuple[float, Vec]] = []
+    for d, w in jobs:
+        top = max(d, default=0.0)
+        if top <= _EPS or w <= _EPS:
+            continue
+        f = w / top
+        sl = [x * f for x in d]
+        slope = [s + q for s, q in zip(slope, sl, strict=True)]
+        ends.append((top / w, sl))
+    xs, vs = [0.0], [[0.0] * dims]
+    if ends:
+        ends.sort(key=itemgetter(0))
+        cur, x = vs[0], 0.0
+        for end, sl in ends:
+            if end > x:
+                cur = [c + s * (end - x) for c, s in zip(cur, slope, strict=True)]
+                x = end
+                xs.append(end)
+                vs.append(cur)
+            slope = [s - q for s, q in zip(slope, sl, strict=True)]
+    return _Path(xs, vs, list(xs), [False] * len(xs))
 
 
 def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[FloatArray, FloatArray, list[Alert]]:
@@ -336,41 +375,36 @@ def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[Fl
     return g, lim, alerts
 
 
-def _leaf_jobs(arr: TreeArrays, row: int) -> list[tuple[FloatArray, float]]:
-    """Absolute demand vectors (all kinds) and weights of a leaf's jobs, revocable pseudo-job included."""
-    jobs = arr.jobs[row]
-    out: list[tuple[FloatArray, float]] = []
-    if jobs is None:
-        out.append((arr.allocation[row] + arr.demand[row], 1.0))
-    else:
-        for job in jobs:
-            vec = np.array([max(0.0, amount(job.demand, kd, 0.0)) for kd in arr.kinds])
-            out.append((vec, max(0.0, float(job.weight))))
-    rev = np.minimum(
-        arr.slack_fraction[row] * arr.reservation[row],
-        arr.revocable_allocation[row] + arr.revocable_demand[row],
-    )
-    if arr.cpu >= 0:
-        rev[arr.cpu] = 0.0
-    if rev.any():
-        out.append((rev, 1.0))
-    return out
-
-
 def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list[Alert]]:
     """`(entitlement, requirement, alerts)` of every row under `dominant`."""
     n, k = len(arr.paths), len(arr.kinds)
-    requirement = np.zeros((n, k))
-    leaf_jobs: dict[int, list[tuple[FloatArray, float]]] = {}
+    kinds = arr.kinds
+    # Each leaf's jobs as (absolute demand over all kinds, weight); the revocable pseudo-job last.
+    own = (arr.allocation + arr.demand).tolist()
+    rev_arr = np.minimum(arr.slack_fraction[:, None] * arr.reservation, arr.revocable_allocation + arr.revocable_demand)
+    if arr.cpu >= 0:
+        rev_arr[:, arr.cpu] = 0.0
+    rev = rev_arr.tolist()
+    limits = arr.limit.tolist()
+    req_rows = [[0.0] * k for _ in range(n)]
+    leaf_jobs: dict[int, list[tuple[Vec, float]]] = {}
     for row in np.flatnonzero(arr.is_leaf).tolist():
         if row == 0:
             continue
-        jobs = _leaf_jobs(arr, row)
+        given = arr.jobs[row]
+        jobs: list[tuple[Vec, float]]
+        if given is None:
+            jobs = [(own[row], 1.0)]
+        else:
+            jobs = [([max(0.0, job.demand.get(kd, 0.0)) for kd in kinds], max(0.0, job.weight)) for job in given]
+        if any(x > 0.0 for x in rev[row]):
+            jobs.append((rev[row], 1.0))
         leaf_jobs[row] = jobs
-        total = np.zeros(k)
+        total = [0.0] * k
         for vec, _ in jobs:
-            total += vec
-        requirement[row] = np.minimum(total, arr.limit[row])
+            total = [a + b for a, b in zip(total, vec, strict=True)]
+        req_rows[row] = [min(a, b) for a, b in zip(total, limits[row], strict=True)]
+    requirement = np.array(req_rows, dtype=np.float64).reshape(n, k)
     aggregate(arr, requirement)
 
     active = [i for i in range(k) if arr.capacity[i] > 0]
@@ -390,15 +424,11 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list
     for lv in reversed(arr.levels):
         for row in range(lv.start, lv.stop):
             if row in leaf_jobs:
-                parts = []
-                for vec, w in leaf_jobs[row]:
-                    d = [float(vec[a]) * inv_cap[j] for j, a in enumerate(active)]
-                    jp = _job_path(d, w)
-                    if jp is not None:
-                        parts.append(jp)
+                shares = [([vec[a] * inv_cap[j] for j, a in enumerate(active)], w) for vec, w in leaf_jobs[row]]
+                h = _ramps(shares, dims)
             else:
                 parts = [p for c in arr.children[row] if (p := paths[c]) is not None]
-            h = _sum(parts, dims) if parts else zero
+                h = _sum(parts, dims) if parts else zero
             paths[row] = _compose(h, g[row], lim[row], weight[row])
 
     top = [p for c in arr.children[0] if (p := paths[c]) is not None]

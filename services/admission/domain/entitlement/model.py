@@ -150,6 +150,7 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
     __slots__ = (
         "_dominant",
         "_index",
+        "_lists",
         "_shares",
         "alerts",
         "capacity",
@@ -193,25 +194,31 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         self._shares = shares  # (pools, 3): fair, usage, demand
         self._dominant = dominant  # kind index, -1 for none
         self.alerts = alerts
+        self._lists: tuple[list[list[float]], ...] | None = None
 
     def row_of(self, path: str) -> int:
         return self._index[path]
 
     def __getitem__(self, path: str) -> PoolEntitlement:
         row = self._index[path]
+        if self._lists is None:  # once: plain lists are much faster to read row by row
+            self._lists = (
+                self.entitlement_matrix.tolist(),
+                self.non_slack_matrix.tolist(),
+                self.slack_matrix.tolist(),
+                self.requirement_matrix.tolist(),
+                self._shares.tolist(),
+            )
+        ent, non_slack, slack, req, shares = self._lists
         kinds = self.kinds
-
-        def vec(matrix: FloatArray) -> dict[str, float]:
-            return dict(zip(kinds, matrix[row].tolist(), strict=True))
-
-        fair, usage, demand = self._shares[row].tolist()
+        fair, usage, demand = shares[row]
         dom = int(self._dominant[row])
         return PoolEntitlement(
             path=path,
-            entitlement=vec(self.entitlement_matrix),
-            non_slack_entitlement=vec(self.non_slack_matrix),
-            slack_entitlement=vec(self.slack_matrix),
-            requirement=vec(self.requirement_matrix),
+            entitlement=dict(zip(kinds, ent[row], strict=True)),
+            non_slack_entitlement=dict(zip(kinds, non_slack[row], strict=True)),
+            slack_entitlement=dict(zip(kinds, slack[row], strict=True)),
+            requirement=dict(zip(kinds, req[row], strict=True)),
             fair_share=fair,
             usage_share=usage,
             demand_share=demand,

@@ -63,7 +63,9 @@ def aggregate(arr: TreeArrays, requirement: FloatArray) -> None:
         requirement[lv.group_parent] = np.minimum(sums, arr.limit[lv.group_parent])
 
 
-def scale_alerts(arr: TreeArrays, parents: list[int], kinds: list[int], claimed: FloatArray, had: FloatArray) -> list[Alert]:
+def scale_alerts(
+    arr: TreeArrays, parents: list[int], kinds: list[int], claimed: FloatArray, had: FloatArray
+) -> list[Alert]:
     out: list[Alert] = []
     for p, k, c, e in zip(parents, kinds, claimed.tolist(), had.tolist(), strict=True):
         if c - e < TOLERANCE:
