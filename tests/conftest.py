@@ -2,10 +2,17 @@
 
 - `nats_url`: the session's server (started in a tmp dir; `NATS_URL`, if set, is used instead).
 - `fresh_stream`: that URL, after the `POOLWISE` stream was deleted and created again, empty, with
-  sequences from 1. Tests run one at a time, so no test sees another's events. On a server given
-  by `NATS_URL` (not ours), a `POOLWISE` stream the tests did not create is never deleted: the test
-  is skipped instead.
-- `jetstream_log`: a `JetStreamLog` connected to `fresh_stream`.
+  sequences from 1: for tests that run services on the real stream name.
+- `jetstream_log`: a `JetStreamLog` on a stream of its own (`POOLWISE_T<n>`, the usual subjects,
+  empty): what the log contract runs on.
+
+Test streams are memory-backed: nats-server 2.15 races when a file-backed stream is deleted and
+another created right after (the new one may come up holding the old messages, or fail to create
+its directory); memory streams have no files. The adapter does not care which storage it is on.
+
+Tests run one at a time and each starts by deleting the streams before it, so no test sees
+another's events. On a server given by `NATS_URL` (not ours), only streams the tests created are
+deleted; if another stream holds the subjects, the test is skipped.
 
 Async tests use anyio's plugin: `@pytest.mark.anyio` (backend: asyncio, which nats-py needs).
 Tests that use `nats_url` (directly or through the fixtures above) are marked `nats`.
@@ -15,15 +22,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from itertools import count
 
 import pytest
 from nats.js.api import StorageType, StreamConfig
-from nats.js.errors import NotFoundError
 
+from events.subjects import STREAM
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
 
 TEST_STREAM_MARK = "poolwise test stream: the test suite deletes and recreates it"
+_names = count(1)
+
+
+def _external_server() -> bool:
+    return bool(os.environ.get("NATS_URL", "").strip())
 
 
 @pytest.fixture(scope="session")
@@ -40,23 +53,18 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
 
 
-def _external_server() -> bool:
-    return bool(os.environ.get("NATS_URL", "").strip())
-
-
 async def reset_stream(log: JetStreamLog) -> None:
-    """Delete the log's stream and create it again, empty. On a server that is not the session's
-    own, only a stream the tests created is deleted."""
-    try:
-        info = await log.jsm.stream_info(log.stream)
-    except NotFoundError:
-        info = None
-    if info is not None:
-        if _external_server() and info.config.description != TEST_STREAM_MARK:
-            pytest.skip(f"stream {log.stream} on this server was not created by the tests; not touching it")
-        await log.delete_stream()
+    """Delete the streams earlier tests left (only those the tests created, on a server that is
+    not the session's own) and create the log's stream, empty."""
+    for info in await log.jsm.streams_info():
+        config = info.config
+        if _external_server() and config.description != TEST_STREAM_MARK:
+            if set(config.subjects or ()) & set(log.subjects):
+                pytest.skip(f"stream {config.name} on {log.nc.connected_url} holds the subjects; not touching it")
+            continue
+        await JetStreamLog(log.nc, stream=str(config.name)).delete_stream()  # waits out a file store
     await log.jsm.add_stream(StreamConfig(
-        name=log.stream, subjects=list(log.subjects), storage=StorageType.FILE, duplicate_window=600.0,
+        name=log.stream, subjects=list(log.subjects), storage=StorageType.MEMORY, duplicate_window=600.0,
         description=TEST_STREAM_MARK,
     ))  # fmt: skip
     await log.ensure_stream()
@@ -64,7 +72,7 @@ async def reset_stream(log: JetStreamLog) -> None:
 
 @pytest.fixture
 async def fresh_stream(nats_url: str) -> str:
-    log = await JetStreamLog.connect(nats_url)
+    log = await JetStreamLog.connect(nats_url, stream=STREAM)
     try:
         await reset_stream(log)
     finally:
@@ -73,9 +81,10 @@ async def fresh_stream(nats_url: str) -> str:
 
 
 @pytest.fixture
-async def jetstream_log(fresh_stream: str) -> AsyncIterator[JetStreamLog]:
-    log = await JetStreamLog.connect(fresh_stream)
+async def jetstream_log(nats_url: str) -> AsyncIterator[JetStreamLog]:
+    log = await JetStreamLog.connect(nats_url, stream=f"{STREAM}_T{next(_names)}")
     try:
+        await reset_stream(log)
         yield log
     finally:
         await log.close()

@@ -27,7 +27,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServerError
 from nats.js.manager import JetStreamManager
 
 from events import Envelope, encode
@@ -44,6 +44,7 @@ _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
 MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
 TICK = 0.5  # seconds between looks at a quiet connection
+DELETE_SETTLE = 0.25  # seconds after deleting a stream before it may be created again (see delete_stream)
 
 
 class ConsumerLost(Exception):
@@ -357,15 +358,24 @@ class JetStreamLog:
 
     # -- the stream ------------------------------------------------------------------------------
 
-    async def ensure_stream(self, *, replicas: int = 1, duplicate_window: float = 600.0) -> None:
-        """Create the stream, or bring its subjects and duplicate window up to date (idempotent)."""
+    async def ensure_stream(self, *, replicas: int = 1, duplicate_window: float = 600.0, memory: bool = False) -> None:
+        """Create the stream (file storage; `memory` for tests), or bring its subjects and duplicate
+        window up to date (idempotent; storage and replicas of an existing stream are kept)."""
         try:
             info = await self.jsm.stream_info(self.stream)
         except NotFoundError:
-            await self.jsm.add_stream(StreamConfig(
-                name=self.stream, subjects=list(self.subjects), storage=StorageType.FILE,
-                num_replicas=replicas, duplicate_window=duplicate_window,
-            ))  # fmt: skip
+            config = StreamConfig(
+                name=self.stream, subjects=list(self.subjects), num_replicas=replicas,
+                storage=StorageType.MEMORY if memory else StorageType.FILE, duplicate_window=duplicate_window,
+            )  # fmt: skip
+            for attempt in range(3):
+                try:
+                    await self.jsm.add_stream(config)
+                    return
+                except ServerError:  # the server still tidying a stream deleted a moment ago
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(DELETE_SETTLE)
             return
         config = info.config
         if set(config.subjects or ()) != set(self.subjects) or config.duplicate_window != duplicate_window:
@@ -373,9 +383,18 @@ class JetStreamLog:
             await self.jsm.update_stream(config)
 
     async def delete_stream(self) -> None:
-        """Remove the stream and everything in it (tests, `poolwise reset`)."""
-        with contextlib.suppress(NotFoundError):
+        """Remove the stream and everything in it (tests, `poolwise reset`).
+
+        nats-server (2.15) may still write a deleted file-backed stream's files for a moment after
+        answering; a stream created again under the same name at once can come up holding the old
+        messages. So for those this returns only after a short settle time."""
+        try:
+            info = await self.jsm.stream_info(self.stream)
             await self.jsm.delete_stream(self.stream)
+        except NotFoundError:
+            return
+        if info.config.storage != StorageType.MEMORY:
+            await asyncio.sleep(DELETE_SETTLE)
 
     # -- writing ---------------------------------------------------------------------------------
 
