@@ -17,7 +17,9 @@ from events.decisions import (
     GangTimedOut,
     InputRejected,
     PoolEntitlement,
+    PoolStarvationChanged,
     PreemptionRequested,
+    StarvationStatus,
 )
 from events.envelope import CURRENT_VERSIONS, EVENT_TYPES, AnyEvent, Envelope, at_seconds, derived_id
 from events.inputs import (
@@ -65,8 +67,10 @@ __all__ = [
     "PoolConfigChanged",
     "PoolDeleted",
     "PoolEntitlement",
+    "PoolStarvationChanged",
     "PreemptionRequested",
     "Resources",
+    "StarvationStatus",
     "TaskSpec",
     "TaskState",
     "TaskStateChanged",

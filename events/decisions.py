@@ -90,6 +90,31 @@ class PreemptionRequested(Event):
     grace_period: float = 5.0
 
 
+StarvationStatus = Literal["ok", "below_fair_share", "starving"]
+
+
+class PoolStarvationChanged(Event):
+    """A pool's starvation status changed (DOMAIN §6, YTsaurus): `below_fair_share` when, on some
+    kind it demands, its non-slack allocation (`usage`) is below `min(non-slack entitlement *
+    starvation_tolerance, demand)`; `starving` once that has lasted `starvation_timeout`; `ok`
+    otherwise. `since` is when the pool entered `status`; `below_since` when its current stretch
+    below fair share began (None when ok). `kinds` are the kinds it is below on. Decided by the
+    preemption pass, with time from the log."""
+
+    type: Literal["PoolStarvationChanged"] = "PoolStarvationChanged"
+    version: Literal[1] = 1
+    tree: str
+    pool: str
+    status: StarvationStatus
+    previous: StarvationStatus = "ok"
+    since: float
+    below_since: float | None = None
+    kinds: list[str] = Field(default_factory=list)
+    usage: Resources = Field(default_factory=dict)
+    entitlement: Resources = Field(default_factory=dict)
+    demand: Resources = Field(default_factory=dict)
+
+
 class GangFinished(Event):
     """A gang will take no more resources: every task ended (`done`), or it was cancelled, timed
     out, or refused at its first enqueue (`rejected`). Lets other services count unfinished gangs."""

@@ -18,6 +18,7 @@ from events.decisions import (
     GangRequeued,
     GangTimedOut,
     InputRejected,
+    PoolStarvationChanged,
     PreemptionRequested,
 )
 from events.inputs import (
@@ -52,6 +53,7 @@ DecisionEvent = (
     | GangTimedOut
     | GangRequeued
     | PreemptionRequested
+    | PoolStarvationChanged
     | InputRejected
 )
 AnyEvent = Annotated[InputEvent | DecisionEvent, Field(discriminator="type")]
@@ -76,6 +78,7 @@ EVENT_TYPES: dict[str, type[Frozen]] = {
         GangTimedOut,
         GangRequeued,
         PreemptionRequested,
+        PoolStarvationChanged,
         InputRejected,
     )
 }

@@ -2,17 +2,27 @@
 
 `run_system(names, data_dir, nats_url)` connects to NATS (or starts an embedded server when no
 URL is given), makes sure the stream exists, and starts the named services in one task group,
-in the table's order, each once the previous one is ready."""
+in the table's order, each once the previous one is ready.
+
+With an embedded server, the data directory is claimed first (`claim_data_dir`): a second
+`poolwise up` on the same directory is refused, and a server left running by a `poolwise up`
+that was killed (SIGKILL: no chance to stop its child) is stopped before a new one starts on
+the same store. The embedded server is stopped on the way out even when cancelled."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
 from services.admission.service import serve_admission
+from services.cli.args import InputError
 from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog
 from services.common.natsserver import EmbeddedNats, remove_url_file, write_url_file
@@ -42,28 +52,97 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
     return started
 
 
+LOCK_FILE = "poolwise.lock"
+
+
+@contextlib.contextmanager
+def claim_data_dir(data_dir: Path) -> Iterator[None]:
+    """Hold `<data_dir>/poolwise.lock` (an exclusive advisory lock, released by the kernel however
+    the process ends) while running an embedded server on the data dir's store; stop a server
+    that a killed `poolwise up` left running there."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle: IO[str] = (data_dir / LOCK_FILE).open("a")
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # no advisory locks here (Windows): no guard
+            pass
+        except OSError:
+            raise InputError(f"another `poolwise up` is running on data dir {data_dir}") from None
+        stop_orphan_server(data_dir / "nats")
+        yield
+    finally:
+        handle.close()
+
+
+def stop_orphan_server(store_dir: Path, timeout: float = 10.0) -> int | None:
+    """Stop the nats-server whose pid file is in `store_dir`, if it still runs on that store (a
+    previous `poolwise up` was killed before it could stop it). Returns its pid, if one was stopped."""
+    try:
+        pid = int((store_dir / "nats.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not serves_store(pid, store_dir):
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while serves_store(pid, store_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if serves_store(pid, store_dir):
+            os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def serves_store(pid: int, store_dir: Path) -> bool:
+    """Whether process `pid` is a live nats-server with its store in `store_dir` (Linux /proc)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        if (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z":
+            return False  # exited, not reaped yet
+        args = (proc / "cmdline").read_bytes().split(b"\0")
+        cwd = os.readlink(proc / "cwd")
+    except (OSError, IndexError):
+        return False
+    if not args or not Path(os.fsdecode(args[0])).name.startswith("nats-server") or b"-sd" not in args:
+        return False
+    index = args.index(b"-sd") + 1
+    if index >= len(args):
+        return False
+    served = Path(cwd, os.fsdecode(args[index]))
+    return os.path.realpath(served) == os.path.realpath(store_dir)
+
+
 async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
                      on_ready: Callable[[str], None] | None = None) -> None:
     """Run the named services until cancelled, on `nats_url` or an embedded server."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    embedded: EmbeddedNats | None = None
-    if nats_url is None:
+    if nats_url is not None:
+        await _run_on(names, data_dir, nats_url, on_ready)
+        return
+    with claim_data_dir(data_dir):
         embedded = EmbeddedNats(data_dir)
-        await anyio.to_thread.run_sync(embedded.start)
-        nats_url = embedded.url
-        write_url_file(data_dir, nats_url)
-    try:
-        log = await JetStreamLog.connect(nats_url)
         try:
-            await log.ensure_stream()
-            async with anyio.create_task_group() as tg:
-                await start_services(tg, log, names, data_dir)
-                if on_ready is not None:
-                    on_ready(nats_url)
+            with anyio.CancelScope(shield=True):  # a started server is always stopped below
+                await anyio.to_thread.run_sync(embedded.start)
+            write_url_file(data_dir, embedded.url)
+            await _run_on(names, data_dir, embedded.url, on_ready)
         finally:
             with anyio.CancelScope(shield=True):
-                await log.close()
+                remove_url_file(data_dir)
+                await anyio.to_thread.run_sync(embedded.stop)
+
+
+async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None) -> None:
+    log = await JetStreamLog.connect(nats_url)
+    try:
+        await log.ensure_stream()
+        async with anyio.create_task_group() as tg:
+            await start_services(tg, log, names, data_dir)
+            if on_ready is not None:
+                on_ready(nats_url)
     finally:
-        if embedded is not None:
-            remove_url_file(data_dir)
-            await anyio.to_thread.run_sync(embedded.stop)
+        with anyio.CancelScope(shield=True):
+            await log.close()

@@ -1,11 +1,12 @@
-"""The admission service's read models (one DuckDB file): the whole event history and the trees."""
+"""The admission service's read models. The whole event history and the pool tree are projected
+once, by the tree service (`tree.duckdb`); projecting them here too halved the pipeline's rate.
+Admission answers questions about gangs from its state (`queries.py`); gang and task tables for
+SQL are the next read models to add here."""
 
 from __future__ import annotations
 
 from projections.base import Projection
-from projections.event_log import EventLogProjection
-from projections.pool_tree import PoolTreeProjection
 
 
 def projections_for() -> list[Projection]:
-    return [EventLogProjection(), PoolTreeProjection()]
+    return []

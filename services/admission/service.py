@@ -17,6 +17,7 @@ from anyio.abc import TaskStatus
 from events import ClockTicked, Envelope, at_seconds, derived_id
 from projections.store import ProjectionStore
 from services.admission.folder import SUBJECTS, AdmissionFolder
+from services.admission.queries import ExplainingFolder, serve_queries
 from services.common.folding import run_folder
 from services.common.log import EventLog
 
@@ -67,16 +68,22 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
     if data_dir is not None:
         from services.admission.projection import projections_for
 
-        data_dir.mkdir(parents=True, exist_ok=True)
-        store = ProjectionStore(data_dir / "admission.duckdb", projections_for())
+        kept = projections_for()
+        if kept:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            store = ProjectionStore(data_dir / "admission.duckdb", kept)
     ticker = Clock(log, folder) if clock else None
+    explaining = ExplainingFolder(folder)  # the same folder, keeping what `explain` needs
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(
-                log, folder, SUBJECTS, durable="admission", store=store,
+                log, explaining, SUBJECTS, durable="admission", store=store,
                 on_batch=ticker.on_batch if ticker else None, task_status=task_status))
             if ticker is not None:
                 tg.start_soon(ticker.run)
+            nc = getattr(log, "nc", None)
+            if nc is not None:  # JetStream: answer `poolwise.cmd.admission.*` (gangs, explain)
+                await tg.start(lambda task_status: serve_queries(nc, explaining, task_status=task_status))
             task_status.started("admission")
     finally:
         if store is not None:

@@ -34,12 +34,23 @@ def find_url(data_dir: Path) -> str:
     return url
 
 
-async def request(url: str, service: str, command: BaseModel, timeout: float = 10.0) -> Reply:
-    """Send one command and return the service's reply; an error reply raises ServiceError."""
+async def _quiet(_: Exception) -> None:
+    """nats-py's default error callback prints a traceback per failed attempt: a person sees one line."""
+
+
+async def connect(url: str, *, name: str = "poolwise-cli") -> Any:
+    """A NATS connection for one command: one attempt (nats-py takes max_reconnect_attempts=0 for
+    "forever"), a bounded wait, no traceback; InputError when the server cannot be reached."""
     try:
-        nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+        return await nats.connect(url, name=name, connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.2,
+                                  allow_reconnect=False, error_cb=_quiet)
     except Exception as exc:
         raise InputError(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".strip()) from None
+
+
+async def request(url: str, service: str, command: BaseModel, timeout: float = 10.0) -> Reply:
+    """Send one command and return the service's reply; an error reply raises ServiceError."""
+    nc = await connect(url)
     try:
         op: str = getattr(command, "op")  # noqa: B009 - every command model has `op`
         msg = await nc.request(subjects.command(service, op), command.model_dump_json().encode(), timeout=timeout)

@@ -7,7 +7,12 @@ from __future__ import annotations
 import typer
 
 from services.cli import demo_cmd, events_cmd, host_cmd, pool_cmd, scenario_cmd, serve_cmd, sql_cmd, tree_cmd
+from services.cli.bench_cmd import register as register_bench
 from services.cli.errors import guarded
+from services.cli.gangs_cmd import register as register_gangs
+from services.cli.preemptions_cmd import register as register_preemptions
+from services.cli.replay_cmd import register as register_replay
+from services.cli.submit_cmd import register as register_submit
 
 app = typer.Typer(
     name="poolwise",
@@ -23,7 +28,12 @@ app.add_typer(events_cmd.app, name="events")
 app.add_typer(scenario_cmd.app, name="scenario")
 serve_cmd.register(app)
 sql_cmd.register(app)
+register_bench(app)
+register_replay(app)
 demo_cmd.register(app)
+register_preemptions(app)
+register_submit(app)
+register_gangs(app)
 
 
 def main() -> None:

@@ -8,8 +8,10 @@ import typer
 
 from services.cli.args import InputError
 from services.cli.options import DEFAULT_DATA_DIR, DataDir
-from services.common.runtime import run_until_signalled
-from services.launcher import SERVICES, run_system
+
+# The names of `services.launcher.SERVICES`, in its order (a test keeps them equal): the launcher
+# imports every service (DuckDB, Arrow, ...), which only `up` and `serve` need, not every command.
+SERVICES: tuple[str, ...] = ("tree", "admission", "preemption")
 
 
 def register(app: typer.Typer) -> None:
@@ -45,6 +47,9 @@ def serve(
 
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True) -> None:
+    from services.common.runtime import run_until_signalled
+    from services.launcher import run_system
+
     def on_ready(url: str) -> None:
         typer.echo(f"poolwise: {', '.join(names)} ready on {url} (data dir {data_dir}); Ctrl-C to stop", err=True)
 

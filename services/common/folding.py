@@ -30,6 +30,8 @@ from events import DecodeError, Envelope, InputRejected, at_seconds, decode, der
 from events.subjects import PREFIX
 from projections.store import ProjectionStore
 from services.common.log import EventLog, Stored
+from services.common.memlog import subject_filter
+from services.common.telemetry import span
 
 
 class Folder(Protocol):
@@ -92,11 +94,13 @@ OnBatch = Callable[[int], Awaitable[None]]
 async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int:
     """Step 1: fold the whole log; publish the decisions it makes that the log lacks. Returns the
     last folded sequence."""
-    history = await log.read(1, subjects)
-    present = {s.msg_id for s in history if s.msg_id}
-    if not any(s.msg_id for s in history):  # adapters that do not keep ids: read them from the events
+    everything = await log.read(1)  # ids of the whole log: refusals live on subjects we do not fold
+    wanted = subject_filter(tuple(subjects))
+    history = [s for s in everything if wanted(s.subject)]
+    present = {s.msg_id for s in everything if s.msg_id}
+    if not any(s.msg_id for s in everything):  # adapters that do not keep ids: read them from the events
         present = set()
-        for s in history:
+        for s in everything:
             with suppress(DecodeError):
                 present.add(decode(s.data).id)
     result = fold_batch(folder, history, 0)
@@ -125,11 +129,13 @@ async def run_folder(
 
     async def handle(batch: Sequence[Stored]) -> None:
         nonlocal folded
-        result = fold_batch(folder, batch, folded)
-        if result.decisions:
-            await log.append(result.decisions)
-        if store is not None:
-            await anyio.to_thread.run_sync(store.apply, batch)
+        with span("fold batch", service=folder.service, events=len(batch)) as current:
+            result = fold_batch(folder, batch, folded)
+            current.set_attribute("decisions", len(result.decisions))
+            if result.decisions:
+                await log.append(result.decisions)
+            if store is not None:
+                await anyio.to_thread.run_sync(store.apply, batch)
         folded = result.last_seq
         if on_batch is not None:
             await on_batch(folded)

@@ -9,12 +9,21 @@ Per command (decide, then do):
     4. on a refusal, append an `InputRejected` record and answer with the rule and message;
     5. fold what we appended, and reply with its log position.
 A consume loop keeps the state and the projection (pool tree, event log) current between commands.
+The projection gets every event of the stream (`event_log` is the whole log); the state folds
+only the tree's own subjects (`SUBJECTS`).
+
+The pure parts (`TreeView.fold`, `parse_command`, `judge`, `rejection`) are what `poolwise replay
+--verify` re-runs to check the recorded refusals. What is recorded: every refused change (a
+domain rule, a `require` precheck, a request that is not a valid command, an unknown op) becomes
+exactly one `InputRejected`; queries (`pool_get`, `pool_list`, `tree_list`, `host_list`, `sql`)
+and giving up after `ATTEMPTS` concurrent writes (`stale`: nothing was decided) record nothing.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +45,9 @@ from events.commands import (
 from projections.store import ProjectionStore
 from services.common.folding import rejection_of_malformed
 from services.common.log import EventLog, StaleWrite, Stored
+from services.common.memlog import subject_filter
 from services.tree.domain import paths
-from services.tree.domain.decide import Accepted, Refused, decide
+from services.tree.domain.decide import Accepted, ConfigCommand, Decision, Refused, decide
 from services.tree.domain.state import TreeState
 from services.tree.domain.views import list_hosts, list_pools, list_trees, pool_view
 
@@ -46,29 +56,35 @@ SUBJECTS: tuple[str, ...] = (subjects.HOSTS, subjects.ALL_CONFIG, f"{subjects.PR
                              f"{subjects.PREFIX}.decision.*.admission")
 OWNED = (subjects.HOSTS, f"{subjects.PREFIX}.config.")
 ATTEMPTS = 3
+INPUT_LIMIT = 4096  # characters of a refused request kept in its record
+QUERIES = frozenset({"pool_get", "pool_list", "tree_list", "host_list"})
+MODELS: dict[str, type[BaseModel]] = {cls.__name__: cls for cls in COMMANDS.values()}
+_folded = subject_filter(SUBJECTS)
 
 
 def _error(rule: str, message: str, field: str | None = None) -> Reply:
     return Reply(ok=False, error=CommandError(rule=rule, message=message, field=field))
 
 
-class TreeService:
-    def __init__(self, log: EventLog, store: ProjectionStore | None = None) -> None:
-        self.log = log
-        self.store = store
-        self.state = TreeState()
-        self.position = 0  # last log sequence folded
-        self.subject_seq: dict[str, int] = {}  # last sequence folded per subject (for expectations)
-        self.lock = anyio.Lock()
-        self.now = 0.0
+# --- the pure parts (replay re-runs them) ----------------------------------------------------
 
-    # --- folding ----------------------------------------------------------------------------
 
-    async def fold(self, batch: Sequence[Stored]) -> list[Envelope]:
-        """Fold messages beyond our position; returns rejections of malformed config/host messages."""
+@dataclass(slots=True)
+class TreeView:
+    """What the tree service knows: the tree state folded from its subjects, its position (last
+    sequence folded), the last sequence per subject (for the append expectations), its clock."""
+
+    state: TreeState = field(default_factory=TreeState)
+    position: int = 0
+    subject_seq: dict[str, int] = field(default_factory=dict)
+    now: float = 0.0
+
+    def fold(self, batch: Sequence[Stored]) -> list[Envelope]:
+        """Fold the messages on the tree's subjects beyond our position (others are skipped);
+        returns the rejections of malformed config/host messages."""
         rejections: list[Envelope] = []
         for stored in batch:
-            if stored.seq <= self.position:
+            if stored.seq <= self.position or not _folded(stored.subject):
                 continue
             self.position = stored.seq
             self.subject_seq[stored.subject] = stored.seq
@@ -81,6 +97,92 @@ class TreeService:
             self.now = max(self.now, envelope.seconds)
             self.state.apply(envelope.event, stored.seq)
         return rejections
+
+
+def parse_command(op: str, data: bytes | str) -> BaseModel | Refused:
+    """A request as it comes over NATS (the op from the subject, the command as JSON), or why not."""
+    model = COMMANDS.get(op)
+    if model is None:
+        return Refused(op, "unknown_command", f"unknown command {op!r}; known: {', '.join(sorted(COMMANDS))}",
+                       None, _tree_of(data))
+    try:
+        return model.model_validate_json(data or b"{}")
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or None
+        return Refused(op, "invalid_command", f"{where}: {err['msg']}" if where else str(err["msg"]), where,
+                       _tree_of(data))
+
+
+def _tree_of(data: bytes | str) -> str | None:
+    """The tree a request names, if it can be read and is a valid tree name (for the record's subject)."""
+    try:
+        tree = json.loads(data or b"{}").get("tree")
+    except (ValueError, AttributeError, UnicodeDecodeError, RecursionError):
+        return None
+    return tree if isinstance(tree, str) and subjects.TREE_NAME.match(tree) else None
+
+
+def precheck(state: TreeState, command: BaseModel) -> Refused | None:
+    """`pool create` (require new) and `pool update` (require existing) before the rules."""
+    if not isinstance(command, PoolUpsert) or command.require == "any":
+        return None
+    exists = state.tree(command.tree).pool(paths.normalize(command.path)) is not None
+    if command.require == "new" and exists:
+        return Refused(command.path, "exists", f"pool {command.path} already exists in tree {command.tree}", "path",
+                       command.tree)
+    if command.require == "existing" and not exists:
+        return Refused(command.path, "not_found", f"pool {command.path} does not exist in tree {command.tree}",
+                       "path", command.tree)
+    return None
+
+
+def judge(state: TreeState, command: ConfigCommand) -> Decision:
+    """The precheck, then the domain's `decide`: pure."""
+    return precheck(state, command) or decide(state, command)
+
+
+def rejection(refused: Refused, input_type: str, text: str, basis: int, now: float) -> Envelope:
+    """The `InputRejected` record of a refused request, decided on the tree at `basis`."""
+    tree = refused.tree if refused.tree is None or subjects.TREE_NAME.match(refused.tree) else None
+    event = InputRejected(tree=tree, ref=refused.ref, input_type=input_type, reason=refused.message,
+                          rule=refused.rule, field=refused.field, input=text)
+    return Envelope(id=derived_id(SERVICE, "refused", basis, input_type, text), time=at_seconds(now),
+                    source=SERVICE, basis=basis, event=event)
+
+
+# --- the shell ----------------------------------------------------------------------------------
+
+
+class TreeService:
+    def __init__(self, log: EventLog, store: ProjectionStore | None = None) -> None:
+        self.log = log
+        self.store = store
+        self.view = TreeView()
+        self.lock = anyio.Lock()
+
+    @property
+    def state(self) -> TreeState:
+        return self.view.state
+
+    @property
+    def position(self) -> int:
+        """The last log sequence folded (of the tree's subjects)."""
+        return self.view.position
+
+    @property
+    def subject_seq(self) -> dict[str, int]:
+        return self.view.subject_seq
+
+    @property
+    def now(self) -> float:
+        return self.view.now
+
+    # --- folding ----------------------------------------------------------------------------
+
+    async def fold(self, batch: Sequence[Stored]) -> list[Envelope]:
+        """Fold messages beyond our position; returns rejections of malformed config/host messages."""
+        return self.view.fold(batch)
 
     async def catch_up(self) -> None:
         batch = await self.log.read(self.position + 1, SUBJECTS)
@@ -105,12 +207,9 @@ class TreeService:
             if query is not None:
                 return query
             for _ in range(ATTEMPTS):
-                precheck = self._require(command)
-                if precheck is not None:
-                    return precheck
-                decision = decide(self.state, command)  # type: ignore[arg-type]  # 2.
+                decision = judge(self.state, command)  # type: ignore[arg-type]  # 2.
                 if isinstance(decision, Refused):
-                    return await self._refuse(command, decision)  # 4.
+                    return await self._refuse(type(command).__name__, command.model_dump_json(), decision)  # 4.
                 try:
                     seq = await self._append(decision)  # 3.
                 except StaleWrite:
@@ -138,16 +237,6 @@ class TreeService:
             return Reply(ok=True, data={"hosts": [{**h, "host": h["name"]} for h in list_hosts(self.state)]})
         return None
 
-    def _require(self, command: BaseModel) -> Reply | None:
-        if not isinstance(command, PoolUpsert) or command.require == "any":
-            return None
-        exists = self.state.tree(command.tree).pool(paths.normalize(command.path)) is not None
-        if command.require == "new" and exists:
-            return _error("exists", f"pool {command.path} already exists in tree {command.tree}", "path")
-        if command.require == "existing" and not exists:
-            return _error("not_found", f"pool {command.path} does not exist in tree {command.tree}", "path")
-        return None
-
     async def _append(self, decision: Accepted) -> int | None:
         seq: int | None = None
         for event in decision.events:
@@ -163,26 +252,20 @@ class TreeService:
             self.subject_seq[subject] = appended.seq
         return seq
 
-    async def _refuse(self, command: BaseModel, refused: Refused) -> Reply:
-        text = command.model_dump_json()
-        event = InputRejected(tree=refused.tree, ref=refused.ref, input_type=type(command).__name__,
-                              reason=refused.message, rule=refused.rule, field=refused.field, input=text)
-        envelope = Envelope(id=derived_id(SERVICE, "refused", self.position, text), time=at_seconds(self.now),
-                            source=SERVICE, basis=self.position, event=event)
-        await self.log.append([envelope])
+    async def _refuse(self, input_type: str, text: str, refused: Refused) -> Reply:
+        await self.log.append([rejection(refused, input_type, text, self.position, self.now)])
         return Reply(ok=False, error=refused.error())
 
     async def handle_raw(self, op: str, data: bytes) -> Reply:
-        """A request as it comes over NATS: the op from the subject, the command as JSON."""
-        model = COMMANDS.get(op)
-        if model is None:
-            return _error("unknown_command", f"unknown command {op!r}; known: {', '.join(sorted(COMMANDS))}")
-        try:
-            command = model.model_validate_json(data or b"{}")
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in err["loc"]) or None
-            return _error("invalid_command", f"{field}: {err['msg']}" if field else str(err["msg"]), field)
+        """A request as it comes over NATS: the op from the subject, the command as JSON. A request
+        for a change that is not a valid command is refused and recorded; a bad query only answered."""
+        command = parse_command(op, data)
+        if isinstance(command, Refused):
+            if op in QUERIES:
+                return Reply(ok=False, error=command.error())
+            async with self.lock:
+                await self.catch_up()
+                return await self._refuse(op, data.decode("utf-8", errors="replace")[:INPUT_LIMIT], command)
         return await self.handle(command)
 
     async def handle_sql(self, data: bytes) -> Reply:
@@ -211,7 +294,8 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
             await svc.catch_up()
         start = svc.position if store is None else min(svc.position, store.lowest_checkpoint)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: log.consume("tree", SUBJECTS, start, svc.on_batch))
+            # every subject: the event_log projection is the whole log (the fold skips the others)
+            tg.start_soon(lambda: log.consume("tree", subjects.STREAM_SUBJECTS, start, svc.on_batch))
             nc = getattr(log, "nc", None)
             if nc is not None:
                 await _serve_requests(nc, svc)

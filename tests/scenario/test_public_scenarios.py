@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
+from services.common.natsserver import EmbeddedNats
 from services.scenario.format import load_scenario
 from services.scenario.report import ScenarioReport
 from services.scenario.runner import run_file
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml")) if SCENARIOS.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def private_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server of our own: the runner replaces the POOLWISE stream, which other tests' streams
+    on the shared server could overlap."""
+    with EmbeddedNats(tmp_path_factory.mktemp("scenario-nats")) as server:
+        yield server.url
 
 
 def _run(path: Path, bus: str, url: str | None) -> ScenarioReport:
@@ -34,8 +44,8 @@ def test_public_scenario_on_memory_bus(path: Path) -> None:
 @pytest.mark.nats
 @pytest.mark.skipif(not FILES, reason="../shared/scenarios is not beside this checkout")
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_public_scenario_on_nats_bus(path: Path, nats_url: str) -> None:
-    report = _run(path, "nats", nats_url)
+def test_public_scenario_on_nats_bus(path: Path, private_nats: str) -> None:
+    report = _run(path, "nats", private_nats)
     assert _failures(report) == []
     assert report.passed
 

@@ -13,6 +13,11 @@
        non_preemptible, controller or revocable queue if it is such a gang, and the cycle goes on;
        any other gang that does not fit stops its queue (head of line).
 
+Jobs waiting for a running-job slot (`Gang.slot_wait`, marked by the fold when the previous
+cycle was read back) go first: before step 1, their gangs are tried in the order their jobs
+arrived. One that fits is admitted; one that has its slot but not its resources keeps the slot
+(at every pool where its job needs one) for this cycle, so that no later job takes it.
+
 The cycle reads the state and returns decisions; it changes nothing. The decisions take effect
 when the service reads them back from the log (`AdmissionState.apply`).
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec
-from services.admission.domain.model import CYCLE_ORDER, Gang, Ledger
+from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
 from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime, _chain
 from services.admission.domain.vectors import Vector, add_into, fits, free, short_of
 from services.tree.domain.effective import EffectivePool, effective_pools
@@ -34,6 +39,8 @@ class Scratch:
 
     held: dict[str, Ledger] = field(default_factory=dict)
     running: dict[str, set[str]] = field(default_factory=dict)
+    kept: dict[str, set[str]] = field(default_factory=dict)  # pool -> jobs first in line for a slot there
+    admitted: set[str] = field(default_factory=set)  # gangs admitted by this cycle
 
     def ledger(self, rt: TreeRuntime, pool: str) -> Ledger:
         found = self.held.get(pool)
@@ -48,6 +55,12 @@ class Scratch:
         if found is None:
             found = self.running[pool] = set(rt.running.get(pool, {}))
         return found
+
+    def keep_slots(self, rt: TreeRuntime, gang: Gang) -> None:
+        """The gang's job is first in line for a slot wherever it needs one: nobody later takes it."""
+        for pool in _chain(gang.pool):
+            if gang.job not in self.jobs_running(rt, pool):
+                self.kept.setdefault(pool, set()).add(gang.job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +78,7 @@ def decide_cycle(state: AdmissionState, tree: str, entitlements: dict[str, PoolE
     preemption_on = state.config.tree(tree).options.preemption.enabled
     scratch = Scratch()
     out: list[Outcome] = []
+    _take_waiting_jobs(rt, pools, entitlements, preemption_on, scratch, out)
     for path in sorted(rt.queues):  # 1. leaf pools in path order
         view = pools.get(path)
         if view is None:
@@ -82,6 +96,8 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
         return
     capacity = pools["/"].limit if "/" in pools else {}
     for gang in _in_order(rt, view, queue.ordered(), capacity):
+        if gang.id in scratch.admitted:
+            continue  # taken first, as a waiting job's
         verdict = judge(rt, gang, view, entitlement, pools, preemption_on, scratch)
         if verdict is None:  # 3. fits: admitted
             _admit(rt, gang, name, scratch, out)
@@ -93,6 +109,27 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
             return  # head of line: the queue stops here
         out.append(Outcome(GangMovedToQueue(tree=rt.name, gang=gang.id, pool=gang.pool, queue=target,  # type: ignore[arg-type,unused-ignore]
                                             reason=f"{verdict.check}: {verdict.detail}"), f"moved:{gang.id}"))
+
+
+def _take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitlements: dict[str, PoolEntitlement],
+                       preemption_on: bool, scratch: Scratch, out: list[Outcome]) -> None:
+    """Gangs of jobs waiting for a running-job slot, first, by their job's arrival (DOMAIN §4 d)."""
+    waiting = [g for g in map(rt.gangs.__getitem__, rt.slot_waiters)
+               if g.state == PENDING and g.slot_wait is not None and g.pool in pools and g.queue is not None]
+    if not waiting:
+        return
+    since: dict[str, int] = {}
+    for gang in waiting:
+        since[gang.job] = min(since.get(gang.job, gang.arrival), gang.arrival)
+    waiting.sort(key=lambda g: (since[g.job], g.job, g.arrival, g.id))
+    for gang in waiting:
+        view = pools[gang.pool]
+        verdict = judge(rt, gang, view, entitlements.get(gang.pool), pools, preemption_on, scratch)
+        if verdict is None:
+            assert gang.queue is not None
+            _admit(rt, gang, gang.queue, scratch, out)
+        elif verdict.movable and _job_limits(rt, gang, pools, scratch) is None:
+            scratch.keep_slots(rt, gang)  # its turn has come; it waits for resources, not for a slot
 
 
 def _in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: Vector) -> list[Gang]:
@@ -150,11 +187,22 @@ def judge(rt: TreeRuntime, gang: Gang, view: EffectivePool, entitlement: PoolEnt
         if not fits(need, room):
             return Verdict("reservation", _shortfall(need, room, "non-preemptible reservation", False))
     # d. job limits
+    return _job_limits(rt, gang, pools, scratch)
+
+
+def _job_limits(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], scratch: Scratch) -> Verdict | None:
+    """Check d: a job with nothing running needs a slot at its pool and every ancestor; slots kept
+    for jobs ahead of it in line count as taken."""
     for pool in _chain(gang.pool):
         running = scratch.jobs_running(rt, pool)
         limit = pools[pool].max_running_jobs if pool in pools else None
-        if limit is not None and gang.job not in running and len(running) + 1 > limit:
-            return Verdict("job_limit", f"pool {pool} has {len(running)} running jobs of {limit}", movable=False)
+        if limit is None or gang.job in running:
+            continue
+        kept = len(scratch.kept.get(pool, set()) - {gang.job})
+        if len(running) + kept + 1 > limit:
+            ahead = f" and {kept} kept for jobs waiting longer" if kept else ""
+            return Verdict("job_limit", f"pool {pool} has {len(running)} running jobs of {limit}{ahead}",
+                           movable=False)
     return None
 
 
@@ -176,6 +224,7 @@ def _move_target(gang: Gang, preemption_on: bool) -> str | None:
 
 
 def _admit(rt: TreeRuntime, gang: Gang, queue: str, scratch: Scratch, out: list[Outcome]) -> None:
+    scratch.admitted.add(gang.id)
     scratch.ledger(rt, gang.pool).hold(gang, gang.resources, 1.0)
     for pool in _chain(gang.pool):
         scratch.jobs_running(rt, pool).add(gang.job)

@@ -5,8 +5,9 @@ the events (it never goes back), and whenever it advances the timers due at or b
 time fire first, in deadline order (ties by gang id), before the event itself is applied.
 
 Effects and announcements. Inputs take effect where they stand in the log; so do the decisions
-of the admission cycle (`GangAdmitted`, `GangMovedToQueue`, `GangHeldByJobLimit` are applied when
-they are read back) and of preemption (`PreemptionRequested`). What the fold itself decides
+of the admission cycle (`GangAdmitted`, `GangMovedToQueue` are applied when they are read back;
+reading back its `CycleCompleted` marks the gangs of jobs waiting for a running-job slot, see
+`mark_slot_waiters`) and of preemption (`PreemptionRequested`). What the fold itself decides
 (a gang timed out, requeued after a placement timeout, finished, an input refused) is applied at
 once and returned as an `Outcome` for the service to publish; reading those back changes nothing.
 """
@@ -59,7 +60,7 @@ from services.admission.domain.model import (
 from services.admission.domain.queues import GangQueue, fifo_key
 from services.admission.domain.timing import gang_timeout
 from services.tree.domain import paths
-from services.tree.domain.effective import effective_pool
+from services.tree.domain.effective import effective_pool, job_limits
 from services.tree.domain.state import TreeState
 
 SERVICE = "admission"
@@ -81,12 +82,14 @@ class TreeRuntime:
     gangs: dict[str, Gang] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
     queues: dict[str, dict[str, GangQueue]] = field(default_factory=dict)
+    orders: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pool -> fifo_sort its queues use
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     running: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> job -> admitted gangs
     jobs: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> job -> unfinished gangs
     entitlements: dict[str, PoolEntitlement] = field(default_factory=dict)
     entitlement_seq: int = 0
     requeues: int = 0
+    slot_waiters: set[str] = field(default_factory=set)  # gangs marked with a `slot_wait` (some may be stale)
     in_flight: int | None = None  # trigger seq of an admission cycle not read back yet
     dirty: bool = False  # inputs since the last cycle
 
@@ -208,21 +211,40 @@ class AdmissionState:
         return found
 
     def _new_queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
-        view = effective_pool(self.config, rt.name, pool)
-        order = view.fifo_sort if view is not None else ("priority", "arrival")
+        order = self._order(rt, pool)
+        rt.orders[pool] = order
         return {name: GangQueue(partial(fifo_key, fifo_sort=order))
                 for name in ("non_preemptible", "controller", "revocable", "pending")}
 
+    def _order(self, rt: TreeRuntime, pool: str) -> tuple[str, ...]:
+        view = effective_pool(self.config, rt.name, pool)
+        return view.fifo_sort if view is not None else ("priority", "arrival")
+
     def rebuild_queues(self, rt: TreeRuntime, pool: str) -> None:
-        """A pool's order options changed: re-sort its queues."""
+        """A pool's order options may have changed: re-sort its queues if they did. The queues of a
+        pool that is gone, with nothing in them, are forgotten (made again, in the order of the
+        day, if the pool comes back: an ephemeral pool does)."""
         old = rt.queues.get(pool)
         if old is None:
+            return
+        if effective_pool(self.config, rt.name, pool) is None and not any(len(q) for q in old.values()):
+            del rt.queues[pool]
+            rt.orders.pop(pool, None)
+            return
+        if self._order(rt, pool) == rt.orders.get(pool):
             return
         new = self._new_queues(rt, pool)
         for name, queue in old.items():
             for gang in queue:
                 new[name].push(gang)
         rt.queues[pool] = new
+
+    def rebuild_queues_under(self, rt: TreeRuntime, path: str) -> None:
+        """Options of `path` changed: its queues and those below it (ephemeral `pool$user` children
+        take their parent's `ephemeral_subpool_config`) may have a new order."""
+        below = path.rstrip(paths.SEPARATOR) + paths.SEPARATOR
+        for pool in [p for p in rt.queues if p == path or p.startswith(below)]:
+            self.rebuild_queues(rt, pool)
 
 
 # --- handlers: one per event type, wired in one table ------------------------------------------
@@ -385,13 +407,17 @@ def _on_preemption(state: AdmissionState, event: Event, seq: int, out: list[Outc
     if gang is None or gang.state != ADMITTED:
         return
     rt.dirty = True
-    if all(t.state in ("ready", "placing") or t.state in TERMINAL for t in gang.tasks):
-        state._requeue(rt, gang, head=False)  # nothing runs yet: straight back to pending
-        return
-    for task_id in event.tasks:
-        task = rt.tasks.get(task_id)
-        if task is not None and task.state not in TERMINAL:
+    ledger = _ledger(rt, gang.pool)
+    for task in gang.tasks:  # whole gangs: every live task, whichever the request names
+        if task.state in TERMINAL or task.state == "pending":
+            continue
+        if task.state in ("ready", "placing"):  # nothing runs yet: given back at once
+            ledger.hold(gang, task.resources, -1.0)
+            task.state = "preempted"
+        else:  # running (or placed, launching): released when the executor reports it stopped
             task.preemption_requested = True
+    if all(t.state in TERMINAL for t in gang.tasks):
+        _gang_stopped(state, rt, gang, out)
 
 
 def _on_entitlements(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -407,13 +433,60 @@ def _on_cycle(state: AdmissionState, event: Event, seq: int, out: list[Outcome])
         rt = state.runtime(event.tree)
         if rt.in_flight == event.trigger_seq:
             rt.in_flight = None
+            mark_slot_waiters(state.config, rt)
+
+
+def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
+    """After a cycle's decisions are in (DOMAIN §4 check 4): every queued gang of a job that would
+    break a running-job limit waits at the first pool on its way up whose limit is full
+    (`Gang.slot_wait`); the next cycle takes the waiting jobs first, by arrival. A gang whose job
+    runs in its pool needs no slot; one whose pools all have room again keeps its place in line
+    until it is admitted (its slot has freed: it is first to take it)."""
+    tree = config.tree(rt.name)
+    limits: dict[str, int | None] = {}
+
+    def limit(pool: str) -> int | None:
+        if pool not in limits:
+            limits[pool] = job_limits(tree, pool)[0] if tree.pool(pool) is not None else None
+        return limits[pool]
+
+    if not any(limit(p) is not None for leaf in rt.queues for p in _chain(leaf)):
+        for gang_id in rt.slot_waiters:  # no running-job limit anywhere gangs wait (any more)
+            rt.gangs[gang_id].slot_wait = None
+        rt.slot_waiters = set()
+        return
+    marked: set[str] = set()
+    for queues in rt.queues.values():
+        for queue in queues.values():
+            for gang in queue.ordered():
+                if gang.job in rt.running.get(gang.pool, {}):
+                    gang.slot_wait = None
+                    continue
+                for pool in _chain(gang.pool):
+                    running = rt.running.get(pool, {})
+                    cap = limit(pool)
+                    if cap is not None and gang.job not in running and len(running) >= cap:
+                        gang.slot_wait = pool
+                        break
+                if gang.slot_wait is not None:
+                    marked.add(gang.id)
+    rt.slot_waiters = marked
 
 
 def _on_pool_changed(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
     assert isinstance(event, PoolConfigChanged)
     rt = state.runtime(event.tree)
     rt.dirty = True
-    state.rebuild_queues(rt, paths.normalize(event.path))
+    state.rebuild_queues_under(rt, paths.normalize(event.path))
+
+
+def _on_tree_configured(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    """New tree options (presets among them): every queue of the tree may have a new order."""
+    assert isinstance(event, TreeConfigured)
+    _on_config(state, event, seq, out)
+    rt = state.trees.get(event.tree)
+    if rt is not None:
+        state.rebuild_queues_under(rt, paths.ROOT)
 
 
 def _on_tick(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -495,7 +568,7 @@ _HANDLERS: dict[type[Event], _Handler] = {
     CycleCompleted: _on_cycle,
     PoolConfigChanged: _on_pool_changed,
     ClockTicked: _on_tick,
-    TreeConfigured: _on_config,
+    TreeConfigured: _on_tree_configured,
     PoolDeleted: _on_config,
     HostRegistered: _on_config,
     HostRemoved: _on_config,

@@ -1,8 +1,12 @@
-"""The victim order (Peloton's ranker), a named total order with a final tie-breaker on id.
+"""The victim orders: named total orders over candidate tasks, each ending in a tie-break on id.
 
 Candidates are preemptible tasks in state `ready`, then `placing`, then `running` (never
-`pending`, `placed` or `launching`); within a state the lowest priority first, then the most
-recently started, then the highest task id.
+`pending`, `placed` or `launching`) with no preemption request outstanding.
+
+- `victim_key` (between pools; Peloton's ranker): state (`ready`, `placing`, `running`), then the
+  lowest priority, then the most recently started, then the highest task id.
+- `lower_priority_key` (inside a pool, `preempt_lower_priority`): the lowest priority first, then
+  the victim order (state, most recently started, highest task id).
 """
 
 from __future__ import annotations
@@ -26,10 +30,20 @@ class _Desc:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Desc) and self.value == other.value
 
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _started(task: Task) -> float:
+    """Negated start time: the most recently started first; never started before any started."""
+    return -(task.started_at if task.started_at is not None else float("inf"))
+
 
 def victim_key(task: Task, gang: Gang) -> tuple[int, int, float, _Desc]:
-    started = task.started_at if task.started_at is not None else float("inf")
-    return (STATE_ORDER[task.state], gang.priority, -started, _Desc(task.id))
+    return (STATE_ORDER[task.state], gang.priority, _started(task), _Desc(task.id))
+
+
+def lower_priority_key(task: Task, gang: Gang) -> tuple[int, int, float, _Desc]:
+    return (gang.priority, STATE_ORDER[task.state], _started(task), _Desc(task.id))
 
 
 def is_candidate(task: Task, gang: Gang) -> bool:

@@ -1,23 +1,59 @@
-"""`PreemptionState`: admission's fold (tasks, gangs, ledgers, entitlements) plus what
-preemption remembers (since when each pool is over), and the pass each admission cycle triggers."""
+"""`PreemptionState`: admission's fold (tasks, gangs, ledgers, entitlements) plus what preemption
+remembers (since when each pool is over, each pool's starvation status, the preemptions asked
+for and how they ended), and the pass each admission cycle triggers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from events import CycleCompleted, Event
+from events import CycleCompleted, Event, GangAdmitted, GangRequeued, PreemptionRequested
+from services.admission.domain.model import ADMITTED, CANCELLED, DONE, PENDING, TERMINAL, Gang
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState, Outcome
-from services.preemption.domain.passes import OverSince, preemption_pass
+from services.preemption.domain.model import PassResult, TreeMemory
+from services.preemption.domain.passes import preemption_pass
 
 SERVICE = "preemption"
+KEEP_FINISHED = 10_000  # completed preemption records kept for queries (the log keeps them all)
+
+
+@dataclass(slots=True)
+class PreemptionRecord:
+    """One `PreemptionRequested` read back from the log, and what became of it: `requested` while
+    its tasks still hold their allocation, then `completed` with an outcome: `preempted` (the
+    tasks stopped and the gang went back to pending), `requeued` (nothing had started: back to
+    pending at once; or its placement timed out first), `finished` (the tasks ended on their own
+    first), `cancelled`, or `stale` (the gang was no longer admitted when the request was read:
+    no effect)."""
+
+    seq: int
+    time: float
+    tree: str
+    pool: str
+    gang: str
+    tasks: list[str]
+    reason: str
+    attempt: int
+    state: str = "requested"
+    outcome: str | None = None
+    completed_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "time": self.time, "tree": self.tree, "pool": self.pool, "gang": self.gang,
+                "tasks": list(self.tasks), "reason": self.reason, "attempt": self.attempt, "state": self.state,
+                "outcome": self.outcome, "completed_at": self.completed_at}
 
 
 @dataclass(slots=True)
 class PreemptionState:
     admission: AdmissionState = field(default_factory=AdmissionState)
-    over: dict[str, OverSince] = field(default_factory=dict)
+    memory: dict[str, TreeMemory] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)  # tree -> trigger seq of an unread pass
+    admitted: dict[str, dict[str, Gang]] = field(default_factory=dict)  # tree -> admitted gangs (a superset)
+    records: list[PreemptionRecord] = field(default_factory=list)
+    open: dict[tuple[str, str], PreemptionRecord] = field(default_factory=dict)  # (tree, gang) -> requested
+    last_pass: dict[str, PassResult] = field(default_factory=dict)  # tree -> what its last pass decided, and why
 
     @property
     def now(self) -> float:
@@ -25,8 +61,12 @@ class PreemptionState:
 
     def apply(self, event: Event, seq: int, time: float) -> list[Outcome]:
         """Fold one event; after an admission cycle completes, run one preemption pass."""
-        self.admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
+        before = self._attempt_of(event)
+        announced = self.admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
         self.admission.take_due()
+        self._track(event, seq, before)
+        if self.open:
+            self._settle([event, *(o.event for o in announced)])
         if not isinstance(event, CycleCompleted):
             return []
         if event.service == SERVICE:
@@ -36,10 +76,108 @@ class PreemptionState:
         if event.service != ADMISSION or event.tree in self.in_flight:
             return []
         self.in_flight[event.tree] = seq
-        rt = self.admission.runtime(event.tree)
-        options = self.admission.config.tree(event.tree).options
-        out = preemption_pass(rt, self.now, options.preemption.grace, options.preemption.enabled,
-                              self.over.setdefault(event.tree, OverSince()))
-        out.append(Outcome(CycleCompleted(tree=event.tree, service=SERVICE, trigger_seq=seq, decisions=len(out)),
-                           "cycle"))
+        return self.run_pass(event.tree, seq)
+
+    def run_pass(self, tree: str, seq: int) -> list[Outcome]:
+        admitted = self.admitted.setdefault(tree, {})
+        for gone in [g for g, gang in admitted.items() if gang.state != ADMITTED]:
+            del admitted[gone]
+        result = preemption_pass(self.admission, tree, self.now, self.memory.setdefault(tree, TreeMemory()),
+                                 admitted.values())
+        self.last_pass[tree] = result
+        out = [Outcome(p.event, p.key) for p in result.preemptions]
+        out += [Outcome(s, f"starvation:{s.pool}") for s in result.starvation]
+        out.append(Outcome(CycleCompleted(tree=tree, service=SERVICE, trigger_seq=seq, decisions=len(out)), "cycle"))
+        return out
+
+    # --- the record of preemptions ------------------------------------------------------------
+
+    def _attempt_of(self, event: Event) -> int | None:
+        """For a preemption request: the attempt of the gang it asks for, if the gang is admitted."""
+        if not isinstance(event, PreemptionRequested):
+            return None
+        gang = self.admission.runtime(event.tree).gangs.get(event.gang)
+        return gang.attempt if gang is not None and gang.state == ADMITTED else None
+
+    def _track(self, event: Event, seq: int, attempt: int | None) -> None:
+        if isinstance(event, GangAdmitted):
+            gang = self.admission.runtime(event.tree).gangs.get(event.gang)
+            if gang is not None and gang.state == ADMITTED:
+                self.admitted.setdefault(event.tree, {})[gang.id] = gang
+        elif isinstance(event, PreemptionRequested):
+            record = PreemptionRecord(seq, self.now, event.tree, event.pool, event.gang, list(event.tasks),
+                                      event.reason, attempt if attempt is not None else 0)
+            self.records.append(record)
+            if attempt is None:
+                self._complete(record, "stale")
+            else:
+                previous = self.open.pop((event.tree, event.gang), None)
+                if previous is not None:
+                    self._complete(previous, "superseded")
+                self.open[(event.tree, event.gang)] = record
+
+    def _settle(self, events: list[Event]) -> None:
+        """Close the open records of the gangs these events (an input and what its fold announced:
+        timers fire there) are about, if their tasks no longer hold what was asked for."""
+        for event in events:
+            tree, gang_id = getattr(event, "tree", None), getattr(event, "gang", None)
+            if not isinstance(tree, str) or not isinstance(gang_id, str):
+                continue
+            key = (tree, gang_id)
+            record = self.open.get(key)
+            if record is None:
+                continue
+            gang = self.admission.runtime(record.tree).gangs.get(record.gang)
+            if gang is None:
+                outcome = "stale"
+            elif gang.state == ADMITTED and gang.attempt == record.attempt:
+                tasks = [gang_task for gang_task in gang.tasks if gang_task.id in record.tasks]
+                if not tasks or any(t.state not in TERMINAL for t in tasks):
+                    continue
+                outcome = "preempted" if any(t.state == "preempted" for t in tasks) else "finished"
+            elif gang.state == PENDING and gang.attempt == record.attempt and record.seq == self.admission.last_seq:
+                outcome = "requeued"  # read just now, nothing had started: straight back to pending
+            elif isinstance(event, GangRequeued) and event.cause == "placement_timeout":
+                outcome = "requeued"  # its placement timed out first (a fold that keeps unplaced tasks)
+            elif gang.state == DONE:
+                outcome = "finished"
+            elif gang.state == CANCELLED:
+                outcome = "cancelled"
+            else:
+                outcome = "preempted"
+            del self.open[key]
+            self._complete(record, outcome)
+
+    def _complete(self, record: PreemptionRecord, outcome: str) -> None:
+        record.state, record.outcome, record.completed_at = "completed", outcome, self.now
+        if len(self.records) > 2 * KEEP_FINISHED + len(self.open):  # trim now and then: amortised O(1)
+            done = sum(r.state == "completed" for r in self.records)
+            extra = done - KEEP_FINISHED
+            kept: list[PreemptionRecord] = []
+            for r in self.records:
+                if extra > 0 and r.state == "completed":
+                    extra -= 1
+                    continue
+                kept.append(r)
+            self.records = kept
+
+    def preemptions(self, *, tree: str | None = None, pool: str | None = None,
+                    state: str | None = None) -> list[PreemptionRecord]:
+        """The preemptions read from the log, oldest first; `pool` matches the pool or any pool
+        under it."""
+        def wanted(r: PreemptionRecord) -> bool:
+            return ((tree is None or r.tree == tree) and (state is None or r.state == state)
+                    and (pool is None or pool == "/" or r.pool == pool or r.pool.startswith(pool.rstrip("/") + "/")))
+        return [r for r in self.records if wanted(r)]
+
+    def starvation(self, *, tree: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:
+        """Every pool's starvation status as the last pass decided it, by tree and path."""
+        out: list[dict[str, Any]] = []
+        for name in sorted(self.memory):
+            if tree is not None and name != tree:
+                continue
+            for path, status in sorted(self.memory[name].starvation.items()):
+                if pool is None or pool == "/" or path == pool or path.startswith(pool.rstrip("/") + "/"):
+                    out.append({"tree": name, "pool": path, "status": status.status, "since": status.since,
+                                "below_since": status.below_since})
         return out

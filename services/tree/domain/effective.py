@@ -101,7 +101,15 @@ def tree_hosts(state: TreeState, tree: str) -> list[Host]:
 
 def capacity(state: TreeState, tree: str) -> tuple[dict[str, float], dict[str, float]]:
     """(resources, revocable) summed over the tree's hosts, for every kind of the tree (0 when no
-    host has it); kinds the tree does not declare are not counted."""
+    host has it); kinds the tree does not declare are not counted. Memoised in `state.cache`."""
+    key = ("capacity", tree)
+    found = state.cache.get(key)
+    if found is None:
+        found = state.cache[key] = _capacity(state, tree)
+    return found  # type: ignore[return-value]
+
+
+def _capacity(state: TreeState, tree: str) -> tuple[dict[str, float], dict[str, float]]:
     kinds = state.tree(tree).kinds
     total = dict.fromkeys(kinds, 0.0)
     revocable = dict.fromkeys(kinds, 0.0)
@@ -227,11 +235,25 @@ def effective_of(tree: Tree, path: str, cap: dict[str, float]) -> EffectivePool 
 
 
 def effective_pool(state: TreeState, tree: str, path: str) -> EffectivePool | None:
-    """The resolved options of one pool (None when there is no such pool)."""
-    return effective_of(state.tree(tree), paths.normalize(path), capacity(state, tree)[0])
+    """The resolved options of one pool (None when there is no such pool). Memoised."""
+    key = ("effective", tree, path)
+    if key in state.cache:
+        return state.cache[key]  # type: ignore[return-value]
+    found = effective_of(state.tree(tree), paths.normalize(path), capacity(state, tree)[0])
+    state.cache[key] = found
+    return found
 
 
 def effective_pools(state: TreeState, tree: str) -> dict[str, EffectivePool]:
+    """Every pool of a tree, root included, in path order. Memoised: read-only for callers."""
+    key = ("effective_pools", tree)
+    found = state.cache.get(key)
+    if found is None:
+        found = state.cache[key] = _effective_pools(state, tree)
+    return found  # type: ignore[return-value]
+
+
+def _effective_pools(state: TreeState, tree: str) -> dict[str, EffectivePool]:
     """Every pool of a tree, root included, in path order (one top-down pass)."""
     found = state.tree(tree)
     cap = capacity(state, tree)[0]

@@ -43,6 +43,9 @@ class TreeState:
     trees: dict[str, Tree] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
     last_seq: int = 0
+    cache: dict[tuple[str, ...], object] = field(default_factory=dict)
+    """Derived values (capacity, effective options) memoised by `effective`; emptied whenever a
+    config, host or pool-structure change could alter them. Read-only for callers."""
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> TreeState:
@@ -66,6 +69,18 @@ class TreeState:
     def apply(self, event: Event, seq: int) -> None:
         """Fold one event read at log position `seq`."""
         self.last_seq = max(self.last_seq, seq)
+        if isinstance(event, GangEnqueued | GangFinished):
+            tree = self._materialized(event.tree)
+            before = len(tree.pools)
+            if isinstance(event, GangEnqueued):
+                _gang_enqueued(tree, event)
+            else:
+                _gang_finished(tree, event.gang)
+            if len(tree.pools) != before:  # an ephemeral pool came or went
+                self.cache.clear()
+            return
+        if isinstance(event, TreeConfigured | PoolConfigChanged | PoolDeleted | HostRegistered | HostRemoved):
+            self.cache.clear()
         if isinstance(event, TreeConfigured):
             tree = self._materialized(event.tree)
             tree.options, tree.configured, tree.version = event.options, True, seq
@@ -82,10 +97,6 @@ class TreeState:
                                           frozenset(event.tags))
         elif isinstance(event, HostRemoved):
             self.hosts.pop(event.host, None)
-        elif isinstance(event, GangEnqueued):
-            _gang_enqueued(self._materialized(event.tree), event)
-        elif isinstance(event, GangFinished):
-            _gang_finished(self._materialized(event.tree), event.gang)
 
     def _materialized(self, name: str) -> Tree:
         tree = self.trees.get(name)

@@ -1,0 +1,148 @@
+"""End to end: gangs published on a real JetStream log, decided by the admission service (its
+clock on), folded by preemption, projected into DuckDB; nothing runs or prints at import.
+
+`await bench_pipeline(...)` returns a `PipelineSpeed`:
+
+1. a private nats-server (`EmbeddedNats` in a temporary directory, loopback only);
+2. the raw JetStream speeds for the gang payload size on that server (`bench.raw_nats`), before
+   anything else runs on it;
+3. the tree of `bench.workload` appended as config events; the admission and preemption
+   services started in this process (`services.launcher.start_services`, projections in the
+   temporary directory, admission's clock on);
+4. `burst`: a submitter process (`bench.submitter`) publishes `gangs` gangs at once, pipelined
+   and acknowledged, and times when the last one was decided and when both services had
+   folded, projected and acknowledged everything;
+5. `paced`: for each of `rates`, the same submitter offers that many gangs per second for
+   `paced_seconds` seconds and reports each gang's publish-to-decision latency.
+
+Run directly for a quick look: `python -m bench.pipeline [gangs] [leaves]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import bench
+from bench.baseline import harmonic, measure_nats
+from bench.workload import Workload, config_events, envelope, gang_payload_size
+from services.common.jetstream import JetStreamLog
+from services.common.natsserver import EmbeddedNats
+from services.launcher import start_services
+
+SERVICES = ["admission", "preemption"]
+
+
+@dataclass(frozen=True)
+class PipelineSpeed:
+    workload: Workload
+    payload_size: int
+    raw: dict[str, float] = field(default_factory=dict)
+    burst: dict[str, Any] = field(default_factory=dict)
+    paced: list[dict[str, Any]] = field(default_factory=list)  # one per offered rate, in order
+    rates: tuple[float, ...] = ()
+    paced_seconds: float = 0.0
+
+    @property
+    def burst_gangs(self) -> int:
+        return int(self.burst.get("count", 0))
+
+    @property
+    def e2e_per_s(self) -> float:
+        """Gangs per second from the first publish until both services acknowledged everything."""
+        s = float(self.burst.get("projected_s", 0.0))
+        return self.burst_gangs / s if s > 0 else 0.0
+
+    @property
+    def decided_per_s(self) -> float:
+        s = float(self.burst.get("decided_s", 0.0))
+        return int(self.burst.get("decided", 0)) / s if s > 0 else 0.0
+
+    @property
+    def publish_per_s(self) -> float:
+        s = float(self.burst.get("publish_s", 0.0))
+        return self.burst_gangs / s if s > 0 else 0.0
+
+    @property
+    def raw_publish_consume(self) -> float:
+        return harmonic(self.raw.get("raw_publish_pipelined", 0.0), self.raw.get("raw_consume_pull_callback", 0.0))
+
+
+def _child_env() -> dict[str, str]:
+    root = str(Path(bench.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+async def run_submitter(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """`python -m bench.submitter SPEC` in a child process; its one JSON line of results."""
+    with anyio.fail_after(timeout):
+        done = await anyio.run_process([sys.executable, "-m", "bench.submitter", json.dumps(spec)],
+                                       env=_child_env(), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"submitter failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return result
+
+
+async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Sequence[float] = (5000.0,),
+                         paced_seconds: float = 4.0, raw_n: int = 50_000, timeout: float = 180.0,
+                         workload: Workload | None = None) -> PipelineSpeed:
+    """See the module doc. `timeout` bounds each wait of each phase (seconds)."""
+    counts = [max(0, round(rate * paced_seconds)) for rate in rates]
+    base = workload or Workload(leaves=leaves)
+    w = replace(base, gangs=gangs + sum(counts), fill=max(base.fill, 1.5))  # every gang fits: each is decided
+    payload = gang_payload_size(w)
+    paced: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="poolwise-bench-") as tmp:
+        async with EmbeddedNats(tmp) as server:
+            url = server.url
+            raw = await measure_nats(url, raw_n, payload) if raw_n > 0 else {}
+            log = await JetStreamLog.connect(url)
+            try:
+                await log.ensure_stream()
+                setup = [envelope(e, f"setup-{i}", 1_767_225_600.0, source="tree")
+                         for i, e in enumerate(config_events(w))]
+                await log.append(setup)
+                spec = {"url": url, "workload": asdict(w), "timeout": timeout, "consumers": SERVICES}
+                async with anyio.create_task_group() as tg:
+                    await start_services(tg, log, SERVICES, Path(tmp) / "data")
+                    burst = await run_submitter({**spec, "mode": "burst", "prefix": "b", "start": 0,
+                                                 "count": gangs}, timeout * 3)
+                    start = gangs
+                    for index, (rate, count) in enumerate(zip(rates, counts, strict=True)):
+                        if count:
+                            paced.append(await run_submitter({**spec, "mode": "paced", "prefix": f"p{index}-",
+                                                              "start": start, "count": count, "rate": rate},
+                                                             timeout * 3))
+                        else:
+                            paced.append({"count": 0})
+                        start += count
+                    tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await log.close()
+    return PipelineSpeed(workload=w, payload_size=payload, raw={k: float(v) for k, v in raw.items()},
+                         burst=burst, paced=paced, rates=tuple(rates), paced_seconds=paced_seconds)
+
+
+def main(argv: list[str]) -> None:
+    gangs = int(argv[0]) if argv else 20_000
+    leaves = int(argv[1]) if len(argv) > 1 else 100
+    speed = anyio.run(lambda: bench_pipeline(gangs, leaves=leaves, raw_n=min(gangs, 20_000)), backend="asyncio")
+    print(json.dumps({"e2e_per_s": speed.e2e_per_s, "decided_per_s": speed.decided_per_s,
+                      "publish_per_s": speed.publish_per_s, "raw_publish_consume": speed.raw_publish_consume,
+                      "burst": speed.burst, "paced": speed.paced, "raw": speed.raw}, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,173 @@
+"""The end-to-end benchmark's submitter, in a process of its own (so that it does not share the
+services' event loop): publish gangs, watch for each gang's decision, then wait until the
+services' durable consumers have folded, projected and acknowledged everything.
+
+    python -m bench.submitter '<json spec>'     # prints one JSON line of results
+
+Spec keys: `url`, `workload` (fields of `bench.workload.Workload`), `prefix`, `start`, `count`,
+`mode` (`burst`: everything at once, pipelined and acknowledged; `paced`: `rate` gangs per
+second in slices of `interval` seconds), `timeout` (seconds, for each wait), `consumers`
+(durable names to wait for).
+
+Times are `time.perf_counter()` of this process, from the first publish:
+- `publish_s`: every publish acknowledged by JetStream;
+- `decided_s`: the last gang's `GangAdmitted` or `GangMovedToQueue` seen on the decision subject
+  (a core NATS subscription: a message reaches it when JetStream stores it);
+- `projected_s`: the consumers have nothing pending nor unacknowledged (a service acknowledges
+  a batch after its decisions are published and its projections committed).
+Per gang, latency = its decision's arrival - the moment its publish was handed to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import re
+import sys
+import time
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+
+from bench.workload import Workload, envelope, gang_events
+from events.subjects import STREAM, decision
+from services.common.jetstream import JetStreamLog
+
+_DECIDED = re.compile(rb'"type":"(GangAdmitted|GangMovedToQueue)"')
+_GANG = re.compile(rb'"gang":"([^"]+)"')
+_OTHER = re.compile(rb'"type":"(EntitlementsComputed|CycleCompleted)"')
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) by nearest rank; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[index]
+
+
+class Watcher:
+    """Receives the decisions of one tree; notes when each awaited gang's first decision came."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        self.wanted = wanted
+        self.seen: dict[str, float] = {}
+        self.done = asyncio.Event()
+        self.cycles = 0
+        self.entitlement_bytes = 0
+        self.entitlement_max = 0
+        self.moved = 0
+        if not wanted:
+            self.done.set()
+
+    async def on_msg(self, msg: Msg) -> None:
+        now = time.perf_counter()
+        data = msg.data
+        head = data[:600]
+        found = _DECIDED.search(head)
+        if found is None:
+            other = _OTHER.search(head)
+            if other is not None:
+                if other.group(1) == b"CycleCompleted":
+                    self.cycles += 1
+                else:
+                    self.entitlement_bytes += len(data)
+                    self.entitlement_max = max(self.entitlement_max, len(data))
+            return
+        gang_match = _GANG.search(data, found.end())
+        if gang_match is None:
+            return
+        gang = gang_match.group(1).decode()
+        if gang in self.wanted and gang not in self.seen:
+            self.seen[gang] = now
+            if found.group(1) == b"GangMovedToQueue":
+                self.moved += 1
+            if len(self.seen) == len(self.wanted):
+                self.done.set()
+
+
+async def _drained(js: Any, consumers: list[str], deadline: float) -> bool:
+    """Every consumer has delivered and had acknowledged all it matches (False at the deadline)."""
+    while time.perf_counter() < deadline:
+        quiet = True
+        for name in consumers:
+            info = await js.consumer_info(STREAM, name)
+            if info.num_pending or info.num_ack_pending:
+                quiet = False
+                break
+        if quiet:
+            return True
+        await asyncio.sleep(0.005)
+    return False
+
+
+async def submit(spec: dict[str, Any]) -> dict[str, Any]:
+    w = Workload(**spec["workload"])
+    prefix, start, count = spec["prefix"], int(spec["start"]), int(spec["count"])
+    timeout = float(spec.get("timeout", 120.0))
+    now = time.time()
+    events = list(gang_events(w, prefix=prefix, start=start, count=count))
+    envelopes = [envelope(e, f"{prefix}-{start + i}", now, source="sdk:bench") for i, e in enumerate(events)]
+    ids = [e.gang for e in events]
+    nc = await nats.connect(spec["url"], name="poolwise-bench-submitter")
+    try:
+        log = JetStreamLog(nc)
+        js = nc.jetstream()
+        watcher = Watcher(set(ids))
+        sub = await nc.subscribe(decision(w.tree, "admission"), cb=watcher.on_msg)
+        await nc.flush()
+        sent: dict[str, float] = {}
+        t0 = time.perf_counter()
+        if spec["mode"] == "burst":
+            for gang in ids:
+                sent[gang] = t0
+            await asyncio.wait_for(log.append(envelopes), timeout)
+        else:
+            rate, interval = float(spec["rate"]), float(spec.get("interval", 0.005))
+            per_slice = max(1, round(rate * interval))
+            tasks: list[asyncio.Task[Any]] = []
+            for index, first in enumerate(range(0, len(envelopes), per_slice)):
+                delay = t0 + index * per_slice / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                stamp = time.perf_counter()
+                for gang in ids[first:first + per_slice]:
+                    sent[gang] = stamp
+                tasks.append(asyncio.create_task(log.append(envelopes[first:first + per_slice])))
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout)
+        publish_s = time.perf_counter() - t0
+        offered_s = max(sent.values()) - t0 if sent else 0.0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watcher.done.wait(), timeout)
+        decided_s = (max(watcher.seen.values()) - t0) if watcher.seen else 0.0
+        drained = await _drained(js, list(spec.get("consumers", ["admission", "preemption"])),
+                                 time.perf_counter() + timeout)
+        projected_s = time.perf_counter() - t0
+        await sub.unsubscribe()
+        latencies = [watcher.seen[g] - sent[g] for g in ids if g in watcher.seen]
+        last_seq = (await js.stream_info(STREAM)).state.last_seq
+        return {
+            "mode": spec["mode"], "count": count, "publish_s": publish_s, "offered_s": offered_s,
+            "decided": len(watcher.seen), "missing": count - len(watcher.seen), "moved": watcher.moved,
+            "decided_s": decided_s, "projected_s": projected_s, "drained": drained,
+            "p50_ms": percentile(latencies, 0.50) * 1e3, "p90_ms": percentile(latencies, 0.90) * 1e3,
+            "p99_ms": percentile(latencies, 0.99) * 1e3, "max_ms": max(latencies, default=0.0) * 1e3,
+            "cycles": watcher.cycles, "entitlement_bytes": watcher.entitlement_bytes,
+            "entitlement_max_bytes": watcher.entitlement_max, "stream_last_seq": last_seq,
+        }
+    finally:
+        await nc.drain()
+
+
+def main(argv: list[str]) -> None:
+    spec = json.loads(argv[0])
+    result = asyncio.run(submit(spec))
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,305 @@
+"""Every benchmark as a `Section` of rows with ratios against the raw speeds of the same run
+(`bench.baseline`), at full or quick (CI smoke) sizes. Nothing runs at import.
+
+    sections = await run_benchmarks(["admission", "pipeline"], quick=True)
+
+Full sizes (`poolwise bench all`, about 5 minutes on 2 cores): entitlement trees of 1k, 10k,
+100k pools (and 1k, 10k with the dominant policy); admission with 100k gangs over 1k leaves;
+the pipeline with 50k gangs over 100 leaves, then 5k and 1k gangs/s offered for 4 s each;
+projections of 100k events; raw JetStream on 50k messages of a gang's size.
+Quick sizes run in well under 30 s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from bench.admission import bench_admission
+from bench.baseline import Baseline, harmonic, measure_baseline
+from bench.entitlement import bench_entitlement
+from bench.pipeline import bench_pipeline
+from bench.projection_speed import measure
+from bench.report import Row, Section, machine_facts
+from bench.workload import Workload, gang_payload_size
+
+NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "projection", "pipeline")
+NEEDS_BASELINE = frozenset({"raw", "admission", "projection"})
+
+ENTITLEMENT_GOALS: dict[int, float] = {10_000: 0.050, 100_000: 1.0}  # pools -> seconds
+PIPELINE_GOAL_PER_S = 20_000.0
+PIPELINE_GOAL_SHARE = 0.5
+LATENCY_GOAL_MS = 50.0
+LATENCY_GOAL_RATE = 5000.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each benchmark runs; every count and time is bounded here."""
+
+    raw_n: int
+    duck_n: int
+    entitlement: tuple[int, ...]
+    entitlement_dominant: tuple[int, ...]
+    entitlement_repeat: int
+    admission: Workload
+    projection_n: int
+    pipeline_gangs: int
+    pipeline_leaves: int
+    pipeline_rates: tuple[float, ...]
+    pipeline_seconds: float
+    pipeline_raw_n: int
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(raw_n=50_000, duck_n=50_000, entitlement=(1000, 10_000, 100_000),
+                   entitlement_dominant=(1000, 10_000), entitlement_repeat=5,
+                   admission=Workload(gangs=100_000, leaves=1000), projection_n=100_000,
+                   pipeline_gangs=50_000, pipeline_leaves=100, pipeline_rates=(LATENCY_GOAL_RATE, 1000.0),
+                   pipeline_seconds=4.0, pipeline_raw_n=50_000)
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(raw_n=3000, duck_n=5000, entitlement=(1000, 10_000), entitlement_dominant=(),
+                   entitlement_repeat=2, admission=Workload(gangs=3000, leaves=100, hosts=20),
+                   projection_n=5000, pipeline_gangs=1500, pipeline_leaves=20,
+                   pipeline_rates=(LATENCY_GOAL_RATE,), pipeline_seconds=0.4, pipeline_raw_n=2000)
+
+
+def _share(value: float, reference: float) -> float | None:
+    return value / reference if reference > 0 else None
+
+
+# --- raw ------------------------------------------------------------------------------------------
+
+
+def raw_section(base: Baseline) -> Section:
+    s = Section("raw", "Raw speeds: JetStream from Python, the log adapter, DuckDB",
+                params={"messages": base.n, "payload_bytes": base.payload_size})
+    n = base.nats
+    pub, cons = base.publish, base.consume
+    s.add(Row("JetStream publish, pipelined (acks in one callback)", pub, "msg/s"))
+    s.add(Row("JetStream publish_async (nats-py futures)", n.get("raw_publish_async", 0.0), "msg/s",
+              _share(n.get("raw_publish_async", 0.0), pub), "pipelined publish"))
+    s.add(Row("JetStream consume, pull + one callback", cons, "msg/s"))
+    s.add(Row("JetStream consume, fetch()", n.get("raw_consume_fetch", 0.0), "msg/s",
+              _share(n.get("raw_consume_fetch", 0.0), cons), "pull + callback"))
+    s.add(Row("JetStream consume, ordered push + callback", n.get("raw_consume_push_callback", 0.0), "msg/s",
+              _share(n.get("raw_consume_push_callback", 0.0), cons), "pull + callback"))
+    s.add(Row("publish then consume, one process", base.publish_consume, "msg/s"))
+    s.add(Row("JetStreamLog.append (adapter)", n.get("adapter_append", 0.0), "msg/s",
+              _share(n.get("adapter_append", 0.0), pub), "pipelined publish"))
+    s.add(Row("JetStreamLog.read (adapter)", n.get("adapter_read", 0.0), "msg/s",
+              _share(n.get("adapter_read", 0.0), cons), "pull + callback"))
+    s.add(Row("JetStreamLog.consume (adapter)", n.get("adapter_consume", 0.0), "msg/s",
+              _share(n.get("adapter_consume", 0.0), cons), "pull + callback"))
+    s.add(Row("DuckDB Arrow insert, event-log rows", base.duckdb_arrow_rows_per_s, "rows/s"))
+    s.add(Row("events.decode (pydantic)", base.decode_per_s, "events/s", _share(base.decode_per_s, cons),
+              "pull + callback"))
+    s.notes.append("Each JetStream number is one run on a private nats-server on this machine (loopback); "
+                   "publisher and consumer share one Python process, the server takes the other core.")
+    return s
+
+
+# --- entitlement ----------------------------------------------------------------------------------
+
+
+def entitlement_section(sizes: Sizes) -> Section:
+    s = Section("entitlement", "Entitlement engine (bench/entitlement.py)",
+                params={"pools": "/".join(f"{n // 1000}k" for n in sizes.entitlement), "kinds": 4,
+                        "repeat": sizes.entitlement_repeat})
+    runs: list[dict[str, Any]] = bench_entitlement(sizes.entitlement, repeat=sizes.entitlement_repeat)
+    if sizes.entitlement_dominant:
+        runs += bench_entitlement(sizes.entitlement_dominant, policy="dominant", repeat=sizes.entitlement_repeat)
+    for row in runs:
+        n, policy = int(row["pools"]), str(row["policy"])
+        tag = f"{n // 1000}k pools, {policy}"
+        goal = ENTITLEMENT_GOALS.get(n)
+        for key, label in (("compute_s", "compute (prepared engine)"),
+                           ("update_compute_s", "1% leaves changed + compute"),
+                           ("build_s", "build engine from TreeInput"),
+                           ("end_to_end_s", "compute_entitlements (build + compute: what a cycle pays)"),
+                           ("read_all_s", "read every PoolEntitlement")):
+            value = float(row[key])
+            judged = goal is not None and key in ("compute_s", "end_to_end_s")
+            s.add(Row(f"{tag}: {label}", value * 1e3, "ms",
+                      ratio=value / goal if judged and goal else None,
+                      against="of the goal's budget" if judged else "",
+                      goal=f"<= {goal * 1e3:g} ms" if judged and goal else "",
+                      met=(value <= goal) if judged and goal else None))
+    s.notes.append("Goals: 10k pools within 50 ms, 100k within 1 s, judged on the engine's compute and on "
+                   "compute_entitlements (services/admission/domain/entitle.py:compute_for calls it every cycle, "
+                   "so the service pays build + compute + reading every pool).")
+    return s
+
+
+# --- admission (domain) ---------------------------------------------------------------------------
+
+
+def admission_section(base: Baseline, sizes: Sizes) -> Section:
+    w = sizes.admission
+    speed = bench_admission(w)
+    s = Section("admission", "Admission domain: fold and cycles (bench/admission.py)",
+                params={"gangs": w.gangs, "leaf_pools": w.leaves, "hosts": w.hosts, "tasks_per_gang": w.tasks_per_gang,
+                        "fill": w.fill, "non_preemptible": w.non_preemptible})
+    cons, pub = base.consume, base.publish
+    s.add(Row("decode GangEnqueued (events.decode)", speed.decode_per_s, "events/s", _share(speed.decode_per_s, cons),
+              "raw JetStream consume"))
+    s.add(Row("fold GangEnqueued (AdmissionState.apply)", speed.fold_per_s, "events/s",
+              _share(speed.fold_per_s, cons), "raw JetStream consume"))
+    from_bytes = harmonic(speed.decode_per_s, speed.fold_per_s)
+    s.add(Row("decode + fold, per service", from_bytes, "events/s", _share(from_bytes, cons), "raw JetStream consume"))
+    s.add(Row("entitlements for the tree (compute_for)", speed.entitlement_s * 1e3, "ms"))
+    first = speed.cycles[0] if speed.cycles else None
+    if first is not None:
+        s.add(Row("first cycle: decide_tree", first.decide_s * 1e3, "ms"))
+        s.add(Row("first cycle: gangs decided", first.admitted + first.moved, "count"))
+        s.add(Row("first cycle: fold its decisions back", first.readback_s * 1e3, "ms"))
+        per_s = first.decisions / first.readback_s if first.readback_s > 0 else 0.0
+        s.add(Row("read-back fold of decisions", per_s, "events/s", _share(per_s, cons), "raw JetStream consume"))
+    s.add(Row("wrap + encode decisions (envelope, derived id)", speed.wrap_encode_per_s, "events/s",
+              _share(speed.wrap_encode_per_s, pub), "raw JetStream publish"))
+    s.add(Row("cycles until nothing moves", len(speed.cycles), "count"))
+    s.add(Row("gangs admitted", speed.admitted, "count"))
+    s.add(Row("gangs moved to another queue", speed.moved, "count"))
+    s.add(Row("gangs left pending (held back)", speed.pending_left, "count"))
+    s.add(Row("cycle throughput (decide + read back)", speed.cycle_gangs_per_s, "gangs/s",
+              _share(speed.cycle_gangs_per_s, pub), "raw JetStream publish"))
+    s.add(Row("overall (fold + cycles)", speed.overall_gangs_per_s, "gangs/s",
+              _share(speed.overall_gangs_per_s, base.publish_consume), "raw publish + consume"))
+    s.notes.append(f"Building the {w.gangs} events took {speed.build_s:.1f} s (not counted). Moved gangs stay "
+                   "pending in their new queue, so admitted + left pending = gangs.")
+    s.notes.append("A ratio below 1 against raw consume means the fold, not NATS, bounds a service's input rate; "
+                   "preemption folds every input again (PreemptionState holds an AdmissionState).")
+    return s
+
+
+# --- projection -----------------------------------------------------------------------------------
+
+
+def projection_section(base: Baseline, sizes: Sizes) -> Section:
+    speed = measure(sizes.projection_n)
+    s = Section("projection", "Projections: DuckDB event log (bench/projection_speed.py)",
+                params={"events": speed.events, "batch": speed.batch})
+    arrow = speed.arrow_insert_rows_per_s
+    s.add(Row("ProjectionStore.apply (decode + rows + insert + checkpoint)", speed.store_rows_per_s, "rows/s",
+              _share(speed.store_rows_per_s, arrow), "DuckDB Arrow insert"))
+    s.add(Row("  same, against raw JetStream consume", speed.store_rows_per_s, "rows/s",
+              _share(speed.store_rows_per_s, base.consume), "raw JetStream consume"))
+    s.add(Row("EventLogProjection.apply alone", speed.projection_rows_per_s, "rows/s",
+              _share(speed.projection_rows_per_s, arrow), "DuckDB Arrow insert"))
+    s.add(Row("events.decode alone", speed.decode_per_s, "events/s", _share(speed.decode_per_s, base.consume),
+              "raw JetStream consume"))
+    s.add(Row("DuckDB Arrow insert (ceiling)", arrow, "rows/s"))
+    s.notes.append("The store decodes every message itself: in a service each event is decoded once by the "
+                   "folder and again by the store.")
+    return s
+
+
+# --- pipeline -------------------------------------------------------------------------------------
+
+
+async def pipeline_section(sizes: Sizes) -> Section:
+    speed = await bench_pipeline(sizes.pipeline_gangs, leaves=sizes.pipeline_leaves, rates=sizes.pipeline_rates,
+                                 paced_seconds=sizes.pipeline_seconds, raw_n=sizes.pipeline_raw_n)
+    w = speed.workload
+    s = Section("pipeline", "End to end: submitter, JetStream, admission + preemption, DuckDB (bench/pipeline.py)",
+                params={"gangs": sizes.pipeline_gangs, "leaf_pools": w.leaves, "hosts": w.hosts,
+                        "tasks_per_gang": w.tasks_per_gang, "payload_bytes": speed.payload_size,
+                        "offered": "/".join(f"{r:g}" for r in sizes.pipeline_rates) + " gangs/s",
+                        "seconds_each": sizes.pipeline_seconds})
+    raw = speed.raw
+    pub, cons = raw.get("raw_publish_pipelined", 0.0), raw.get("raw_consume_pull_callback", 0.0)
+    both = speed.raw_publish_consume
+    s.add(Row("raw JetStream publish, pipelined (same payload)", pub, "msg/s"))
+    s.add(Row("raw JetStream consume, pull + callback", cons, "msg/s"))
+    s.add(Row("raw publish then consume, one process", both, "msg/s"))
+    s.add(Row("submitter publish, acked (burst)", speed.publish_per_s, "gangs/s", _share(speed.publish_per_s, pub),
+              "raw publish"))
+    s.add(Row("decided: last GangAdmitted seen (burst)", speed.decided_per_s, "gangs/s",
+              _share(speed.decided_per_s, both), "raw publish + consume"))
+    e2e = speed.e2e_per_s
+    s.add(Row("end to end: decided, folded, projected, acked", e2e, "gangs/s", _share(e2e, both),
+              "raw publish + consume", goal=f">= {PIPELINE_GOAL_PER_S:,.0f} gangs/s", met=e2e >= PIPELINE_GOAL_PER_S))
+    share = e2e / both if both > 0 else 0.0
+    s.add(Row("end to end, share of raw publish + consume", share * 100, "%", goal=f">= {PIPELINE_GOAL_SHARE:.0%}",
+              met=share >= PIPELINE_GOAL_SHARE))
+    burst = speed.burst
+    if burst.get("missing"):
+        s.notes.append(f"burst: {burst['missing']} gangs got no decision within the timeout")
+    s.add(Row("log messages per gang (burst)", burst.get("stream_last_seq", 0) / max(1, speed.burst_gangs),
+              "msg/gang"))
+    s.add(Row("admission cycles in the burst", float(burst.get("cycles", 0)), "count"))
+    s.add(Row("largest EntitlementsComputed event", float(burst.get("entitlement_max_bytes", 0)), "B"))
+    for rate, paced in zip(sizes.pipeline_rates, speed.paced, strict=True):
+        tag = f"offered {rate:,.0f} gangs/s"
+        offered = float(paced.get("count", 0)) / max(float(paced.get("offered_s", 0.0)), 1e-9)
+        s.add(Row(f"{tag}: offered rate achieved", offered, "gangs/s"))
+        for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms"):
+            judged = key == "p99_ms" and rate == LATENCY_GOAL_RATE
+            value = float(paced.get(key, 0.0))
+            s.add(Row(f"{tag}: enqueue -> decision {key[:-3]}", value, "ms",
+                      goal=f"<= {LATENCY_GOAL_MS:g} ms" if judged else "",
+                      met=(value <= LATENCY_GOAL_MS and not paced.get("missing")) if judged else None))
+        if paced.get("missing"):
+            s.notes.append(f"{tag}: {paced['missing']} of {paced['count']} gangs got no decision in time")
+    s.notes.append("The submitter is a separate process (bench/submitter.py); the services share this process "
+                   "(one event loop, projections on worker threads); nats-server takes the rest of the 2 cores. "
+                   "Latency runs on the system left by the burst, each rate after the previous one.")
+    return s
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+async def _timed(section: Callable[[], Awaitable[Section]]) -> Section:
+    facts = machine_facts()
+    start = time.perf_counter()
+    result = await section()
+    result.seconds = time.perf_counter() - start
+    result.machine = facts
+    return result
+
+
+async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
+                         on_section: Callable[[Section], None] | None = None) -> list[Section]:
+    """Run the named benchmarks (in `NAMES` order); `on_section` sees each as soon as it is done."""
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+    sizes = Sizes.quick() if quick else Sizes.full()
+    wanted = [n for n in NAMES if n in names]
+    base: Baseline | None = None
+    if NEEDS_BASELINE & set(wanted):
+        payload = gang_payload_size(sizes.admission)
+        start = time.perf_counter()
+        base = await measure_baseline(None, n=sizes.raw_n, payload_size=payload, duck_n=sizes.duck_n)
+        base_s = time.perf_counter() - start
+    out: list[Section] = []
+
+    async def now(fn: Callable[[], Section]) -> Section:
+        return fn()  # in this thread, so that a profiler of this thread sees it
+
+    for name in wanted:
+        if name == "raw":
+            assert base is not None
+            facts = machine_facts()
+            section = raw_section(base)
+            section.seconds, section.machine = base_s, facts
+        elif name == "entitlement":
+            section = await _timed(lambda: now(lambda: entitlement_section(sizes)))
+        elif name == "admission":
+            assert base is not None
+            section = await _timed(lambda: now(partial(admission_section, base, sizes)))
+        elif name == "projection":
+            assert base is not None
+            section = await _timed(lambda: now(partial(projection_section, base, sizes)))
+        else:
+            section = await _timed(lambda: pipeline_section(sizes))
+        out.append(section)
+        if on_section is not None:
+            on_section(section)
+    return out

@@ -1,0 +1,146 @@
+"""Queries the admission service answers from its in-memory state (core NATS request/reply on
+`poolwise.cmd.admission.<op>`, queue group `admission`, never stored):
+
+- `gangs`: the gangs, filtered by tree, pool (and the pools under it) and state;
+- `explain`: why one gang is where it is (`services.admission.domain.explain`).
+
+The answer is built between two folds (no await in between), so it is the state as of one log
+position, which the reply carries in `seq`. `ExplainingFolder` is the admission folder with the
+history `explain` needs (refusal and cancel reasons, the queue a gang was admitted from): it
+observes every event folded and every decision made, on rebuild as live.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Any, Literal
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import Field, ValidationError
+
+from events import Envelope, subjects
+from events.base import Frozen
+from events.commands import CommandError, Reply
+from services.admission.domain.explain import GANG_STATES, OBSERVED, History, explain, gang_rows
+from services.admission.domain.state import AdmissionState
+from services.admission.folder import AdmissionFolder
+
+SERVICE = "admission"
+DEFAULT_LIMIT = 1000  # gangs per answer: a reply must stay under NATS's max payload (1 MiB by default)
+
+
+class GangsQuery(Frozen):
+    """Gangs of `tree` (every tree: None), in `pool` and the pools under it, in one of `states`;
+    the last `limit` of them in enqueue order (per tree)."""
+
+    op: Literal["gangs"] = "gangs"
+    tree: str | None = None
+    pool: str | None = None
+    states: list[str] | None = None
+    limit: int = Field(default=DEFAULT_LIMIT, ge=1)
+
+
+class ExplainQuery(Frozen):
+    """Why gang `gang` is where it is; `tree` None: whichever tree has a gang of that id."""
+
+    op: Literal["explain"] = "explain"
+    gang: str = Field(min_length=1)
+    tree: str | None = None
+
+
+QUERIES: dict[str, type[Frozen]] = {"gangs": GangsQuery, "explain": ExplainQuery}
+
+
+class ExplainingFolder:
+    """The admission folder (same `Folder` shape), keeping the `History` that `explain` reads."""
+
+    def __init__(self, inner: AdmissionFolder | None = None) -> None:
+        self.inner = inner or AdmissionFolder()
+        self.service = self.inner.service
+        self.history = History()
+
+    @property
+    def state(self) -> AdmissionState:
+        return self.inner.state
+
+    @property
+    def now(self) -> float:
+        return self.inner.now
+
+    def owns(self, subject: str) -> bool:
+        return self.inner.owns(subject)
+
+    def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
+        decided = self.inner.step(envelope, seq)
+        for seen in (envelope, *decided):
+            if type(seen.event) in OBSERVED:
+                self.history.observe(seen.event, seen.seconds)
+        return decided
+
+
+def _error(rule: str, message: str, field: str | None = None) -> Reply:
+    return Reply(ok=False, error=CommandError(rule=rule, message=message, field=field))
+
+
+def answer(folder: ExplainingFolder, op: str, data: bytes) -> Reply:
+    """One request, as it comes over NATS: the op from the subject, the query as JSON."""
+    model = QUERIES.get(op)
+    if model is None:
+        return _error("unknown_op", f"unknown admission request {op!r}; known: {', '.join(sorted(QUERIES))}")
+    try:
+        query = model.model_validate_json(data or b"{}")
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or None
+        return _error("invalid_command", f"{where}: {err['msg']}" if where else str(err["msg"]), where)
+    if isinstance(query, GangsQuery):
+        return _gangs(folder.state, query)
+    assert isinstance(query, ExplainQuery)
+    return _explain(folder, query)
+
+
+def _gangs(state: AdmissionState, query: GangsQuery) -> Reply:
+    unknown = sorted(set(query.states or ()) - set(GANG_STATES))
+    if unknown:
+        return _error("invalid_command", f"states: unknown gang state {unknown[0]!r}; one of: "
+                                         f"{', '.join(GANG_STATES)}", "states")
+    rows = gang_rows(state, query.tree, query.pool, query.states)
+    shown = rows[-query.limit:]
+    return Reply(ok=True, seq=state.last_seq, data={"gangs": shown, "total": len(rows), "as_of": state.last_seq})
+
+
+def _explain(folder: ExplainingFolder, query: ExplainQuery) -> Reply:
+    state = folder.state
+    tree = query.tree
+    if tree is None:
+        found = sorted(name for name, rt in state.trees.items() if query.gang in rt.gangs)
+        if len(found) > 1:
+            return _error("ambiguous", f"gang {query.gang} exists in trees {', '.join(found)}: name one (--tree)",
+                          "tree")
+        tree = found[0] if found else "default"
+    result = explain(state, tree, query.gang, folder.history)
+    return Reply(ok=True, seq=state.last_seq, data=result.to_dict())
+
+
+async def serve_queries(nc: Any, folder: ExplainingFolder, *,
+                        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Answer `poolwise.cmd.admission.<op>` until cancelled (queue group: one instance answers
+    each request); ready once the server knows the subscription."""
+    prefix = subjects.command(SERVICE, "")
+
+    async def on_request(msg: Any) -> None:
+        try:
+            reply = answer(folder, msg.subject[len(prefix):], msg.data)
+        except Exception as exc:  # the service stays up; the asker gets the reason
+            reply = _error("internal", f"{exc.__class__.__name__}: {exc}")
+        await msg.respond(reply.model_dump_json().encode())
+
+    subscription = await nc.subscribe(subjects.command(SERVICE, "*"), queue=SERVICE, cb=on_request)
+    try:
+        await nc.flush()
+        task_status.started()
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True), suppress(Exception):
+            await subscription.unsubscribe()

@@ -1,0 +1,154 @@
+"""`poolwise gangs` and `poolwise explain GANG`: what the admission service knows of the gangs,
+answered from its state (`poolwise.cmd.admission.gangs|explain`).
+
+    poolwise gangs --pool /ATG --state pending,waiting
+    poolwise explain g2
+    gang g2 (job g2, tree default) is pending in queue pending of pool /ATG, 1 of 2: ...
+      - entitlement: needs cpu 8, pool /ATG has 6 of 10 left
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import anyio
+import typer
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from pydantic import BaseModel
+from rich.table import Table
+
+from events import subjects
+from events.commands import Reply
+from services.admission.domain.explain import GANG_STATES, UNKNOWN
+from services.admission.queries import DEFAULT_LIMIT, SERVICE, ExplainQuery, GangsQuery
+from services.cli.args import InputError, format_resources, parse_list
+from services.cli.client import ServiceError, find_url
+from services.cli.errors import run_async
+from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
+from services.cli.render import console
+from services.submitter.connection import connect_nats
+
+Opt = typer.Option
+REQUEST_TIMEOUT = 10.0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gangs")(gangs)
+    app.command("explain")(explain)
+
+
+def gangs(
+    pool: Annotated[str | None, Opt("--pool", "-p", help="Only this pool and the pools under it.")] = None,
+    state: Annotated[str | None, Opt("--state", "-s", help=f"Only these states, comma-separated: "
+                                                           f"{', '.join(GANG_STATES)}.")] = None,
+    tree: Annotated[str | None, Opt("--tree", help="Only this pool tree.")] = None,
+    limit: Annotated[int, Opt("--limit", min=1, help="At most this many (the most recent).")] = DEFAULT_LIMIT,
+    as_json: AsJson = False,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """List gangs: pool, state, queue, tasks, resources, priority, job, attempt."""
+    states = parse_list(state)
+    if states is not None:
+        unknown = [s for s in states if s not in GANG_STATES]
+        if unknown or not states:
+            raise InputError(f"--state: unknown gang state {unknown[0] if unknown else state!r}; one of: "
+                             f"{', '.join(GANG_STATES)}")
+    query = GangsQuery(tree=tree, pool=pool, states=states, limit=limit)
+    url = find_url(data_dir)
+
+    async def go() -> None:
+        reply = await ask(url, query)
+        data: dict[str, Any] = reply.data
+        if as_json:
+            typer.echo(json.dumps(data, indent=2, sort_keys=True))
+            return
+        console().print(gang_table(data["gangs"], data["total"], data["as_of"]))
+
+    run_async(go)
+
+
+def explain(
+    gang: Annotated[str, typer.Argument(help="Gang id.")],
+    tree: Annotated[str | None, Opt("--tree", help="Its pool tree (default: the one that has it).")] = None,
+    as_json: AsJson = False,
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Why a gang waits, or when it was admitted, or why it ended.
+
+    For a waiting or pending gang: the check it fails and by how much, the gang ahead of it
+    (head of line), the pools on its path whose running-job limit is full, its members and
+    when it times out."""
+    url = find_url(data_dir)
+
+    async def go() -> None:
+        reply = await ask(url, ExplainQuery(gang=gang, tree=tree))
+        data: dict[str, Any] = reply.data
+        if as_json:
+            typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        elif data["state"] == UNKNOWN:
+            raise InputError(data["summary"])
+        else:
+            typer.echo(data["text"])
+
+    run_async(go)
+
+
+def gang_table(rows: list[dict[str, Any]], total: int, as_of: int) -> Table:
+    trees = {r["tree"] for r in rows}
+    columns = ["gang", "pool", "state", "queue", "tasks", "resources", "priority", "job", "attempt"]
+    table = Table(*(["tree"] if len(trees) > 1 else []), *columns)
+    for r in rows:
+        queue = "-" if r["queue"] is None else f"{r['queue']} #{r['position']}" if r["position"] else r["queue"]
+        members = str(r["members"]) if r["members"] == r["size"] else f"{r['members']}/{r['size']}"
+        cells = [r["gang"], r["pool"], r["state"], queue, members, format_resources(r["resources"]),
+                 str(r["priority"]), r["job"], str(r["attempt"])]
+        table.add_row(*([r["tree"]] if len(trees) > 1 else []), *cells)
+    if not rows:
+        table.caption = f"no gangs (as of log position {as_of})"
+    elif total > len(rows):
+        table.caption = f"the last {len(rows)} of {total} gangs (as of log position {as_of}); narrow with --state, " \
+                        f"--pool or raise --limit"
+    else:
+        table.caption = f"{total} gang{'s' if total != 1 else ''} (as of log position {as_of})"
+    return table
+
+
+async def ask(url: str, query: BaseModel, timeout: float = REQUEST_TIMEOUT) -> Reply:
+    """One query to the admission service; an error reply raises ServiceError, an unreachable
+    server or service an InputError (never a hang: the connection attempt is bounded)."""
+    try:
+        nc = await connect_nats(url, name="poolwise-cli", timeout=3.0)
+    except ConnectionError as exc:
+        raise InputError(str(exc)) from None
+    op: str = getattr(query, "op")  # noqa: B009 - every query model has `op`
+    try:
+        msg = await nc.request(subjects.command(SERVICE, op), query.model_dump_json().encode(), timeout=timeout)
+    except NoRespondersError:
+        raise InputError(f"the {SERVICE} service is not running (no responder on {url})") from None
+    except NatsTimeout:
+        raise InputError(f"the {SERVICE} service did not answer within {timeout:g} s") from None
+    finally:
+        with anyio.CancelScope(shield=True):
+            await nc.close()
+    reply = Reply.model_validate_json(msg.data)
+    if not reply.ok and reply.error is not None:
+        raise ServiceError(reply.error.rule, reply.error.message, reply.error.field)
+    return reply
+
+
+async def first_word(url: str, gang: str, tree: str, wait: float) -> tuple[str, str]:
+    """Poll `explain` for at most `wait` seconds until admission has read the gang and, if it
+    fits, has run the cycle that admits it: (state, one line)."""
+    data: dict[str, Any] = {"state": UNKNOWN, "summary": "", "findings": []}
+    with anyio.move_on_after(wait):
+        while True:
+            data = (await ask(url, ExplainQuery(gang=gang, tree=tree))).data
+            checks = [f["check"] for f in data["findings"]]
+            if data["state"] != UNKNOWN and checks[:1] != ["fits"]:
+                break
+            await anyio.sleep(0.2)
+    if data["state"] == UNKNOWN:
+        return UNKNOWN, f"gang {gang}: not read by admission within {wait:g} s"
+    return str(data["state"]), f"gang {gang}: {str(data['state']).replace('_', ' ')}: {data['summary']}"

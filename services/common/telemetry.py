@@ -1,0 +1,50 @@
+"""OpenTelemetry at the edge: spans around each batch a service folds and publishes.
+
+Off unless asked for: `POOLWISE_TRACE=console` prints spans to stderr (a `BatchSpanProcessor`
+with the console exporter); any other exporter is configured the usual OpenTelemetry way by the
+operator's own SDK setup before poolwise starts. Domain code never sees any of this."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
+_configured = False
+
+
+def configure() -> None:
+    """Install a tracer provider once, if `POOLWISE_TRACE` asks for one (called by the launcher)."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    if os.environ.get("POOLWISE_TRACE", "").lower() != "console":
+        return
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "poolwise"}))
+    provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+@contextmanager
+def span(name: str, **attributes: Any) -> Iterator[Span]:
+    """A span on the poolwise tracer (a no-op when no provider is installed)."""
+    with trace.get_tracer("poolwise").start_as_current_span(name, attributes=attributes) as current:
+        yield current
+
+
+def trace_context() -> dict[str, str] | None:
+    """The current W3C trace context (`traceparent`), for an envelope's `trace` field."""
+    carrier: dict[str, str] = {}
+    from opentelemetry.propagate import inject
+
+    inject(carrier)
+    return carrier or None

@@ -1,0 +1,41 @@
+"""A NATS connection that gives up on an unreachable server (nats-py, asked to reconnect forever,
+also retries the first connect forever; asked not to, it loops in its server selection), and
+that then reconnects forever, quietly (nats-py logs each failed attempt with a traceback)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import suppress
+
+import anyio
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger("poolwise.nats")
+
+CONNECT_TIMEOUT = 5.0  # seconds to reach the server at first
+
+
+async def _quietly(exc: Exception) -> None:
+    log.debug("nats: %s: %s", exc.__class__.__name__, exc)
+
+
+async def connect_nats(url: str, *, name: str = "poolwise", timeout: float = CONNECT_TIMEOUT) -> NATS:
+    """Connect to `url` within `timeout` seconds, else `ConnectionError` naming the URL. Once
+    connected, a lost connection is re-established for as long as it takes."""
+    nc = NATS()
+    try:
+        with anyio.fail_after(timeout):
+            await nc.connect(url, name=name, connect_timeout=max(1, int(min(timeout, 2.0))),
+                             max_reconnect_attempts=-1, reconnect_time_wait=1, error_cb=_quietly)
+    except TimeoutError:
+        await _abandon(nc)
+        raise ConnectionError(f"cannot reach NATS at {url} within {timeout:g} s") from None
+    except Exception as exc:  # a malformed URL, refused authorization, ...
+        await _abandon(nc)
+        raise ConnectionError(f"cannot reach NATS at {url}: {exc.__class__.__name__} {exc}".strip()) from None
+    return nc
+
+
+async def _abandon(nc: NATS) -> None:
+    with anyio.CancelScope(shield=True), suppress(Exception):
+        await nc.close()

@@ -1,0 +1,175 @@
+"""Tasks after admission (DOMAIN §5) and cancels: forward moves, release on terminal states, a gang
+done, preemption back to pending, cancel of a waiting, pending or admitted gang."""
+
+from __future__ import annotations
+
+import pytest
+
+from events import GangRequeued
+from services.admission.domain.state import running_jobs, total_jobs
+from tests.admission.builders import (
+    admitted,
+    cancel,
+    finished,
+    gang,
+    pool,
+    preempt,
+    rejected,
+    requeued,
+    task,
+    world,
+)
+
+
+def test_a_task_may_skip_forward_states() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", tasks=3))
+    log.tick(0)
+    out = log.feed(task("g/0", "running"), task("g/1", "launching"), task("g/2", "placing"), at=4)
+    assert rejected(out) == []
+    assert [t.state for t in log.gang("g").tasks] == ["running", "launching", "placing"]
+    assert log.task("g/0").started_at == 4 and log.task("g/1").started_at is None
+    assert rejected(log.feed(task("g/2", "succeeded"), at=5)) == []  # placing -> succeeded
+
+
+@pytest.mark.parametrize("end", ["succeeded", "failed", "killed", "lost", "preempted"])
+def test_a_terminal_state_releases_the_tasks_allocation(end: str) -> None:
+    log = world(pool("/a", reservation={"cpu": 10}), preemption=True)
+    log.feed(gang("g", "/a", tasks=2, cpu=3, preemptible=False, controller=True))
+    log.tick(0)
+    ledger = log.ledger("/a")
+    assert ledger.allocation == ledger.non_preemptible == ledger.controller == {"cpu": 6.0}
+    log.feed(task("g/0", "running"), at=1)
+    log.feed(task("g/0", end), at=2)
+    assert ledger.allocation == ledger.non_preemptible == ledger.controller == {"cpu": 3.0}
+    assert log.gang("g").state == "admitted"  # g/1 still holds its part
+
+
+def test_a_revocable_task_releases_its_slack() -> None:
+    log = world(pool("/a", reservation={"cpu": 10, "memory": 100}), resources=("cpu", "memory"),
+                capacity={"cpu": 100, "memory": 1000}, revocable={"cpu": 10})
+    log.feed(gang("r", "/a", tasks=2, resources={"cpu": 2, "memory": 5}, revocable=True))
+    assert admitted(log.tick(0)) == ["r"]
+    assert log.ledger("/a").slack == {"cpu": 4.0, "memory": 10.0}
+    log.feed(task("r/1", "failed"), at=1)
+    assert log.ledger("/a").slack == {"cpu": 2.0, "memory": 5.0}
+    assert log.ledger("/a").allocation == {"cpu": 2.0, "memory": 5.0}
+
+
+def test_a_gang_whose_tasks_all_ended_is_done() -> None:
+    log = world(pool("/a", max_running_jobs=1))
+    log.feed(gang("g", "/a", tasks=2), gang("next", "/a"))
+    assert admitted(log.tick(0)) == ["g"]
+    assert running_jobs(log.rt, "/a") == 1 and total_jobs(log.rt, "/a") == 2
+    assert finished(log.feed(task("g/0", "succeeded"), at=1)) == {}
+    out = log.feed(task("g/1", "failed"), at=2)
+    assert finished(out) == {"g": "done"}
+    assert log.gang("g").state == "done"
+    assert running_jobs(log.rt, "/a") == 0 and total_jobs(log.rt, "/a") == 1
+    assert log.ledger("/a").allocation == {"cpu": 0.0}
+    assert "g" not in log.state.config.tree().unfinished
+    assert admitted(log.tick(3)) == ["next"]  # its running-job slot is free
+
+
+def test_a_gang_with_a_preempted_task_goes_back_to_pending_as_a_new_attempt() -> None:
+    log = world(pool("/a", limit={"cpu": 2}))
+    log.feed(gang("g", "/a", tasks=2))
+    log.tick(0)
+    log.feed(task("g/0", "running"), task("g/1", "running"), at=1)
+    log.feed(preempt("g", "/a", "g/0", "g/1"), at=2)
+    assert [t.preemption_requested for t in log.gang("g").tasks] == [True, True]
+    assert log.ledger("/a").allocation == {"cpu": 2.0}  # held until the tasks say they stopped
+    log.feed(task("g/0", "preempted"), at=3)
+    out = log.feed(task("g/1", "succeeded"), at=3)
+    (event,) = [e for e in out if isinstance(e, GangRequeued)]
+    assert event.cause == "preempted"
+    g = log.gang("g")
+    assert (g.state, g.queue, g.head_rank, g.attempt) == ("pending", "pending", 0, 1)
+    assert [(t.state, t.preemption_requested, t.started_at) for t in g.tasks] == [("pending", False, None)] * 2
+    assert log.ledger("/a").allocation == {"cpu": 0.0} and log.ledger("/a").demand == {"cpu": 2.0}
+    assert admitted(log.tick(4)) == ["g"] and log.gang("g").attempt == 2
+
+
+def test_preempting_a_gang_that_runs_nothing_yet_puts_it_straight_back_in_pending() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", tasks=2, cpu=2))
+    log.tick(0)
+    log.feed(task("g/0", "placing"), at=1)
+    out = log.feed(preempt("g", "/a", "g/0"), at=2)
+    assert [(o.type, getattr(o, "cause", None)) for o in out] == [("GangRequeued", "preempted")]
+    assert log.gang("g").state == "pending" and log.gang("g").head_rank == 0
+    assert log.ledger("/a").allocation == {"cpu": 0.0}
+    assert running_jobs(log.rt, "/a") == 0
+
+
+# --- cancel ---------------------------------------------------------------------------------------------------
+
+
+def test_cancel_of_a_pending_gang_takes_it_out_of_its_queue() -> None:
+    log = world(pool("/a", reservation={"cpu": 1}))
+    log.feed(gang("np0", "/a", preemptible=False), gang("np1", "/a", preemptible=False, cpu=2))
+    log.tick(0)
+    assert log.queue("/a", "non_preemptible") == ["np1"]
+    assert log.ledger("/a").demand == {"cpu": 2.0}
+    out = log.feed(cancel("np1"), at=1)
+    assert finished(out) == {"np1": "cancelled"}
+    assert log.queue("/a", "non_preemptible") == [] and log.ledger("/a").demand == {"cpu": 0.0}
+    assert (log.gang("np1").state, log.gang("np1").queue) == ("cancelled", None)
+    assert total_jobs(log.rt, "/a") == 1
+
+
+def test_cancel_of_an_admitted_gang_kills_its_tasks_and_releases_everything() -> None:
+    log = world(pool("/a", max_running_jobs=1))
+    log.feed(gang("g", "/a", tasks=2, cpu=3), gang("next", "/a"))
+    log.tick(0)
+    log.feed(task("g/0", "succeeded"), at=1)
+    out = log.feed(cancel("g"), at=2)
+    assert finished(out) == {"g": "cancelled"}
+    assert [t.state for t in log.gang("g").tasks] == ["succeeded", "killed"]
+    assert log.ledger("/a").allocation == {"cpu": 0.0}
+    assert running_jobs(log.rt, "/a") == 0
+    assert admitted(log.tick(3)) == ["next"]
+    # a task report after the cancel is refused: the gang is no longer admitted
+    assert rejected(log.feed(task("g/1", "running"), at=4)) == [("g/1", "gang_not_admitted")]
+
+
+def test_cancel_of_a_waiting_gang_stops_its_timer() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", tasks=1, size=2, timeout=5))
+    assert finished(log.feed(cancel("g"))) == {"g": "cancelled"}
+    out = log.tick(10)
+    assert [e.type for e in out if e.type in ("GangTimedOut", "GangFinished")] == []
+    assert log.gang("g").state == "cancelled"
+
+
+def test_a_gang_admitted_by_a_cycle_but_cancelled_before_the_decision_lands_stays_cancelled() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", cpu=5))
+    decided = log.tick(0, land=False)
+    assert admitted(decided) == ["g"]
+    log.feed(cancel("g"))
+    log.land(decided)  # GangAdmitted arrives after the cancel: it changes nothing
+    assert log.gang("g").state == "cancelled"
+    assert log.ledger("/a").allocation == {} and running_jobs(log.rt, "/a") == 0
+
+
+def test_an_admission_decided_twice_applies_once() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", cpu=5))
+    decided = log.tick(0)
+    log.land(decided)  # the same decisions read again (a duplicate that slipped through)
+    assert log.gang("g").attempt == 1
+    assert log.ledger("/a").allocation == {"cpu": 5.0}
+    assert requeued(log.tick(1)) == []
+
+
+def test_a_stale_admission_of_an_earlier_attempt_does_not_admit_a_requeued_gang() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", cpu=5, timeout=10))
+    decided = log.tick(0)
+    log.feed(task("g/0", "placing"), at=1)
+    assert requeued(log.feed(task("g/0", "placing"), at=10)) == ["g"]  # back to pending, attempt 1 over
+    log.land(decided)  # attempt 1's GangAdmitted read again
+    assert (log.gang("g").state, log.gang("g").attempt) == ("pending", 1)
+    assert log.ledger("/a").allocation == {"cpu": 0.0}
+    assert admitted(log.tick(11)) == ["g"] and log.gang("g").attempt == 2
