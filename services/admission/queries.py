@@ -13,18 +13,20 @@ observes every event folded and every decision made, on rebuild as live.
 from __future__ import annotations
 
 from contextlib import suppress
+from functools import partial
 from typing import Any, Literal
 
 import anyio
 from anyio.abc import TaskStatus
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from events import Envelope, subjects
+from events import Envelope
 from events.base import Frozen
-from events.commands import CommandError, Reply
+from events.commands import Reply
 from services.admission.domain.explain import GANG_STATES, OBSERVED, History, explain, gang_rows
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import AdmissionFolder
+from services.common.requests import error_reply, parse_request, serve_requests
 
 SERVICE = "admission"
 DEFAULT_LIMIT = 1000  # gangs per answer: a reply must stay under NATS's max payload (1 MiB by default)
@@ -79,21 +81,11 @@ class ExplainingFolder:
         return decided
 
 
-def _error(rule: str, message: str, field: str | None = None) -> Reply:
-    return Reply(ok=False, error=CommandError(rule=rule, message=message, field=field))
-
-
 def answer(folder: ExplainingFolder, op: str, data: bytes) -> Reply:
     """One request, as it comes over NATS: the op from the subject, the query as JSON."""
-    model = QUERIES.get(op)
-    if model is None:
-        return _error("unknown_op", f"unknown admission request {op!r}; known: {', '.join(sorted(QUERIES))}")
-    try:
-        query = model.model_validate_json(data or b"{}")
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in err["loc"]) or None
-        return _error("invalid_command", f"{where}: {err['msg']}" if where else str(err["msg"]), where)
+    query = parse_request(QUERIES, op, data, SERVICE)
+    if isinstance(query, Reply):
+        return query
     if isinstance(query, GangsQuery):
         return _gangs(folder.state, query)
     assert isinstance(query, ExplainQuery)
@@ -103,7 +95,7 @@ def answer(folder: ExplainingFolder, op: str, data: bytes) -> Reply:
 def _gangs(state: AdmissionState, query: GangsQuery) -> Reply:
     unknown = sorted(set(query.states or ()) - set(GANG_STATES))
     if unknown:
-        return _error("invalid_command", f"states: unknown gang state {unknown[0]!r}; one of: "
+        return error_reply("invalid_command", f"states: unknown gang state {unknown[0]!r}; one of: "
                                          f"{', '.join(GANG_STATES)}", "states")
     rows = gang_rows(state, query.tree, query.pool, query.states)
     shown = rows[-query.limit:]
@@ -116,7 +108,7 @@ def _explain(folder: ExplainingFolder, query: ExplainQuery) -> Reply:
     if tree is None:
         found = sorted(name for name, rt in state.trees.items() if query.gang in rt.gangs)
         if len(found) > 1:
-            return _error("ambiguous", f"gang {query.gang} exists in trees {', '.join(found)}: name one (--tree)",
+            return error_reply("ambiguous", f"gang {query.gang} exists in trees {', '.join(found)}: name one (--tree)",
                           "tree")
         tree = found[0] if found else "default"
     result = explain(state, tree, query.gang, folder.history)
@@ -127,18 +119,8 @@ async def serve_queries(nc: Any, folder: ExplainingFolder, *,
                         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Answer `poolwise.cmd.admission.<op>` until cancelled (queue group: one instance answers
     each request); ready once the server knows the subscription."""
-    prefix = subjects.command(SERVICE, "")
-
-    async def on_request(msg: Any) -> None:
-        try:
-            reply = answer(folder, msg.subject[len(prefix):], msg.data)
-        except Exception as exc:  # the service stays up; the asker gets the reason
-            reply = _error("internal", f"{exc.__class__.__name__}: {exc}")
-        await msg.respond(reply.model_dump_json().encode())
-
-    subscription = await nc.subscribe(subjects.command(SERVICE, "*"), queue=SERVICE, cb=on_request)
+    subscription = await serve_requests(nc, SERVICE, partial(answer, folder))
     try:
-        await nc.flush()
         task_status.started()
         await anyio.sleep_forever()
     finally:

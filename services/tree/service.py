@@ -22,8 +22,9 @@ and giving up after `ATTEMPTS` concurrent writes (`stale`: nothing was decided) 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,6 @@ from pydantic import BaseModel, ValidationError
 from events import DecodeError, Envelope, InputRejected, at_seconds, decode, derived_id, subjects
 from events.commands import (
     COMMANDS,
-    CommandError,
     HostList,
     PoolGet,
     PoolList,
@@ -46,6 +46,7 @@ from projections.store import ProjectionStore
 from services.common.folding import rejection_of_malformed
 from services.common.log import EventLog, StaleWrite, Stored
 from services.common.memlog import subject_filter
+from services.common.requests import error_reply, serve_requests
 from services.tree.domain import paths
 from services.tree.domain.decide import Accepted, ConfigCommand, Decision, Refused, decide
 from services.tree.domain.state import TreeState
@@ -62,8 +63,7 @@ MODELS: dict[str, type[BaseModel]] = {cls.__name__: cls for cls in COMMANDS.valu
 _folded = subject_filter(SUBJECTS)
 
 
-def _error(rule: str, message: str, field: str | None = None) -> Reply:
-    return Reply(ok=False, error=CommandError(rule=rule, message=message, field=field))
+_error = error_reply
 
 
 # --- the pure parts (replay re-runs them) ----------------------------------------------------
@@ -298,23 +298,12 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
             tg.start_soon(lambda: log.consume("tree", subjects.STREAM_SUBJECTS, start, svc.on_batch))
             nc = getattr(log, "nc", None)
             if nc is not None:
-                await _serve_requests(nc, svc)
+                await serve_requests(nc, SERVICE, partial(_answer, svc))
             task_status.started(svc)
     finally:
         if store is not None:
             store.close()
 
 
-async def _serve_requests(nc: Any, svc: TreeService) -> None:
-    """Answer `poolwise.cmd.tree.<op>` (queue group: one instance answers each request)."""
-    prefix = subjects.command(SERVICE, "")
-
-    async def on_request(msg: Any) -> None:
-        op = msg.subject[len(prefix):]
-        try:
-            reply = await (svc.handle_sql(msg.data) if op == "sql" else svc.handle_raw(op, msg.data))
-        except Exception as exc:  # the service stays up; the asker gets the reason
-            reply = _error("internal", f"{exc.__class__.__name__}: {exc}")
-        await msg.respond(reply.model_dump_json().encode())
-
-    await nc.subscribe(subjects.command(SERVICE, "*"), queue=SERVICE, cb=on_request)
+def _answer(svc: TreeService, op: str, data: bytes) -> Awaitable[Reply]:
+    return svc.handle_sql(data) if op == "sql" else svc.handle_raw(op, data)

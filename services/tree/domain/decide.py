@@ -106,10 +106,8 @@ def decide_upsert(state: TreeState, command: PoolUpsert) -> Decision:
     path = paths.normalize(command.path)
     current = tree.pool(path)
     creating = current is None or current.ephemeral
-    if current is None or creating or command.replace:
-        config = command.config
-    else:
-        config = current.config.merged(command.config)
+    fresh = current is None or creating or command.replace
+    config = command.config if fresh or current is None else current.config.merged(command.config)
     refusal = validate_upsert(tree, path, config)
     if refusal is not None:
         return _refused(path, refusal, command.tree)
