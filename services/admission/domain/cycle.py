@@ -95,7 +95,7 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
     if not len(queue):
         return
     capacity = pools["/"].limit if "/" in pools else {}
-    for gang in _in_order(rt, view, queue.ordered(), capacity):
+    for gang in in_order(rt, view, queue.ordered(), capacity):
         if gang.id in scratch.admitted:
             continue  # taken first, as a waiting job's
         verdict = judge(rt, gang, view, entitlement, pools, preemption_on, scratch)
@@ -132,7 +132,9 @@ def _take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitle
             scratch.keep_slots(rt, gang)  # its turn has come; it waits for resources, not for a slot
 
 
-def _in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: Vector) -> list[Gang]:
+def in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: Vector) -> list[Gang]:
+    """The order in which a cycle takes a queue's gangs (fifo: as queued; fair_share: by job usage).
+    Used by the cycle, `explain` and preemption inside a pool, so that all three agree."""
     if view.mode != "fair_share":
         return gangs
     # fair_share: repeatedly the first gang of the job using least (dominant share over weight 1),

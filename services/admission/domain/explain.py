@@ -38,9 +38,9 @@ from services.admission.domain.cycle import (
     Scratch,
     Verdict,
     _admit,
-    _in_order,
     _take_waiting_jobs,
     decide_cycle,
+    in_order,
     judge,
 )
 from services.admission.domain.model import (
@@ -251,7 +251,7 @@ def _pending(state: AdmissionState, rt: TreeRuntime, gang: Gang,
         return [Finding("pool_missing", f"pool {gang.pool} is not in tree {rt.name} any more: no cycle visits it",
                         {"pool": gang.pool})], None, None
     cap = pools["/"].limit if "/" in pools else {}
-    order = list(_in_order(rt, view, queues[queue_name].ordered(), cap))
+    order = list(in_order(rt, view, queues[queue_name].ordered(), cap))
     index = next((i for i, g in enumerate(order) if g.id == gang.id), len(order))
     position, length = index + 1, len(order)
     entitlement = rt.entitlements.get(gang.pool)

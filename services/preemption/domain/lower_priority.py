@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events import PoolEntitlement, PreemptionRequested
-from services.admission.domain.cycle import Scratch, Verdict, _in_order, dominant_share, judge
+from services.admission.domain.cycle import Scratch, Verdict, dominant_share, in_order, judge
 from services.admission.domain.model import CYCLE_ORDER, Gang, Ledger
 from services.admission.domain.queues import fifo_key
 from services.admission.domain.state import TreeRuntime
@@ -76,7 +76,7 @@ def blocked_head(rt: TreeRuntime, view: EffectivePool, name: str, entitlement: P
     if not len(queue):
         return None
     scratch = Scratch(held={view.path: holdings.ledger(view.path)})
-    for gang in _in_order(rt, view, queue.ordered(), capacity):
+    for gang in in_order(rt, view, queue.ordered(), capacity):
         verdict = judge(rt, gang, view, entitlement, pools, True, scratch)
         if verdict is not None and not verdict.movable:
             continue  # held back by a job limit: the cycle goes past it
