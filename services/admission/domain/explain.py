@@ -33,6 +33,7 @@ from events import (
     GangTimedOut,
     InputRejected,
     PoolEntitlement,
+    PreemptionRequested,
 )
 from services.admission.domain.cycle import (
     Scratch,
@@ -156,11 +157,13 @@ class GangNotes:
     requeue_reason: str | None = None
     requeued_at: float | None = None
     finished_at: float | None = None
+    preempted_reason: str | None = None  # why preemption took it last (pool, numbers)
+    preempted_at: float | None = None
 
 
 # The events `History.observe` learns from (others need not be shown to it).
 OBSERVED: frozenset[type[Event]] = frozenset({GangAdmitted, GangCancelled, GangRequeued, GangTimedOut, GangFinished,
-                                              InputRejected})
+                                              InputRejected, PreemptionRequested})
 
 
 @dataclass(slots=True)
@@ -189,6 +192,9 @@ class History:
             notes.requeue_reason, notes.requeued_at = f"{event.cause.replace('_', ' ')}: {event.reason}", time
         elif isinstance(event, GangTimedOut):
             self._of(event.tree, event.gang).finished_at = time
+        elif isinstance(event, PreemptionRequested):
+            notes = self._of(event.tree, event.gang)
+            notes.preempted_reason, notes.preempted_at = f"pool {event.pool}: {event.reason}", time
         elif isinstance(event, GangFinished):
             notes = self._of(event.tree, event.gang)
             notes.finished_at = time
@@ -201,6 +207,14 @@ class History:
 
 
 # --- the explanation ----------------------------------------------------------------------------
+
+
+def _preempted(notes: GangNotes) -> list[Finding]:
+    """Why preemption took the gang, if it did: the pool and the numbers that made it necessary."""
+    if notes.preempted_reason is None:
+        return []
+    return [Finding("preempted", f"taken by preemption {_at(notes.preempted_at)}({notes.preempted_reason})",
+                    {"at": notes.preempted_at})]
 
 
 def explain(state: AdmissionState, tree: str, gang_id: str, history: History | None = None) -> Explanation:
@@ -298,6 +312,7 @@ def _pending(state: AdmissionState, rt: TreeRuntime, gang: Gang,
         findings.append(Finding("requeued", f"attempt {gang.attempt} ended: requeued "
                                             f"{_at(notes.requeued_at)}({notes.requeue_reason})",
                                 {"attempt": gang.attempt}))
+    findings += _preempted(notes)
     return findings + _refused(notes), position, length
 
 
@@ -452,6 +467,7 @@ def _admitted(state: AdmissionState, rt: TreeRuntime, gang: Gang, notes: GangNot
     asked = sum(t.preemption_requested for t in live)
     if asked:
         findings.append(Finding("preemption", f"preemption requested for {asked} of its tasks", {"tasks": asked}))
+        findings += _preempted(notes)
     if gang.attempt > 1 and notes.requeue_reason:
         findings.append(Finding("requeued", f"attempt {gang.attempt - 1} ended: requeued "
                                             f"{_at(notes.requeued_at)}({notes.requeue_reason})",
