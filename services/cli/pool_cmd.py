@@ -78,10 +78,11 @@ def _config(
         raise InputError(f"{field}: {err['msg']}") from None
 
 
-def _upsert(path: str, tree: str, config: PoolConfig, data_dir: DataDir, expected: int | None, create: bool) -> None:
+def _upsert(path: str, tree: str, config: PoolConfig, data_dir: DataDir, expected: int | None, create: bool,
+            replace: bool = False) -> None:
     url = find_url(data_dir)
     command = PoolUpsert(tree=tree, path=path, config=config, expected_version=expected,
-                         require="new" if create else "existing")
+                         require="new" if create else "existing", replace=replace)
 
     async def go() -> None:
         reply = await request(url, "tree", command)
@@ -114,11 +115,13 @@ def update(
     max_running_jobs: MaxRunning = None, max_jobs: MaxJobs = None, ephemeral_subpools: Ephemeral = None,
     preempt_lower_priority: PreemptLower = None, presets: Presets = None, config_json: ConfigFile = None,
     tree: TreeName = "default", if_version: ExpectedVersion = None, data_dir: DataDir = DEFAULT_DATA_DIR,
+    replace: Annotated[bool, Opt("--replace", help="The options given become the whole config: "
+                                                    "every other option is unset (back to its default).")] = False,
 ) -> None:
     """Change the options named; the others keep their values (a resource map is replaced whole)."""
     config = _config(reservation, limit, share, reservation_type, controller_limit, slack_limit, mode, fifo_sort,
                      max_running_jobs, max_jobs, ephemeral_subpools, preempt_lower_priority, presets, config_json)
-    _upsert(path, tree, config, data_dir, if_version, create=False)
+    _upsert(path, tree, config, data_dir, if_version, create=False, replace=replace)
 
 
 @app.command()
