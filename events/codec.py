@@ -81,12 +81,18 @@ def _decode_slow(
     raise _from_validation(fast_error, etype, event_id)
 
 
+_TYPE_TAGS = frozenset({"float", "int", "str", "bool", "none", "list", "dict"})
+
+
 def _from_validation(exc: ValidationError, etype: str | None, event_id: str | None) -> DecodeError:
     first: dict[str, Any] = dict(exc.errors(include_url=False)[0])
     loc = [str(p) for p in first.get("loc", ())]
-    # pydantic puts the union tag in the location (event.GangEnqueued.tasks.0); drop it.
+    # pydantic puts the union tag in the location (event.GangEnqueued.tasks.0); drop it, and the
+    # member type it tried last for a union field (event.config.share.float -> event.config.share).
     if len(loc) >= 2 and loc[0] == "event" and loc[1] == etype:
         loc = [loc[0], *loc[2:]]
+    while len(loc) > 1 and (loc[-1] in _TYPE_TAGS or "[" in loc[-1]):
+        loc.pop()
     field = ".".join(loc) or None
     message = str(first.get("msg", "invalid"))
     extra = len(exc.errors()) - 1

@@ -14,6 +14,8 @@ from events import (
     DecodeError,
     Envelope,
     GangEnqueued,
+    PoolConfig,
+    PoolConfigChanged,
     TaskSpec,
     at_seconds,
     decode,
@@ -118,3 +120,12 @@ def test_json_schema_covers_every_event() -> None:
     schema = json.dumps(Envelope.model_json_schema())
     for name in EVENT_TYPES:
         assert name in schema
+
+
+def test_union_fields_are_named_without_the_member_type() -> None:
+    env = _env(PoolConfigChanged(tree="default", path="/a", config=PoolConfig(share=2.0)))
+    raw = json.loads(encode(env))
+    raw["event"]["config"]["share"] = "lots"
+    with pytest.raises(DecodeError) as info:
+        decode(json.dumps(raw).encode())
+    assert info.value.field == "event.config.share"
