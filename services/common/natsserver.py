@@ -133,7 +133,7 @@ class EmbeddedNats:
             "-sd", str(self.store_dir), "--ports_file_dir", str(self.store_dir),
             "-P", str(self.store_dir / "nats.pid"), *self.extra_args,
         ]  # fmt: skip
-        with self.log_file.open("wb") as log:
+        with self.log_file.open("ab") as log:
             try:
                 self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             except OSError as exc:
