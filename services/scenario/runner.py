@@ -87,6 +87,7 @@ class Run:
         self.tree = tree
         self.view = PreemptionState()
         self.read_to = 0
+        self.seen: list[tuple[int, Envelope]] = []  # everything read back during the current step
         self.run_id = run_id
         self.multi = scenario.multi_tree
 
@@ -103,6 +104,7 @@ class Run:
                 continue
             self.view.apply(envelope.event, stored.seq, envelope.seconds)
             read.append((stored.seq, envelope))
+        self.seen.extend(read)
         return read
 
     async def settle(self, tick_seq: int) -> list[tuple[int, Envelope]]:
@@ -165,13 +167,14 @@ class Run:
 
     async def step(self, plan: StepPlan) -> StepReport:
         start = self.read_to
+        self.seen = []
         for item in plan.inputs:  # 1.
             await self.publish(item, plan.time)
         tick = Envelope(id=derived_id(self.run_id, "tick", plan.index), time=plan.time, source="scenario",
                         event=ClockTicked())
         (appended,) = await self.log.append([tick])  # 2.
-        read = await self.settle(appended.seq)  # 3.
-        decisions = [d for seq, env in read if seq > start for d in decisions_of(env.event, self._key)]
+        await self.settle(appended.seq)  # 3.
+        decisions = [d for seq, env in self.seen if seq > start for d in decisions_of(env.event, self._key)]
         report = StepReport(at=plan.at, pools=self._pools(), gangs=self._gangs(), tasks=self._task_states(),
                             decisions=decisions)
         return report.with_failures(check(plan.expect, report))

@@ -61,3 +61,18 @@ def test_a_failing_expectation_fails_the_report(tmp_path: Path) -> None:
     report = _run(scenario, "memory", None)
     assert not report.passed
     assert _failures(report) == ["step at=0: allocation /a cpu: expected 2.0, observed 1.0"]
+
+
+def test_decisions_read_back_while_resolving_a_selector_belong_to_the_step(tmp_path: Path) -> None:
+    scenario = tmp_path / "selector.yaml"
+    scenario.write_text(
+        "name: selector\nresources: [cpu]\ncapacity: {cpu: 10}\n"
+        "pools:\n  - {path: /a, reservation: {cpu: 5}}\n"
+        "steps:\n  - at: 0\n    do:\n      - enqueue: {gang: g, pool: /a, tasks: 1, resources: {cpu: 1}}\n"
+        "    expect: {admitted: [g]}\n"
+        "  - at: 1\n    do:\n      - enqueue: {gang: nowhere, pool: /zzz, tasks: 1, resources: {cpu: 1}}\n"
+        "      - task: {gang: g, state: running}\n    expect: {rejected: [nowhere]}\n"
+    )
+    report = _run(scenario, "memory", None)
+    assert _failures(report) == []
+    assert [d.ref for d in report.steps[1].decisions if d.kind == "rejected"] == ["nowhere"]
