@@ -1,4 +1,5 @@
-"""`poolwise sql "SELECT ..."`: query the projections (the whole history, pools, hosts) with SQL."""
+"""`poolwise sql "SELECT ..."`: query the projections (the whole history, pools, hosts, gangs, tasks,
+entitlements, preemptions, refusals) with SQL."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ def sql(
     as_json: AsJson = False,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Tables: event_log (every event), trees, pools, pool_resources, hosts, host_resources, checkpoints."""
+    """Tables: event_log (every event), trees, pools, pool_resources, hosts, host_resources; gangs, tasks;
+    pool_entitlements (latest per pool and kind), entitlement_history (changes only), pool_starvation;
+    preemptions (one row per task), rejections (refused inputs); checkpoints.
+
+    Example: SELECT pool, state, count(*) FROM gangs GROUP BY ALL ORDER BY pool"""
     url = resolve_nats_url(data_dir)
 
     async def via_service() -> dict[str, Any]:

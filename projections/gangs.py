@@ -1,0 +1,538 @@
+"""Gangs and their tasks, as the admission service's decisions and the inputs it accepted left them.
+
+Tables:
+
+    gangs(tree, gang, job, user, pool, requested_pool, size, members, resources MAP, priority,
+          preemptible, revocable, controller, timeout, state, queue, attempt, arrival, requeues,
+          enqueued_at, admitted_at, finished_at, last_reason, updated_seq, updated_at)
+    tasks(tree, task, gang, job, pool, member, resources MAP, state, preemption_requested,
+          started_at, updated_seq, updated_at)
+
+`gangs.state` is one of waiting | pending | admitted | done | timed_out | cancelled | rejected (the
+states of the scenario report and `poolwise gangs`); `queue` is the queue a pending gang is in
+(NULL otherwise). `pool` is the leaf admission put the gang in; until a decision names it (moved,
+admitted, timed out, finished) it is the pool the submitter asked for, which differs only for
+ephemeral pools (`/users` -> `/users/users$alice`, `/scratch` -> `/adhoc/scratch`).
+`requested_pool` is always what the submitter asked for. `arrival` is the log position of the
+members that completed the gang (DOMAIN §4); `requeues` counts its requeues (placement timeout or
+preemption); `resources` is the sum of its members' resources. `tasks.state` is the task's state
+as admission holds it (DOMAIN §5); `started_at` is when it last became `running`.
+
+The tables follow admission's fold (services/admission/domain/state.py) event by event, in the
+order the fold applies them, and never show a refused input. Three things make that so:
+
+1. Inputs (`GangEnqueued`, `TaskStateChanged`, `GangCancelled`) take effect where they stand in the
+   log, unless admission refuses them; the refusal comes later, as an `InputRejected` naming the
+   input's position (`input_seq`). So an input is *held* until admission has answered it: until
+   its refusal has been read (it is then skipped), or an admission decision based on a later
+   position (`basis` > its seq; then it was accepted: admission publishes what it decides in the
+   order it folds the log, so a refusal would have come first).
+2. What comes after a held input waits behind it (the events are applied in order).
+3. What admission's timers do (`GangTimedOut`, `GangFinished(timed_out)`, `GangRequeued` after a
+   placement timeout) happens in its fold *before* the event whose time fired them, the event at
+   their `basis`, and is announced after it: these are applied just before that position.
+
+A decision that lands after an input admission had not folded yet when it decided is applied where
+it lands (as admission applies it when it reads it back). Admission normally answers within one of
+its cycles (it ticks when inputs arrived); an accepted input that changes nothing (a task reported
+in its current state) may wait for its next decision. `gangs_held` holds what waits (the encoded
+events) and `gangs_answered` the highest position admission has answered; both are internal.
+
+Known limits: a gang's `pool` before any decision (above); a timer's announcement that lands after
+a decision admission made before that timer fired is applied where it lands (the states agree again
+from there); and if a publish batch lands out of order (a reconnect, docs/architecture.md), a
+refusal that comes after a later-based decision is too late: the refused input has counted.
+
+Effects, as admission's fold has them:
+- first members: the gang is `waiting` (refused: `rejected`, with the refusal as `last_reason`);
+  once `size` members are in, `pending` in queue `pending`; refused members are no tasks;
+- `GangMovedToQueue` and `GangAdmitted` take effect only on a pending gang (an admission only for
+  the next attempt); admitted tasks are `ready`;
+- an accepted report sets the task's state; once every task of an admitted gang has ended, the
+  gang is `done`, or, if any was preempted, back to `pending` (a new attempt, its tasks `pending`);
+- `PreemptionRequested`: the gang's `ready` and `placing` tasks are `preempted` at once, the
+  others get `preemption_requested` and keep running until they report an end;
+- an accepted `GangCancelled`: `cancelled`, and the live tasks of an admitted gang `killed`;
+- `GangRequeued` (placement timeout) puts an admitted gang back to pending, its tasks to pending;
+  `GangTimedOut` ends a waiting gang; `GangFinished` confirms an end (and gives `finished_at`).
+
+    SELECT state, count(*) FROM gangs GROUP BY state;
+    SELECT pool, queue, gang, last_reason FROM gangs WHERE state = 'pending' ORDER BY pool, arrival;
+    SELECT pool, sum(resources['cpu']) AS cpu FROM tasks
+     WHERE state IN ('ready', 'placing', 'placed', 'launching', 'running') GROUP BY pool;
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from events import (
+    DecodeError,
+    Envelope,
+    GangAdmitted,
+    GangCancelled,
+    GangEnqueued,
+    GangFinished,
+    GangMovedToQueue,
+    GangRequeued,
+    GangTimedOut,
+    InputRejected,
+    PreemptionRequested,
+    TaskStateChanged,
+    decode,
+    encode,
+)
+from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, registered
+
+Row = dict[str, Any]
+
+# The admission service's envelope `source`: the `basis` of its decisions tells how far it has folded.
+ADMISSION = "admission"
+
+INPUTS = frozenset({"GangEnqueued", "TaskStateChanged", "GangCancelled"})
+DECISIONS = frozenset(
+    {"GangAdmitted", "GangMovedToQueue", "GangRequeued", "GangTimedOut", "GangFinished", "PreemptionRequested"}
+)
+TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
+FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
+
+_STR = pa.string()
+_TIME = pa.timestamp("us", tz="UTC")
+_AMOUNTS = pa.map_(pa.string(), pa.float64())
+
+GANGS = pa.schema(
+    [
+        ("tree", _STR),
+        ("gang", _STR),
+        ("job", _STR),
+        ("user", _STR),
+        ("pool", _STR),
+        ("requested_pool", _STR),
+        ("size", pa.int32()),
+        ("members", pa.int32()),
+        ("resources", _AMOUNTS),
+        ("priority", pa.int64()),
+        ("preemptible", pa.bool_()),
+        ("revocable", pa.bool_()),
+        ("controller", pa.bool_()),
+        ("timeout", pa.float64()),
+        ("state", _STR),
+        ("queue", _STR),
+        ("attempt", pa.int32()),
+        ("arrival", pa.int64()),
+        ("requeues", pa.int32()),
+        ("enqueued_at", _TIME),
+        ("admitted_at", _TIME),
+        ("finished_at", _TIME),
+        ("last_reason", _STR),
+        ("updated_seq", pa.int64()),
+        ("updated_at", _TIME),
+    ]
+)
+TASKS = pa.schema(
+    [
+        ("tree", _STR),
+        ("task", _STR),
+        ("gang", _STR),
+        ("job", _STR),
+        ("pool", _STR),
+        ("member", pa.int32()),
+        ("resources", _AMOUNTS),
+        ("state", _STR),
+        ("preemption_requested", pa.bool_()),
+        ("started_at", _TIME),
+        ("updated_seq", pa.int64()),
+        ("updated_at", _TIME),
+    ]
+)
+HELD = pa.schema(
+    [("seq", pa.int64()), ("type", _STR), ("message", pa.binary()), ("refused", _STR), ("timer", pa.int64())]
+)
+
+_DDL = (
+    """CREATE TABLE gangs (
+        tree VARCHAR NOT NULL, gang VARCHAR NOT NULL, job VARCHAR, "user" VARCHAR, pool VARCHAR,
+        requested_pool VARCHAR, size INTEGER, members INTEGER, resources MAP(VARCHAR, DOUBLE),
+        priority BIGINT, preemptible BOOLEAN, revocable BOOLEAN, controller BOOLEAN, timeout DOUBLE,
+        state VARCHAR NOT NULL, queue VARCHAR, attempt INTEGER, arrival BIGINT, requeues INTEGER,
+        enqueued_at TIMESTAMPTZ, admitted_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, last_reason VARCHAR,
+        updated_seq BIGINT, updated_at TIMESTAMPTZ, PRIMARY KEY (tree, gang))""",
+    """CREATE TABLE tasks (
+        tree VARCHAR NOT NULL, task VARCHAR NOT NULL, gang VARCHAR NOT NULL, job VARCHAR, pool VARCHAR,
+        member INTEGER, resources MAP(VARCHAR, DOUBLE), state VARCHAR NOT NULL,
+        preemption_requested BOOLEAN, started_at TIMESTAMPTZ, updated_seq BIGINT, updated_at TIMESTAMPTZ,
+        PRIMARY KEY (tree, task))""",
+    """CREATE TABLE gangs_held (
+        seq BIGINT PRIMARY KEY, type VARCHAR NOT NULL, message BLOB NOT NULL, refused VARCHAR, timer BIGINT)""",
+    "CREATE TABLE gangs_answered (answered BIGINT NOT NULL)",
+    "INSERT INTO gangs_answered VALUES (0)",
+)
+
+
+@dataclass(slots=True)
+class Held:
+    """An event of interest. `at` is where admission's fold applies it: its own position, or, for
+    a timer's announcement, just before the position it is based on (the timer fired there)."""
+
+    seq: int
+    type: str
+    envelope: Envelope | None  # None: held in `gangs_held`, not loaded (yet)
+    refused: str | None = None  # admission's refusal of this input
+    timer: int | None = None  # a timer's announcement: the position it is based on
+
+    @property
+    def at(self) -> tuple[int, int, int]:
+        return (self.seq, 1, 0) if self.timer is None else (self.timer, 0, self.seq)
+
+
+class GangsProjection(Projection):
+    """`gangs` and `tasks`: every gang and task with its state, from admission's answers."""
+
+    name = "gangs"
+    schema_version = 1
+    tables = ("gangs", "tasks", "gangs_held", "gangs_answered")
+
+    def create(self, conn: Connection) -> None:
+        for ddl in _DDL:
+            conn.execute(ddl)
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        fresh: list[Held] = []
+        refusals: dict[int, str] = {}
+        answered = 0
+        for item in items:
+            envelope = item.event
+            if not isinstance(envelope, Envelope):
+                continue
+            event = envelope.event
+            if envelope.source == ADMISSION and envelope.basis is not None:
+                answered = max(answered, envelope.basis)
+            if isinstance(event, InputRejected):
+                if event.input_seq is not None and event.input_type in INPUTS:
+                    refusals[event.input_seq] = f"{event.rule}: {event.reason}"
+            elif event.type in INPUTS or event.type in DECISIONS:
+                fresh.append(Held(item.seq, event.type, envelope, timer=_timer_basis(envelope)))
+        if not fresh and not refusals and not answered:
+            return
+        (stored,) = conn.execute("SELECT answered FROM gangs_answered").fetchone() or (0,)
+        answered = max(answered, int(stored))
+        if answered > stored:
+            conn.execute("UPDATE gangs_answered SET answered = ?", [answered])
+        held = [Held(int(seq), str(kind), None, refused, timer) for seq, kind, refused, timer in
+                conn.execute("SELECT seq, type, refused, timer FROM gangs_held ORDER BY seq").fetchall()]
+        newly_refused = [h for h in held if h.refused is None and h.seq in refusals]
+        for h in [*newly_refused, *fresh]:
+            h.refused = refusals.get(h.seq, h.refused)
+        queue = held + fresh
+        # The first input admission has not answered yet: it, and whatever the fold applies after
+        # it, wait.
+        cut = next((h.at for h in queue if h.type in INPUTS and h.refused is None and h.seq >= answered), None)
+        ready = sorted((h for h in queue if cut is None or h.at < cut), key=lambda h: h.at)
+        if ready:
+            _load_held(conn, [h for h in ready if h.envelope is None])
+            _Fold(conn, ready).write()
+        _keep_waiting(conn, held, fresh, {h.seq for h in ready}, newly_refused)
+
+
+def _timer_basis(envelope: Envelope) -> int | None:
+    """The position a timer's announcement is based on (None: not a timer's announcement).
+
+    Admission's fold fires the timers due when time advances, before it applies the event that
+    advanced it; it announces them after, with that event's position as basis."""
+    event = envelope.event
+    timer = (
+        isinstance(event, GangTimedOut)
+        or (isinstance(event, GangFinished) and event.outcome == "timed_out")
+        or (isinstance(event, GangRequeued) and event.cause == "placement_timeout")
+    )
+    return envelope.basis if timer and envelope.source == ADMISSION else None
+
+
+def _load_held(conn: Connection, held: list[Held]) -> None:
+    """Decode the held events about to be applied (a message that no longer decodes is skipped)."""
+    if not held:
+        return
+    wanted = pa.table({"seq": pa.array([h.seq for h in held], pa.int64())})
+    with registered(conn, wanted) as view:
+        found = {int(seq): bytes(message) for seq, message in
+                 conn.execute(f"SELECT seq, message FROM gangs_held JOIN {view} USING (seq)").fetchall()}
+    for h in held:
+        try:
+            h.envelope = decode(found[h.seq])
+        except (DecodeError, KeyError):
+            h.envelope = None
+
+
+def _keep_waiting(conn: Connection, held: list[Held], fresh: list[Held], applied: set[int],
+                  newly_refused: list[Held]) -> None:
+    """`gangs_held` after this call: what was applied leaves it; what was not stays (with its
+    refusal, if one came) or comes in."""
+    gone = [h.seq for h in held if h.seq in applied]
+    delete_keys(conn, "gangs_held", pa.table({"seq": pa.array(gone, pa.int64())}))
+    refused = [h for h in newly_refused if h.seq not in applied]
+    if refused:
+        marks = pa.table({"seq": pa.array([h.seq for h in refused], pa.int64()),
+                          "refused": pa.array([h.refused for h in refused], _STR)})
+        with registered(conn, marks) as view:
+            conn.execute(f"UPDATE gangs_held SET refused = m.refused FROM {view} AS m WHERE gangs_held.seq = m.seq")
+    new = [(h, h.envelope) for h in fresh if h.seq not in applied and h.envelope is not None]
+    rows = {
+        "seq": [h.seq for h, _ in new],
+        "type": [h.type for h, _ in new],
+        "message": [encode(e) for _, e in new],
+        "refused": [h.refused for h, _ in new],
+        "timer": [h.timer for h, _ in new],
+    }
+    insert_arrow(conn, "gangs_held", pa.Table.from_pydict(rows, schema=HELD))
+
+
+def _gang_key(envelope: Envelope) -> tuple[str, str]:
+    event = envelope.event
+    return str(getattr(event, "tree", "")), str(getattr(event, "gang", ""))
+
+
+def fetch_rows(conn: Connection, sql: str, params: Sequence[object] = ()) -> list[Row]:
+    """Rows of a query as dicts (maps as dicts, timestamps as aware datetimes), through Arrow."""
+    relation = conn.sql(sql, params=list(params))
+    to_table = getattr(relation, "to_arrow_table", None)  # duckdb >= 1.4; `arrow()` before
+    table = to_table() if to_table is not None else relation.arrow()
+    if not isinstance(table, pa.Table):
+        table = table.read_all()
+    rows: list[Row] = table.to_pylist(maps_as_pydicts="strict")
+    return rows
+
+
+class _Fold:
+    """The gangs and tasks that the events touch, read back, folded in Python and written back
+    with one delete and one insert per table."""
+
+    def __init__(self, conn: Connection, events: list[Held]) -> None:
+        self.conn = conn
+        self.gangs: dict[tuple[str, str], Row] = {}
+        self.members: dict[tuple[str, str], list[Row]] = {}  # (tree, gang) -> its tasks, in member order
+        self.tasks: dict[tuple[str, str], Row] = {}  # (tree, task) -> row
+        self.touched_gangs: set[tuple[str, str]] = set()
+        self.touched_tasks: set[tuple[str, str]] = set()
+        envelopes = [(h.seq, h.envelope, h.refused) for h in events if h.envelope is not None]
+        self._load({_gang_key(e) for _, e, _ in envelopes})
+        for seq, envelope, refused in envelopes:
+            self._apply(seq, envelope, refused)
+
+    def _load(self, keys: Iterable[tuple[str, str]]) -> None:
+        wanted = sorted(keys)
+        if not wanted:
+            return
+        table = pa.table({"tree": [k[0] for k in wanted], "gang": [k[1] for k in wanted]})
+        with registered(self.conn, table) as view:
+            for row in fetch_rows(self.conn, f"SELECT g.* FROM gangs g JOIN {view} USING (tree, gang)"):
+                self.gangs[(row["tree"], row["gang"])] = row
+            for row in fetch_rows(self.conn, f"SELECT t.* FROM tasks t JOIN {view} USING (tree, gang) "
+                                             "ORDER BY t.tree, t.gang, t.member"):
+                self.members.setdefault((row["tree"], row["gang"]), []).append(row)
+                self.tasks[(row["tree"], row["task"])] = row
+
+    # --- applying one event -------------------------------------------------------------------
+
+    def _apply(self, seq: int, envelope: Envelope, refused: str | None) -> None:
+        event = envelope.event
+        time = envelope.time
+        if isinstance(event, GangEnqueued):
+            self._enqueued(event, seq, time, refused)
+        elif refused is not None:
+            return  # a refused input changes nothing
+        elif isinstance(event, TaskStateChanged):
+            self._reported(event, seq, time)
+        elif isinstance(event, GangCancelled):
+            self._cancelled(event, seq, time)
+        elif isinstance(event, GangAdmitted):
+            self._admitted(event, seq, time)
+        elif isinstance(event, GangMovedToQueue):
+            gang = self.gangs.get((event.tree, event.gang))
+            if gang is not None and gang["state"] == "pending" and gang["queue"] != event.queue:
+                self._touch(gang, seq, time, queue=event.queue, last_reason=event.reason)
+                self._set_pool(gang, event.pool)
+        elif isinstance(event, GangRequeued):
+            gang = self.gangs.get((event.tree, event.gang))
+            if gang is not None and gang["state"] == "admitted":
+                self._requeue(gang, seq, time, event.reason)
+        elif isinstance(event, PreemptionRequested):
+            self._preempted(event, seq, time)
+        elif isinstance(event, GangTimedOut):
+            gang = self.gangs.get((event.tree, event.gang))
+            if gang is not None and gang["state"] == "waiting":
+                self._touch(gang, seq, time, state="timed_out", queue=None,
+                            last_reason=f"{event.members} of {event.size} members at its deadline")
+                self._set_pool(gang, event.pool)
+        elif isinstance(event, GangFinished):
+            self._finished(event, seq, time)
+
+    def _enqueued(self, event: GangEnqueued, seq: int, time: datetime, refused: str | None) -> None:
+        key = (event.tree, event.gang)
+        gang = self.gangs.get(key)
+        if refused is not None:
+            if gang is None:  # first members refused: the gang id is used up
+                gang = self._new_gang(event, seq, time)
+                self._touch(gang, seq, time, state="rejected", last_reason=refused)
+            return
+        if gang is None:
+            gang = self._new_gang(event, seq, time)
+        elif gang["state"] != "waiting":
+            return  # cannot be: admission takes members only for a waiting gang
+        tasks = self.members.setdefault(key, [])
+        resources = dict(gang["resources"] or {})
+        for spec in event.tasks:
+            task = {
+                "tree": event.tree, "task": spec.id, "gang": event.gang, "job": gang["job"], "pool": gang["pool"],
+                "member": len(tasks), "resources": dict(spec.resources), "state": "pending",
+                "preemption_requested": False, "started_at": None, "updated_seq": seq, "updated_at": time,
+            }
+            tasks.append(task)
+            self.tasks[(event.tree, spec.id)] = task
+            self.touched_tasks.add((event.tree, spec.id))
+            for kind, amount in spec.resources.items():
+                resources[kind] = resources.get(kind, 0.0) + amount
+        changes: Row = {"members": len(tasks), "resources": resources}
+        if len(tasks) >= gang["size"]:
+            changes.update(state="pending", queue="pending", arrival=seq)
+        self._touch(gang, seq, time, **changes)
+
+    def _new_gang(self, event: GangEnqueued, seq: int, time: datetime) -> Row:
+        gang: Row = {
+            "tree": event.tree, "gang": event.gang, "job": event.job, "user": event.user, "pool": event.pool,
+            "requested_pool": event.pool, "size": event.size, "members": 0, "resources": {},
+            "priority": event.priority, "preemptible": event.preemptible, "revocable": event.revocable,
+            "controller": event.controller, "timeout": event.timeout, "state": "waiting", "queue": None,
+            "attempt": 0, "arrival": None, "requeues": 0, "enqueued_at": time, "admitted_at": None,
+            "finished_at": None, "last_reason": None, "updated_seq": seq, "updated_at": time,
+        }
+        self.gangs[(event.tree, event.gang)] = gang
+        self.touched_gangs.add((event.tree, event.gang))
+        return gang
+
+    def _admitted(self, event: GangAdmitted, seq: int, time: datetime) -> None:
+        gang = self.gangs.get((event.tree, event.gang))
+        if gang is None or gang["state"] != "pending" or event.attempt != (gang["attempt"] or 0) + 1:
+            return  # decided on a state that moved on: no effect (as in admission's fold)
+        self._touch(gang, seq, time, state="admitted", queue=None, attempt=event.attempt, admitted_at=time)
+        self._set_pool(gang, event.pool)
+        for task in self._tasks_of(gang):
+            self._set_task(task, seq, time, state="ready")
+
+    def _reported(self, event: TaskStateChanged, seq: int, time: datetime) -> None:
+        task = self.tasks.get((event.tree, event.task))
+        gang = self.gangs.get((event.tree, event.gang))
+        if task is None or gang is None or task["gang"] != event.gang or task["state"] == event.state:
+            return
+        changes: Row = {"state": event.state}
+        if event.state == "running" and task["started_at"] is None:
+            changes["started_at"] = time
+        self._set_task(task, seq, time, **changes)
+        self._maybe_stopped(gang, seq, time)
+
+    def _preempted(self, event: PreemptionRequested, seq: int, time: datetime) -> None:
+        gang = self.gangs.get((event.tree, event.gang))
+        if gang is None or gang["state"] != "admitted":
+            return
+        for task in self._tasks_of(gang):  # whole gangs: every live task, whichever the request names
+            if task["state"] in TERMINAL or task["state"] == "pending":
+                continue
+            if task["state"] in ("ready", "placing"):  # nothing runs yet: given back at once
+                self._set_task(task, seq, time, state="preempted")
+            elif not task["preemption_requested"]:
+                self._set_task(task, seq, time, preemption_requested=True)
+        self._touch(gang, seq, time, last_reason=f"preemption requested: {event.reason}")
+        self._maybe_stopped(gang, seq, time)
+
+    def _maybe_stopped(self, gang: Row, seq: int, time: datetime) -> None:
+        """Every task of an admitted gang ended: done, or back to pending if any was preempted."""
+        tasks = self._tasks_of(gang)
+        if gang["state"] != "admitted" or not tasks or any(t["state"] not in TERMINAL for t in tasks):
+            return
+        if any(t["state"] == "preempted" for t in tasks):
+            self._requeue(gang, seq, time, "its tasks were preempted")
+        else:
+            self._touch(gang, seq, time, state="done", finished_at=time)
+
+    def _requeue(self, gang: Row, seq: int, time: datetime, reason: str) -> None:
+        self._touch(gang, seq, time, state="pending", queue="pending", admitted_at=None,
+                    requeues=(gang["requeues"] or 0) + 1, last_reason=reason)
+        for task in self._tasks_of(gang):
+            self._set_task(task, seq, time, state="pending", started_at=None, preemption_requested=False)
+
+    def _cancelled(self, event: GangCancelled, seq: int, time: datetime) -> None:
+        gang = self.gangs.get((event.tree, event.gang))
+        if gang is None or gang["state"] in FINISHED:
+            return  # cannot be: admission refuses to cancel such a gang
+        if gang["state"] == "admitted":
+            for task in self._tasks_of(gang):
+                if task["state"] not in TERMINAL:
+                    self._set_task(task, seq, time, state="killed")
+        reason = f"cancelled: {event.reason}" if event.reason else "cancelled"
+        self._touch(gang, seq, time, state="cancelled", queue=None, finished_at=time, last_reason=reason)
+
+    def _finished(self, event: GangFinished, seq: int, time: datetime) -> None:
+        key = (event.tree, event.gang)
+        gang = self.gangs.get(key)
+        if gang is None:  # not seen before (a log that starts later): what the decision says
+            gang = {column: None for column in GANGS.names}
+            gang.update(tree=event.tree, gang=event.gang, pool=event.pool, state=event.outcome, members=0,
+                        requeues=0, attempt=0)
+            self.gangs[key] = gang
+        if gang["state"] not in FINISHED:
+            if event.outcome == "cancelled" and gang["state"] == "admitted":
+                for task in self._tasks_of(gang):
+                    if task["state"] not in TERMINAL:
+                        self._set_task(task, seq, time, state="killed")
+            self._touch(gang, seq, time, state=event.outcome, queue=None)
+        if gang["finished_at"] is None:
+            self._touch(gang, seq, time, finished_at=time)
+        self._set_pool(gang, event.pool)
+
+    # --- small helpers ------------------------------------------------------------------------
+
+    def _tasks_of(self, gang: Row) -> list[Row]:
+        return self.members.get((gang["tree"], gang["gang"]), [])
+
+    def _touch(self, gang: Row, seq: int, time: datetime, **changes: Any) -> None:
+        gang.update(changes)
+        gang["updated_seq"], gang["updated_at"] = seq, time
+        self.touched_gangs.add((gang["tree"], gang["gang"]))
+
+    def _set_task(self, task: Row, seq: int, time: datetime, **changes: Any) -> None:
+        if all(task.get(k) == v for k, v in changes.items()):
+            return
+        task.update(changes)
+        task["updated_seq"], task["updated_at"] = seq, time
+        self.touched_tasks.add((task["tree"], task["task"]))
+
+    def _set_pool(self, gang: Row, pool: str) -> None:
+        if gang["pool"] == pool:
+            return
+        gang["pool"] = pool
+        self.touched_gangs.add((gang["tree"], gang["gang"]))
+        for task in self._tasks_of(gang):
+            task["pool"] = pool
+            self.touched_tasks.add((task["tree"], task["task"]))
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def write(self) -> None:
+        self._replace("gangs", GANGS, ["tree", "gang"], sorted(self.touched_gangs),
+                      [self.gangs[k] for k in sorted(self.touched_gangs)])
+        self._replace("tasks", TASKS, ["tree", "task"], sorted(self.touched_tasks),
+                      [self.tasks[k] for k in sorted(self.touched_tasks)])
+
+    def _replace(self, table: str, schema: pa.Schema, key: list[str], keys: list[tuple[str, str]],
+                 rows: list[Row]) -> None:
+        if not keys:
+            return
+        delete_keys(self.conn, table, pa.table({name: [k[i] for k in keys] for i, name in enumerate(key)}))
+        insert_arrow(self.conn, table, pa.Table.from_pylist(rows, schema=schema))
+
+
+__all__ = ["GANGS", "TASKS", "GangsProjection", "fetch_rows"]

@@ -1,0 +1,129 @@
+"""Append-only records of decisions: preemptions asked for, and inputs refused.
+
+Tables:
+
+    preemptions(tree, pool, gang, task, reason, requested_at, requested_seq, grace_period,
+                excess MAP, entitlement MAP, allocation MAP)
+    rejections(seq, tree, ref, input_type, rule, field, reason, input_seq, input_id, source,
+               rejected_at, input)
+
+`preemptions` has one row per task a `PreemptionRequested` names (DOMAIN §6: the whole gang is
+taken, and each of its live tasks is named); `excess`, `entitlement` and `allocation` are the
+pool's numbers that justified it. What became of a task: join `tasks` (the `gangs` projection).
+`rejections` has one row per `InputRejected`: `ref` names what was refused (a gang, a task, a pool
+path, or `seq:<n>` for an undecodable message), `rule` the broken rule, `input_seq` where the
+refused input stands in the log (NULL for refused commands, which never became events), `source`
+the service that refused it, and `input` the input as it came.
+
+    SELECT p.pool, p.gang, p.task, p.reason, t.state FROM preemptions p JOIN tasks t USING (tree, task);
+    SELECT rule, count(*) FROM rejections GROUP BY rule ORDER BY 2 DESC;
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from events import Envelope, InputRejected, PreemptionRequested
+from projections.base import Connection, Item, Projection, insert_arrow
+
+Row = dict[str, Any]
+
+_STR = pa.string()
+_TIME = pa.timestamp("us", tz="UTC")
+_AMOUNTS = pa.map_(pa.string(), pa.float64())
+
+PREEMPTIONS = pa.schema(
+    [
+        ("tree", _STR),
+        ("pool", _STR),
+        ("gang", _STR),
+        ("task", _STR),
+        ("reason", _STR),
+        ("requested_at", _TIME),
+        ("requested_seq", pa.int64()),
+        ("grace_period", pa.float64()),
+        ("excess", _AMOUNTS),
+        ("entitlement", _AMOUNTS),
+        ("allocation", _AMOUNTS),
+    ]
+)
+REJECTIONS = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("tree", _STR),
+        ("ref", _STR),
+        ("input_type", _STR),
+        ("rule", _STR),
+        ("field", _STR),
+        ("reason", _STR),
+        ("input_seq", pa.int64()),
+        ("input_id", _STR),
+        ("source", _STR),
+        ("rejected_at", _TIME),
+        ("input", _STR),
+    ]
+)
+
+
+class PreemptionsProjection(Projection):
+    """`preemptions`: every task a preemption request names."""
+
+    name = "preemptions"
+    schema_version = 1
+    tables = ("preemptions",)
+
+    def create(self, conn: Connection) -> None:
+        conn.execute(
+            """CREATE TABLE preemptions (
+                tree VARCHAR NOT NULL, pool VARCHAR, gang VARCHAR NOT NULL, task VARCHAR NOT NULL,
+                reason VARCHAR, requested_at TIMESTAMPTZ, requested_seq BIGINT NOT NULL, grace_period DOUBLE,
+                excess MAP(VARCHAR, DOUBLE), entitlement MAP(VARCHAR, DOUBLE), allocation MAP(VARCHAR, DOUBLE),
+                PRIMARY KEY (requested_seq, task))"""
+        )
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        rows: list[Row] = []
+        for item in items:
+            envelope = item.event
+            if not isinstance(envelope, Envelope) or not isinstance(envelope.event, PreemptionRequested):
+                continue
+            event = envelope.event
+            numbers = {"excess": dict(event.excess), "entitlement": dict(event.entitlement),
+                       "allocation": dict(event.allocation)}
+            for task in dict.fromkeys(event.tasks):  # a task named twice is one row
+                rows.append({"tree": event.tree, "pool": event.pool, "gang": event.gang, "task": task,
+                             "reason": event.reason, "requested_at": envelope.time, "requested_seq": item.seq,
+                             "grace_period": event.grace_period, **numbers})
+        insert_arrow(conn, "preemptions", pa.Table.from_pylist(rows, schema=PREEMPTIONS))
+
+
+class RejectionsProjection(Projection):
+    """`rejections`: every refused input, with the rule and the reason."""
+
+    name = "rejections"
+    schema_version = 1
+    tables = ("rejections",)
+
+    def create(self, conn: Connection) -> None:
+        conn.execute(
+            """CREATE TABLE rejections (
+                seq BIGINT PRIMARY KEY, tree VARCHAR, ref VARCHAR NOT NULL, input_type VARCHAR, rule VARCHAR,
+                field VARCHAR, reason VARCHAR, input_seq BIGINT, input_id VARCHAR, source VARCHAR,
+                rejected_at TIMESTAMPTZ, input VARCHAR)"""
+        )
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        rows: list[Row] = []
+        for item in items:
+            envelope = item.event
+            if not isinstance(envelope, Envelope) or not isinstance(envelope.event, InputRejected):
+                continue
+            event = envelope.event
+            rows.append({"seq": item.seq, "tree": event.tree, "ref": event.ref, "input_type": event.input_type,
+                         "rule": event.rule, "field": event.field, "reason": event.reason,
+                         "input_seq": event.input_seq, "input_id": event.input_id, "source": envelope.source,
+                         "rejected_at": envelope.time, "input": event.input.replace("\x00", "\ufffd")})
+        insert_arrow(conn, "rejections", pa.Table.from_pylist(rows, schema=REJECTIONS))
