@@ -4,6 +4,11 @@
 URL is given), makes sure the stream exists, and starts the named services in one task group,
 in the table's order, each once the previous one is ready.
 
+On JetStream, each service runs under a leadership lease (`services.common.leadership`): one
+active instance per service and deployment, the others standing by, so `poolwise up` and any
+number of `poolwise serve <service>` can share a server without deciding twice. On a log with
+no key-value store (the in-memory log) the services simply run.
+
 With an embedded server, the data directory is claimed first (`claim_data_dir`): a second
 `poolwise up` on the same directory is refused, and a server left running by a `poolwise up`
 that was killed (SIGKILL: no chance to stop its child) is stopped before a new one starts on
@@ -16,6 +21,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +30,7 @@ import anyio
 from services.admission.service import serve_admission
 from services.cli.args import InputError
 from services.common.jetstream import JetStreamLog
+from services.common.leadership import OnChange, connector, lease_key, open_leases, run_as_leader, servers_of
 from services.common.log import EventLog
 from services.common.natsserver import EmbeddedNats, remove_url_file, write_url_file
 from services.preemption.service import serve_preemption
@@ -38,17 +45,37 @@ SERVICES: dict[str, Serve] = {
 }
 
 
-async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Path | None,
+async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Path | None, *,
+                         leadership: bool = True, ready_on_standby: bool = False,
+                         on_change: OnChange | None = None, nats_url: str | None = None,
                          **options: Any) -> list[Any]:
-    """Start each named service in `tg` (in the table's order) and return what each reported ready."""
+    """Start each named service in `tg` (in the table's order) and return what each reported ready.
+
+    On a `JetStreamLog` (unless `leadership=False`) each runs under its lease (`run_as_leader`),
+    renewed on a connection of its own to `nats_url` (default: the servers the log's connection
+    knows): ready once it leads and is ready, or, with `ready_on_standby`, once it stands by (a
+    `StandingBy`); `on_change(lease, state, holder)` hears of every change of role. `options`
+    maps a service name to keyword arguments for its entry point."""
+    kv = await open_leases(log.nc) if leadership and isinstance(log, JetStreamLog) else None
     started = []
     for name in SERVICES:
         if name in names:
             serve = SERVICES[name]
             sub = None if data_dir is None else data_dir / name
             extra = options.get(name, {})
-            started.append(await tg.start(lambda task_status, s=serve, d=sub, e=extra: s(
-                log, d, task_status=task_status, **e)))
+
+            async def run(on: EventLog, *, task_status: Any, s: Serve = serve, d: Path | None = sub,
+                          e: dict[str, Any] = extra) -> None:
+                await s(on, d, task_status=task_status, **e)
+
+            if kv is None:
+                started.append(await tg.start(lambda task_status, r=run: r(log, task_status=task_status)))
+                continue
+            assert isinstance(log, JetStreamLog)
+            connect = connector(nats_url or servers_of(log.nc), name=f"poolwise-{name}-lease")
+            started.append(await tg.start(partial(run_as_leader, lease_key(log.stream, name), run, log=log, kv=kv,
+                                                  connect=connect, ready_on_standby=ready_on_standby,
+                                                  on_change=on_change)))
     return started
 
 
@@ -116,11 +143,13 @@ def serves_store(pid: int, store_dir: Path) -> bool:
 
 
 async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
-                     on_ready: Callable[[str], None] | None = None) -> None:
-    """Run the named services until cancelled, on `nats_url` or an embedded server."""
+                     on_ready: Callable[[str], None] | None = None, *, ready_on_standby: bool = False,
+                     on_change: OnChange | None = None) -> None:
+    """Run the named services until cancelled, on `nats_url` or an embedded server. Ready
+    (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if nats_url is not None:
-        await _run_on(names, data_dir, nats_url, on_ready)
+        await _run_on(names, data_dir, nats_url, on_ready, ready_on_standby, on_change)
         return
     with claim_data_dir(data_dir):
         embedded = EmbeddedNats(data_dir)
@@ -128,19 +157,21 @@ async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
             with anyio.CancelScope(shield=True):  # a started server is always stopped below
                 await anyio.to_thread.run_sync(embedded.start)
             write_url_file(data_dir, embedded.url)
-            await _run_on(names, data_dir, embedded.url, on_ready)
+            await _run_on(names, data_dir, embedded.url, on_ready, ready_on_standby, on_change)
         finally:
             with anyio.CancelScope(shield=True):
                 remove_url_file(data_dir)
                 await anyio.to_thread.run_sync(embedded.stop)
 
 
-async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None) -> None:
+async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None,
+                  ready_on_standby: bool, on_change: OnChange | None) -> None:
     log = await JetStreamLog.connect(nats_url)
     try:
         await log.ensure_stream()
         async with anyio.create_task_group() as tg:
-            await start_services(tg, log, names, data_dir)
+            await start_services(tg, log, names, data_dir, ready_on_standby=ready_on_standby, on_change=on_change,
+                                 nats_url=nats_url)
             if on_ready is not None:
                 on_ready(nats_url)
     finally:

@@ -39,6 +39,7 @@ class Clock:
         return any(rt.dirty and rt.in_flight is None for rt in state.trees.values())
 
     async def run(self) -> None:
+        self.wake.set()  # look once at start: inputs folded by the rebuild may be waiting for a cycle
         while True:
             deadline = self.folder.state.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.time())
