@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from events import DecodeError, decode
+from events import DecodeError, Envelope, decode
 from projections.base import Connection, Item, Malformed, Projection
 
 
@@ -206,6 +206,13 @@ class ProjectionStore:
         """Apply a batch of log messages to every projection, in one transaction with their
         checkpoints. Returns the lowest checkpoint afterwards. If a projection raises, nothing of
         the batch is kept (rows nor checkpoints) and the exception propagates."""
+        return self.apply_decoded(batch, {})
+
+    def apply_decoded(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Envelope]) -> int:
+        """`apply`, for a caller that has already decoded some of the messages (a service's fold):
+        `decoded` maps a message's sequence to its envelope, which is used as it is; the other
+        messages are decoded here, as `apply` does. The envelope given for a sequence must be the
+        decode of that message's bytes."""
         if self.read_only:
             raise PermissionError("this store was opened read-only")
         with self._write_lock:
@@ -225,7 +232,7 @@ class ProjectionStore:
                 # the batch are decoded and applied in turn, all in the one transaction, with the
                 # cyclic collector paused (reference counting still frees them chunk by chunk).
                 for start in range(0, len(ordered), self.chunk_size):
-                    items = [_item(pending[seq]) for seq in ordered[start : start + self.chunk_size]]
+                    items = [_item(pending[seq], decoded.get(seq)) for seq in ordered[start : start + self.chunk_size]]
                     seqs = [item.seq for item in items]
                     for projection in self._projections:
                         done = self._checkpoints[projection.name]
@@ -323,7 +330,9 @@ def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection
     return conn
 
 
-def _item(message: StoredMessage) -> Item:
+def _item(message: StoredMessage, envelope: Envelope | None = None) -> Item:
+    if envelope is not None:
+        return Item(message.seq, message.subject, envelope)
     try:
         event: Any = decode(message.data)
     except DecodeError as exc:

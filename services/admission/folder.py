@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from events import Envelope, at_seconds, derived_id
 from events.subjects import PREFIX
 from services.admission.domain.decide import decide_tree
@@ -34,12 +36,18 @@ class AdmissionFolder:
 
     def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
         # 1. fold the event (timers due before it fire first); 2. run the cycles its tick started.
-        outcomes = self.state.apply(envelope.event, seq, envelope.seconds)
-        decided = [self._wrap(o, seq, envelope.id) for o in outcomes]
-        for tree in self.state.take_due():
-            decided.extend(self._wrap(o, seq, envelope.id) for o in decide_tree(self.state, tree, seq))
+        state = self.state
+        outcomes = state.apply(envelope.event, seq, envelope.seconds)
+        due = state.take_due()
+        if not outcomes and not due:
+            return []
+        time = at_seconds(state.now)  # the cycles change nothing, the clock neither
+        decided = [self._wrap(o, seq, envelope.id, time) for o in outcomes]
+        for tree in due:
+            decided.extend(self._wrap(o, seq, envelope.id, time) for o in decide_tree(state, tree, seq))
         return decided
 
-    def _wrap(self, outcome: Outcome, basis: int, causation: str) -> Envelope:
-        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=at_seconds(self.state.now), source=SERVICE,
+    @staticmethod
+    def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
+        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=time, source=SERVICE,
                         causation=causation, basis=basis, event=outcome.event)

@@ -1,7 +1,8 @@
 """The admission service: its folder on the log, its projections, and its clock.
 
 The clock publishes a `ClockTicked` (time from the wall clock, never earlier than the log's)
-when inputs arrived since the last cycle and the previous cycle has been read back, and when
+when inputs arrived since the last cycle and the previous cycle has been read back (at once
+under load; after a quiet spell, `DEBOUNCE` later, so that a burst shares one cycle), and when
 the earliest timer is due, so that timeouts fire on a quiet log. Ticks are events: replay sees
 the same ones. Scenario runs switch the clock off and publish their own ticks.
 """
@@ -21,7 +22,8 @@ from services.admission.queries import ExplainingFolder, serve_queries
 from services.common.folding import run_folder
 from services.common.log import EventLog
 
-DEBOUNCE = 0.002  # seconds: inputs arriving together share one cycle
+DEBOUNCE = 0.002  # seconds: after a quiet spell, inputs arriving together share one cycle
+QUIET = 0.05  # seconds without a tick after which the next one waits DEBOUNCE for more inputs
 
 
 class Clock:
@@ -30,6 +32,7 @@ class Clock:
         self.folder = folder
         self.wake = anyio.Event()
         self.count = 0
+        self.last_tick = float("-inf")  # monotonic time of the last tick
 
     async def on_batch(self, last_seq: int) -> None:
         self.wake.set()
@@ -48,7 +51,11 @@ class Clock:
             self.wake = anyio.Event()
             due = deadline is not None and time.time() >= deadline
             if self._wanted() or due:
-                await anyio.sleep(DEBOUNCE)
+                # Under load a tick goes out as soon as the previous cycle is read back: what came
+                # in meanwhile (one cycle in flight per tree) is its batch. After a quiet spell,
+                # wait a moment for the rest of a burst to arrive.
+                if time.monotonic() - self.last_tick > QUIET:
+                    await anyio.sleep(DEBOUNCE)
                 await self.tick()
 
     async def tick(self) -> None:
@@ -57,6 +64,7 @@ class Clock:
             rt.dirty = False
         now = max(time.time(), state.now)
         self.count += 1
+        self.last_tick = time.monotonic()
         await self.log.append([Envelope(id=derived_id("clock", now, self.count, state.last_seq), time=at_seconds(now),
                                         source="admission:clock", event=ClockTicked())])
 

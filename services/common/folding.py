@@ -7,8 +7,10 @@ it to the log:
     1. rebuild: read the whole log, fold it, and collect the decisions the fold makes that are
        not in the log yet (a crash between deciding and publishing): publish those;
     2. live: consume after the last folded position in batches; per batch, fold each event
-       (decisions collected), publish the batch's decisions (acknowledged), write the
-       projections with their checkpoint in one transaction, acknowledge the batch;
+       (decisions collected) and acknowledge the batch; in order behind the folding, publish
+       each batch's decisions (acknowledged), then write the projections with their checkpoint
+       in one transaction (folding the next batches overlaps with publishing: a restart
+       republishes anything decided but not stored, step 1);
     3. a malformed event on a subject the service owns becomes an `InputRejected` and the
        stream moves on.
 
@@ -19,8 +21,10 @@ skips ids already stored).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
+import atexit
+import gc
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -64,20 +68,115 @@ def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now
                     basis=stored.seq, event=event)
 
 
+class SharedDecodes:
+    """Decoded envelopes of recent messages, shared by the folders that run in one process.
+
+    Services in one process (`poolwise up`, the benchmarks) consume the same messages, each with
+    its own durable consumer, and each decoded every one of them. Decoding is a pure function of
+    the bytes, so the decode is keyed by the message's bytes: the first folder to fold a message
+    decodes it, the others take that envelope (envelopes are immutable values). An entry is
+    dropped once every registered folder has taken it, or when `limit` newer ones push it out (a
+    folder that lags far behind, or does not fold that subject, decodes for itself). Malformed
+    messages are not kept: each folder decodes them and gets the same `DecodeError`.
+    Used from one thread (the event loop's).
+    """
+
+    def __init__(self, limit: int = 16_384) -> None:
+        self.limit = limit
+        self.users = 0
+        self._found: dict[bytes, tuple[Envelope, list[int]]] = {}  # data -> (envelope, [takes left])
+
+    def decode(self, data: bytes) -> Envelope:
+        if self.users < 2:
+            return decode(data)
+        found = self._found.get(data)
+        if found is not None:
+            envelope, left = found
+            left[0] -= 1
+            if left[0] <= 0:
+                del self._found[data]
+            return envelope
+        envelope = decode(data)
+        self._found[data] = (envelope, [self.users - 1])
+        if len(self._found) > self.limit:
+            del self._found[next(iter(self._found))]
+        return envelope
+
+    @contextmanager
+    def user(self) -> Iterator[None]:
+        """While a folder of this process consumes the log."""
+        self.users += 1
+        try:
+            yield
+        finally:
+            self.users -= 1
+            if self.users < 2:
+                self._found.clear()
+
+
+SHARED = SharedDecodes()
+
+
+class _GcPause:
+    """Python's cyclic garbage collector kept off the services' state (re-entrant across the event
+    loop's tasks).
+
+    A service's state is many small long-lived objects (gangs, tasks, queue entries) and a batch
+    makes many more: with the collector on, its collections rescan the whole state again and
+    again (a fold took twice as long). So the collector is off while batches are folded and
+    published, and when the last one is done what they left alive is moved out of its sight
+    (`gc.freeze`: the state is long-lived by nature); reference counting still frees whatever the
+    fold drops. Every `UNFREEZE_EVERY` batches everything is handed back to the collector, so
+    cyclic garbage made meanwhile (rare: event-loop internals) is collected after all.
+    """
+
+    UNFREEZE_EVERY = 1000
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.resume = False
+        self.batches = 0
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self.depth == 0:
+            self.resume = gc.isenabled()
+            gc.disable()
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self.resume:
+                self.batches += 1
+                if self.batches % self.UNFREEZE_EVERY == 0:
+                    gc.unfreeze()
+                else:
+                    gc.freeze()
+                gc.enable()
+
+
+gc_paused = _GcPause()
+# Frozen objects are never collected, not even when the interpreter exits (extension modules then
+# report them as leaked): hand them back when a folder stops, and at exit.
+atexit.register(gc.unfreeze)
+
+
 @dataclass(slots=True)
 class FoldResult:
     decisions: list[Envelope] = field(default_factory=list)
     last_seq: int = 0
 
 
-def fold_batch(folder: Folder, batch: Sequence[Stored], after: int) -> FoldResult:
+def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
+               decoder: Callable[[bytes], Envelope] = decode) -> FoldResult:
     """Fold every event after `after`; malformed ones on owned subjects become rejections."""
     result = FoldResult(last_seq=after)
     for stored in batch:
         if stored.seq <= after:
             continue
         try:
-            envelope = decode(stored.data)
+            envelope = decoder(stored.data)
         except DecodeError as error:
             if folder.owns(stored.subject):
                 result.decisions.append(rejection_of_malformed(folder.service, stored, error, folder.now))
@@ -89,6 +188,7 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int) -> FoldResul
 
 
 OnBatch = Callable[[int], Awaitable[None]]
+OUTBOX_BATCHES = 8  # folded batches whose decisions may wait to be published before folding waits
 
 
 async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int:
@@ -103,7 +203,8 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
         for s in everything:
             with suppress(DecodeError):
                 present.add(decode(s.data).id)
-    result = fold_batch(folder, history, 0)
+    with gc_paused():
+        result = fold_batch(folder, history, 0)
     missing = [d for d in result.decisions if d.id not in present]
     if missing:
         await log.append(missing)
@@ -121,23 +222,40 @@ async def run_folder(
     max_batch: int = 2000,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch
-    (the service's clock uses it)."""
+    """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
+    its decisions are in the log (the service's clock uses it)."""
     folded = await rebuild(log, folder, subjects)
     start = folded if store is None else min(folded, store.lowest_checkpoint)
     task_status.started(folded)
+    # Folding and publishing overlap: a batch's decisions go out (in order, batch after batch)
+    # while the next batch is folded. What follows a batch's publication (its projections, then
+    # `on_batch`) still waits for its decisions to be acknowledged. Acknowledging a batch to the
+    # consumer before its decisions are stored loses nothing: a restart folds the whole log and
+    # publishes what it decides that the log lacks (`rebuild`).
+    send, receive = anyio.create_memory_object_stream[tuple[list[Envelope], Sequence[Stored], int]](OUTBOX_BATCHES)
 
     async def handle(batch: Sequence[Stored]) -> None:
         nonlocal folded
-        with span("fold batch", service=folder.service, events=len(batch)) as current:
-            result = fold_batch(folder, batch, folded)
+        with span("fold batch", service=folder.service, events=len(batch)) as current, gc_paused():
+            result = fold_batch(folder, batch, folded, SHARED.decode)
             current.set_attribute("decisions", len(result.decisions))
-            if result.decisions:
-                await log.append(result.decisions)
+        folded = result.last_seq
+        await send.send((result.decisions, batch, folded))
+
+    async def publish() -> None:
+        async for decisions, batch, last in receive:
+            if decisions:
+                with gc_paused():
+                    await log.append(decisions)
             if store is not None:
                 await anyio.to_thread.run_sync(store.apply, batch)
-        folded = result.last_seq
-        if on_batch is not None:
-            await on_batch(folded)
+            if on_batch is not None:
+                await on_batch(last)
 
-    await log.consume(durable, subjects, start, handle, max_batch=max_batch)
+    try:
+        with SHARED.user():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(publish)
+                await log.consume(durable, subjects, start, handle, max_batch=max_batch)
+    finally:
+        gc.unfreeze()

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from itertools import count
 from typing import Any
 
-import nats
+import nats.aio.client as _nats_client
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, StorageType, StreamConfig
@@ -45,6 +45,41 @@ MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 1
 MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
 TICK = 0.5  # seconds between looks at a quiet connection
 DELETE_SETTLE = 0.25  # seconds after deleting a stream before it may be created again (see delete_stream)
+
+
+_PLAIN_HEADERS = b"NATS/1.0\r\n"  # a header block without an inline status
+_NATS_PARSES_EMAIL = getattr(_nats_client, "parse_email", None) is not None  # nats-py's optional parser
+
+
+def _header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's `Client._parse_header_lines`, the same result, without a generator per name."""
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if key and key.split() != [key]:  # whitespace inside the name: skipped, as nats-py does
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+class _Client(NATS):
+    """nats-py's client, parsing the plain header block every stream message carries
+    (`Nats-Msg-Id`) with less overhead: the same headers, a tenth of the consumer's time less.
+    Anything else (inline statuses, heartbeats, the optional email parser) is nats-py's own."""
+
+    async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
+        if headers and not _NATS_PARSES_EMAIL and headers.startswith(_PLAIN_HEADERS):
+            return _header_lines(headers[len(_PLAIN_HEADERS):]) or None
+        found: dict[str, str] | None = await super()._process_headers(headers)
+        return found
 
 
 class ConsumerLost(Exception):
@@ -340,7 +375,8 @@ class JetStreamLog:
     @classmethod
     async def connect(cls, url: str, *, name: str = "poolwise", **options: Any) -> JetStreamLog:
         """Connect to NATS at `url` (the log closes the connection on `close()`)."""
-        nc = await nats.connect(url, name=name, max_reconnect_attempts=-1)
+        nc = _Client()
+        await nc.connect(url, name=name, max_reconnect_attempts=-1)
         return cls(nc, owns_connection=True, **options)
 
     async def close(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from events import Envelope, at_seconds, derived_id
 from events.subjects import PREFIX
 from services.admission.domain.state import Outcome
@@ -32,8 +34,13 @@ class PreemptionFolder:
         return False  # admission rejects malformed inputs; preemption owns no input subject
 
     def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
-        return [self._wrap(o, seq, envelope.id) for o in self.state.apply(envelope.event, seq, envelope.seconds)]
+        outcomes = self.state.apply(envelope.event, seq, envelope.seconds)
+        if not outcomes:
+            return []
+        time = at_seconds(self.state.now)
+        return [self._wrap(o, seq, envelope.id, time) for o in outcomes]
 
-    def _wrap(self, outcome: Outcome, basis: int, causation: str) -> Envelope:
-        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=at_seconds(self.state.now), source=SERVICE,
+    @staticmethod
+    def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
+        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=time, source=SERVICE,
                         causation=causation, basis=basis, event=outcome.event)

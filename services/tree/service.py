@@ -79,9 +79,10 @@ class TreeView:
     subject_seq: dict[str, int] = field(default_factory=dict)
     now: float = 0.0
 
-    def fold(self, batch: Sequence[Stored]) -> list[Envelope]:
+    def fold(self, batch: Sequence[Stored], decoded: dict[int, Envelope] | None = None) -> list[Envelope]:
         """Fold the messages on the tree's subjects beyond our position (others are skipped);
-        returns the rejections of malformed config/host messages."""
+        returns the rejections of malformed config/host messages. `decoded`, if given, gets the
+        envelope of each message folded, by sequence (the projections take them from there)."""
         rejections: list[Envelope] = []
         for stored in batch:
             if stored.seq <= self.position or not _folded(stored.subject):
@@ -94,6 +95,8 @@ class TreeView:
                 if stored.subject == subjects.HOSTS or stored.subject.startswith(OWNED[1]):
                     rejections.append(rejection_of_malformed(SERVICE, stored, error, self.now))
                 continue
+            if decoded is not None:
+                decoded[stored.seq] = envelope
             self.now = max(self.now, envelope.seconds)
             self.state.apply(envelope.event, stored.seq)
         return rejections
@@ -180,9 +183,9 @@ class TreeService:
 
     # --- folding ----------------------------------------------------------------------------
 
-    async def fold(self, batch: Sequence[Stored]) -> list[Envelope]:
+    async def fold(self, batch: Sequence[Stored], decoded: dict[int, Envelope] | None = None) -> list[Envelope]:
         """Fold messages beyond our position; returns rejections of malformed config/host messages."""
-        return self.view.fold(batch)
+        return self.view.fold(batch, decoded)
 
     async def catch_up(self) -> None:
         batch = await self.log.read(self.position + 1, SUBJECTS)
@@ -191,12 +194,14 @@ class TreeService:
             await self.log.append(rejections)
 
     async def on_batch(self, batch: Sequence[Stored]) -> None:
+        # The projections take the envelopes the fold decoded (each message is decoded once).
+        decoded: dict[int, Envelope] | None = {} if self.store is not None else None
         async with self.lock:
-            rejections = await self.fold(batch)
+            rejections = await self.fold(batch, decoded)
             if rejections:
                 await self.log.append(rejections)
         if self.store is not None:
-            await anyio.to_thread.run_sync(self.store.apply, batch)
+            await anyio.to_thread.run_sync(self.store.apply_decoded, batch, decoded or {})
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -285,9 +290,10 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
     if data_dir is not None and service is None:
         from projections.event_log import EventLogProjection
         from projections.pool_tree import PoolTreeProjection
+        from projections.read_models import read_models
 
         data_dir.mkdir(parents=True, exist_ok=True)
-        store = ProjectionStore(data_dir / "tree.duckdb", [PoolTreeProjection(), EventLogProjection()])
+        store = ProjectionStore(data_dir / "tree.duckdb", [PoolTreeProjection(), EventLogProjection(), *read_models()])
     svc = service or TreeService(log, store)
     try:
         async with svc.lock:

@@ -527,8 +527,19 @@ def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
             jobs.pop(gang.job, None)
 
 
-def _chain(pool: str) -> list[str]:
-    return [pool, *[p for p in paths.ancestors(pool) if p != paths.ROOT]]
+def _chain(pool: str) -> tuple[str, ...]:
+    """The pool and its ancestors, nearest first, the root left out (memoised: a pure function of
+    the path, asked for several times per gang by the fold and the cycle)."""
+    found = _CHAINS.get(pool)
+    if found is None:
+        if len(_CHAINS) >= _CHAINS_KEPT:  # many ephemeral paths over time: start afresh
+            _CHAINS.clear()
+        found = _CHAINS[pool] = (pool, *[p for p in paths.ancestors(pool) if p != paths.ROOT])
+    return found
+
+
+_CHAINS: dict[str, tuple[str, ...]] = {}
+_CHAINS_KEPT = 65_536
 
 
 def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:

@@ -13,9 +13,10 @@ Vector = dict[str, float]
 
 def add_into(acc: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
     """acc += sign * other, in place; kinds that drop to ~0 stay (as 0.0) so reports list them."""
+    get = acc.get
     for kind, amount in other.items():
-        value = acc.get(kind, 0.0) + sign * amount
-        acc[kind] = 0.0 if abs(value) < 1e-9 else value
+        value = get(kind, 0.0) + sign * amount
+        acc[kind] = 0.0 if -1e-9 < value < 1e-9 else value  # abs(value) < 1e-9, without the call
 
 
 def total(vectors: Iterable[Mapping[str, float]]) -> Vector:
@@ -33,6 +34,14 @@ def free(limit: Mapping[str, float], used: Mapping[str, float], kinds: Iterable[
 def fits(need: Mapping[str, float], room: Mapping[str, float]) -> bool:
     """Every kind the need asks for is within the room (a kind not needed always fits)."""
     return all(amount - room.get(kind, 0.0) < TOLERANCE for kind, amount in need.items() if amount > 0)
+
+
+def fits_free(need: Mapping[str, float], limit: Mapping[str, float], used: Mapping[str, float]) -> bool:
+    """`fits(need, free(limit, used, need))`, the same arithmetic, without building the room."""
+    for kind, amount in need.items():
+        if amount > 0 and not amount - max(0.0, limit.get(kind, 0.0) - used.get(kind, 0.0)) < TOLERANCE:
+            return False
+    return True
 
 
 def short_of(need: Mapping[str, float], room: Mapping[str, float]) -> Vector:
