@@ -76,12 +76,14 @@ class SharedDecodes:
     the bytes, so the decode is keyed by the message's bytes: the first folder to fold a message
     decodes it, the others take that envelope (envelopes are immutable values). An entry is
     dropped once every registered folder has taken it, or when `limit` newer ones push it out (a
-    folder that lags far behind, or does not fold that subject, decodes for itself). Malformed
-    messages are not kept: each folder decodes them and gets the same `DecodeError`.
+    folder that lags far behind, or does not fold that subject, decodes for itself; in a 50k-gang
+    burst preemption lagged admission by more than 16k messages, and the 64k entries held then
+    cost about 50 MB). Malformed messages are not kept: each folder decodes them and gets the
+    same `DecodeError`.
     Used from one thread (the event loop's).
     """
 
-    def __init__(self, limit: int = 16_384) -> None:
+    def __init__(self, limit: int = 65_536) -> None:
         self.limit = limit
         self.users = 0
         self._found: dict[bytes, tuple[Envelope, list[int]]] = {}  # data -> (envelope, [takes left])
