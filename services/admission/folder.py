@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from events import Envelope, at_seconds, derived_id
+from events import Envelope, at_seconds
 from events.subjects import PREFIX
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
+from services.common.folding import decision_envelope
 
+# What admission and preemption fold (preemption keeps a copy of admission's fold).
 SUBJECTS: tuple[str, ...] = (
     f"{PREFIX}.hosts",
     f"{PREFIX}.config.*",
@@ -49,5 +51,4 @@ class AdmissionFolder:
 
     @staticmethod
     def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
-        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=time, source=SERVICE,
-                        causation=causation, basis=basis, event=outcome.event)
+        return decision_envelope(SERVICE, outcome.event, outcome.key, basis, causation, time)

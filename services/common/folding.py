@@ -26,11 +26,12 @@ import gc
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 import anyio
 
-from events import DecodeError, Envelope, InputRejected, at_seconds, decode, derived_id
+from events import DecodeError, Envelope, Event, InputRejected, at_seconds, decode, derived_id
 from events.subjects import PREFIX
 from projections.store import ProjectionStore
 from services.common.log import EventLog, Stored
@@ -52,6 +53,12 @@ class Folder(Protocol):
     @property
     def now(self) -> float:
         ...
+
+
+def decision_envelope(service: str, event: Event, key: str, basis: int, causation: str, time: datetime) -> Envelope:
+    """A decision in its envelope: id derived from (service, basis, key), stamped with the log's time."""
+    return Envelope(id=derived_id(service, basis, key), time=time, source=service, causation=causation, basis=basis,
+                    event=event)
 
 
 def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now: float) -> Envelope:

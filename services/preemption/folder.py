@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from events import Envelope, at_seconds, derived_id
-from events.subjects import PREFIX
+from events import Envelope, at_seconds
 from services.admission.domain.state import Outcome
+from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
+from services.common.folding import decision_envelope
 from services.preemption.domain.state import SERVICE, PreemptionState
 
-SUBJECTS: tuple[str, ...] = (
-    f"{PREFIX}.hosts",
-    f"{PREFIX}.config.*",
-    f"{PREFIX}.gang.*",
-    f"{PREFIX}.task.*",
-    f"{PREFIX}.clock.*",
-    f"{PREFIX}.decision.*.admission",
-    f"{PREFIX}.decision.*.preemption",
-)
+SUBJECTS = ADMISSION_SUBJECTS  # preemption folds what admission folds
 
 
 class PreemptionFolder:
@@ -42,5 +35,4 @@ class PreemptionFolder:
 
     @staticmethod
     def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
-        return Envelope(id=derived_id(SERVICE, basis, outcome.key), time=time, source=SERVICE,
-                        causation=causation, basis=basis, event=outcome.event)
+        return decision_envelope(SERVICE, outcome.event, outcome.key, basis, causation, time)
