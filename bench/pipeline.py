@@ -20,11 +20,14 @@ Run directly for a quick look: `python -m bench.pipeline [gangs] [leaves]`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -94,10 +97,53 @@ async def run_submitter(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     return result
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) of process `pid` so far (this process's when None), in seconds:
+    a per-gang cost that does not depend on what else the machine is doing."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.asynccontextmanager
+async def serve_process(name: str, url: str, data_dir: Path, timeout: float) -> AsyncIterator[int]:
+    """`poolwise serve NAME` in a child process, as an operator runs a service on its own: yields
+    once it says it is ready (its pid), stops it (SIGTERM, then kill) on the way out."""
+    command = [sys.executable, "-m", "services.cli.main", "serve", name, "--nats-url", url,
+               "--data-dir", str(data_dir)]
+    process = await anyio.open_process(command, env=_child_env(), stdout=subprocess.DEVNULL)
+    said: list[str] = []
+    try:
+        assert process.stderr is not None
+        with anyio.fail_after(timeout):
+            buffered = b""
+            async for chunk in process.stderr:
+                buffered += chunk
+                said.append(chunk.decode(errors="replace"))
+                if b" ready on " in buffered:
+                    break
+            else:
+                raise RuntimeError(f"`poolwise serve {name}` ended before it was ready: {''.join(said)[-2000:]}")
+        yield process.pid
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.terminate()
+                with anyio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+            await process.aclose()
+
+
 async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Sequence[float] = (5000.0,),
                          paced_seconds: float = 4.0, raw_n: int = 50_000, timeout: float = 180.0,
-                         workload: Workload | None = None) -> PipelineSpeed:
-    """See the module doc. `timeout` bounds each wait of each phase (seconds)."""
+                         workload: Workload | None = None, processes: bool = False) -> PipelineSpeed:
+    """See the module doc. `timeout` bounds each wait of each phase (seconds). With `processes`,
+    each service runs in its own process (`poolwise serve`), as on a machine with a core for each;
+    otherwise both run in this process (as `poolwise up` runs them)."""
     counts = [max(0, round(rate * paced_seconds)) for rate in rates]
     base = workload or Workload(leaves=leaves)
     w = replace(base, gangs=gangs + sum(counts), fill=max(base.fill, 1.5))  # every gang fits: each is decided
@@ -114,10 +160,22 @@ async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Seque
                          for i, e in enumerate(config_events(w))]
                 await log.append(setup)
                 spec = {"url": url, "workload": asdict(w), "timeout": timeout, "consumers": SERVICES}
-                async with anyio.create_task_group() as tg:
-                    await start_services(tg, log, SERVICES, Path(tmp) / "data")
+                async with anyio.create_task_group() as tg, contextlib.AsyncExitStack() as children:
+                    pids: dict[str, int | None] = {"services": None}
+                    if processes:
+                        pids = {name: await children.enter_async_context(serve_process(name, url,
+                                                                                       Path(tmp) / "data", timeout))
+                                for name in SERVICES}
+                    else:
+                        await start_services(tg, log, SERVICES, Path(tmp) / "data")
+                    server_pid = server._proc.pid if server._proc is not None else None
+                    if server_pid is not None:
+                        pids["nats-server"] = server_pid
+                    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
                     burst = await run_submitter({**spec, "mode": "burst", "prefix": "b", "start": 0,
                                                  "count": gangs}, timeout * 3)
+                    burst["cpu_us_per_gang"] = {name: round((cpu_seconds(pid) - before[name]) * 1e6 / max(gangs, 1), 1)
+                                                for name, pid in pids.items()}
                     start = gangs
                     for index, (rate, count) in enumerate(zip(rates, counts, strict=True)):
                         if count:
@@ -138,7 +196,9 @@ async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Seque
 def main(argv: list[str]) -> None:
     gangs = int(argv[0]) if argv else 20_000
     leaves = int(argv[1]) if len(argv) > 1 else 100
-    speed = anyio.run(lambda: bench_pipeline(gangs, leaves=leaves, raw_n=min(gangs, 20_000)), backend="asyncio")
+    processes = len(argv) > 2 and argv[2] == "processes"
+    speed = anyio.run(lambda: bench_pipeline(gangs, leaves=leaves, raw_n=min(gangs, 20_000), processes=processes),
+                      backend="asyncio")
     print(json.dumps({"e2e_per_s": speed.e2e_per_s, "decided_per_s": speed.decided_per_s,
                       "publish_per_s": speed.publish_per_s, "raw_publish_consume": speed.raw_publish_consume,
                       "burst": speed.burst, "paced": speed.paced, "raw": speed.raw}, indent=2))

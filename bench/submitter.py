@@ -121,6 +121,7 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
         sub = await nc.subscribe(decision(w.tree, "admission"), cb=watcher.on_msg)
         await nc.flush()
         sent: dict[str, float] = {}
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         if spec["mode"] == "burst":
             for gang in ids:
@@ -158,6 +159,7 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
             "p99_ms": percentile(latencies, 0.99) * 1e3, "max_ms": max(latencies, default=0.0) * 1e3,
             "cycles": watcher.cycles, "entitlement_bytes": watcher.entitlement_bytes,
             "entitlement_max_bytes": watcher.entitlement_max, "stream_last_seq": last_seq,
+            "submitter_cpu_us_per_gang": round((time.process_time() - cpu0) * 1e6 / max(count, 1), 1),
         }
     finally:
         await nc.drain()

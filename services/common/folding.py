@@ -34,6 +34,7 @@ import anyio
 from events import DecodeError, Envelope, Event, InputRejected, at_seconds, decode, derived_id
 from events.subjects import PREFIX
 from projections.store import ProjectionStore
+from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored
 from services.common.memlog import subject_filter
 from services.common.telemetry import span
@@ -75,55 +76,6 @@ def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now
                     basis=stored.seq, event=event)
 
 
-class SharedDecodes:
-    """Decoded envelopes of recent messages, shared by the folders that run in one process.
-
-    Services in one process (`poolwise up`, the benchmarks) consume the same messages, each with
-    its own durable consumer, and each decoded every one of them. Decoding is a pure function of
-    the bytes, so the decode is keyed by the message's bytes: the first folder to fold a message
-    decodes it, the others take that envelope (envelopes are immutable values). An entry is
-    dropped once every registered folder has taken it, or when `limit` newer ones push it out (a
-    folder that lags far behind, or does not fold that subject, decodes for itself; in a 50k-gang
-    burst preemption lagged admission by more than 16k messages, and the 64k entries held then
-    cost about 50 MB). Malformed messages are not kept: each folder decodes them and gets the
-    same `DecodeError`.
-    Used from one thread (the event loop's).
-    """
-
-    def __init__(self, limit: int = 65_536) -> None:
-        self.limit = limit
-        self.users = 0
-        self._found: dict[bytes, tuple[Envelope, list[int]]] = {}  # data -> (envelope, [takes left])
-
-    def decode(self, data: bytes) -> Envelope:
-        if self.users < 2:
-            return decode(data)
-        found = self._found.get(data)
-        if found is not None:
-            envelope, left = found
-            left[0] -= 1
-            if left[0] <= 0:
-                del self._found[data]
-            return envelope
-        envelope = decode(data)
-        self._found[data] = (envelope, [self.users - 1])
-        if len(self._found) > self.limit:
-            del self._found[next(iter(self._found))]
-        return envelope
-
-    @contextmanager
-    def user(self) -> Iterator[None]:
-        """While a folder of this process consumes the log."""
-        self.users += 1
-        try:
-            yield
-        finally:
-            self.users -= 1
-            if self.users < 2:
-                self._found.clear()
-
-
-SHARED = SharedDecodes()
 
 
 class _GcPause:

@@ -17,6 +17,7 @@ import anyio.lowlevel
 
 from events import Envelope, encode
 from events.subjects import STREAM_SUBJECTS, for_event
+from services.common.decodes import SHARED
 from services.common.log import Appended, AppendRefused, BatchHandler, StaleWrite, Stored
 
 
@@ -85,7 +86,7 @@ class MemoryLog:
         results: list[Appended] = []
         try:
             for index, envelope in enumerate(envelopes):
-                results.append(self._store(envelope_subject(envelope), encode(envelope), envelope.id, index))
+                results.append(self._store(envelope_subject(envelope), SHARED.encode(envelope), envelope.id, index))
         finally:
             if results:
                 self._wake()
