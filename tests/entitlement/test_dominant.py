@@ -153,3 +153,59 @@ def test_children_add_up_to_their_parent_exactly() -> None:
     for kind in CM:
         assert r["/o/a"].entitlement[kind] + r["/o/b"].entitlement[kind] == pytest.approx(r["/o"].entitlement[kind])
         assert r["/o"].entitlement[kind] + r["/p"].entitlement[kind] <= CAP[kind] + 1e-9
+
+
+def _jump_top_tree(r_reservation: float) -> tuple[PoolInput, ...]:
+    """/p/q holds job a (100 cpu, weight 0.5) and job b (20 cpu, 60 memory, weight 2); /r reserves
+    cpu alone and wants 150 cpu, weight 0.5. Capacity (100 cpu, 100 memory)."""
+    q = PoolInput(
+        path="/p/q",
+        usage=LeafUsage(jobs=(JobDemand("a", {"cpu": 100}, 0.5), JobDemand("b", {"cpu": 20, "memory": 60}, 2.0))),
+    )
+    return (
+        PoolInput(path="/p"),
+        q,
+        leaf("/r", reservation={"cpu": r_reservation}, demand={"cpu": 150}, share=0.5),
+    )
+
+
+def test_a_root_cut_exactly_on_a_jump_top_gives_the_children_the_whole_top() -> None:
+    """Regression: the root is cut exactly on the top of a jump; the children used to be read at
+    its foot (/p 35 cpu + /r 40 cpu = 75 of the root's 100, while they want 270).
+
+    Shares of (100 cpu, 100 memory). Inside /p/q at t: a = (t/2, 0), b = (1/3, 1) * min(0.6, 2t);
+    /p and /p/q have weight 1 and no guarantee, so their y is their dominant share: (7/12 y, y) up
+    to y = 0.6, i.e. (0.35, 0.6), where b is saturated; then the cpu catches up at once (a jump to
+    (0.6, 0.6): min(demand (1.2, 0.6), guarantee + weight * y = 0.6) kind by kind) and /p = (y, 0.6).
+    /r: reserving 10 cpu alone guarantees 10% of everything, so /r = (0.1 + 0.5 y, 0).
+    Root cpu at y = 0.6: foot 0.35 + 0.4 = 0.75, top 0.6 + 0.4 = 1.0: all of the jump fits, exactly,
+    and no larger y does. So /p = /p/q = (60, 60), /r = (40, 0): 100 cpu, all of it."""
+    r = run(*_jump_top_tree(10), capacity={"cpu": 100, "memory": 100})
+    check(
+        r,
+        "entitlement",
+        {
+            "/p": {"cpu": 60, "memory": 60},
+            "/p/q": {"cpu": 60, "memory": 60},
+            "/r": {"cpu": 40, "memory": 0},
+        },
+    )
+    for kind in CM:  # the children share all of the parent's entitlement: their demand exceeds it
+        assert r["/p"].entitlement[kind] + r["/r"].entitlement[kind] == pytest.approx(r["/"].entitlement[kind])
+        assert r["/p/q"].entitlement[kind] == pytest.approx(r["/p"].entitlement[kind])
+    assert r["/"].entitlement["cpu"] == pytest.approx(100)
+
+
+@pytest.mark.parametrize("r_reservation", [9.999999999999, 10.0, 10.000000000001])
+def test_a_cut_next_to_a_jump_top_reads_the_children_where_the_parent_is(r_reservation: float) -> None:
+    """The same tree with /r's reservation a hair off 10: the jump top then adds up to a hair under
+    the capacity (the root is cut just past it) or over it, within the fit tolerance (cut at
+    s = 0, which the old code also read at the foot), as sums do after rounding. The numbers move
+    by no more than the hair: /p still gets the top of its jump, and the children add up to it."""
+    r = run(*_jump_top_tree(r_reservation), capacity={"cpu": 100, "memory": 100})
+    for kind in CM:
+        assert r["/p"].entitlement[kind] + r["/r"].entitlement[kind] == pytest.approx(r["/"].entitlement[kind])
+        assert r["/p/q"].entitlement[kind] == pytest.approx(r["/p"].entitlement[kind])
+    assert r["/p"].entitlement["cpu"] == pytest.approx(60, abs=1e-6)
+    assert r["/r"].entitlement["cpu"] == pytest.approx(40, abs=1e-6)
+    assert r["/"].entitlement["cpu"] == pytest.approx(100, abs=1e-6)

@@ -37,11 +37,13 @@ included), capped at its limit; internal pools sum their children's as for `per_
 
 How it is computed
 ------------------
-Exactly, with piecewise-linear vector functions (`_Path`), bottom up then top down:
+Exactly, with piecewise-linear vector functions (`polylines.Polylines`: one per pool, a whole
+depth of the tree at a time in flat arrays), bottom up then top down:
 
-1. bottom up, each pool's `H` is the sum of its children's `S` (one sort of their breakpoints),
-   and its `S` is `H` re-parametrized by `y = max(0, max_k (H_k - g_k) / w)`, cut where it leaves
-   the limit (breakpoints added where the maximizing kind changes);
+1. bottom up, depth by depth, each pool's `H` is the sum of its children's `S` (one sort of the
+   level's breakpoints by pool, then cumulative sums of slopes), and its `S` is `H`
+   re-parametrized by `y = max(0, max_k (H_k - g_k) / w)`, cut where it leaves the limit
+   (breakpoints added where the maximizing kind changes);
 2. the root's argument is the largest `t` with `H_root(t) <= 1`; then, top down, each pool's
    share and inner argument are read off its `S` at its parent's argument.
 
@@ -62,273 +64,96 @@ more demand can lower a pool's own entitlement: see the two counterexamples in
 `tests/entitlement/test_properties.py`. `per_resource` has no such effect.
 
 Cost: a pool's function has about as many breakpoints as its subtree has jobs and pools (times
-the kinds), so the whole is O(jobs * depth * kinds) in pure Python: see `bench/entitlement.py`.
+the kinds), so the whole is O(jobs * depth * kinds) work, done as a fixed number of numpy
+operations per depth (no Python loop over pools; the jobs' demands are read from their mappings
+once): see `bench/entitlement.py`. The literal one-pool-at-a-time implementation it replaced is
+kept as the test oracle, `tests/entitlement/dominant_reference.py`, and the two agree on random
+trees (`tests/entitlement/test_dominant_equivalence.py`).
 """
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
-from operator import itemgetter
+from collections.abc import Iterable, Sequence
+from itertools import chain, repeat
+from operator import attrgetter, is_, itemgetter, length_hint
 
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.model import TOLERANCE, Alert, FloatArray
+from services.admission.domain.entitlement.model import TOLERANCE, Alert, FloatArray, IntArray, JobDemand
 from services.admission.domain.entitlement.per_resource import aggregate
+from services.admission.domain.entitlement.polylines import (
+    EPS,
+    Events,
+    Polylines,
+    compose,
+    evaluate,
+    fit,
+    polyline_events,
+    ramp_events,
+    sum_events,
+)
 
-_EPS = 1e-12
-_TINY = 1e-13
-"""Arguments closer than this (relatively) are one: a steeper segment is taken as a jump."""
-Vec = list[float]
-
-
-@dataclass(slots=True)
-class _Path:
-    """A nondecreasing vector polyline: vertex i at argument `xs[i]` has value `vs[i]`; vertices
-    sharing an argument form a jump (lower first). `ts[i]` is the element's inner argument at
-    vertex i and `rs[i]` whether that is the top of a jump of the inner function."""
-
-    xs: list[float]
-    vs: list[Vec]
-    ts: list[float]
-    rs: list[bool]
+_demand_of = attrgetter("demand")
+_weight_of = attrgetter("weight")
 
 
-def _fits(v: Vec, cap: Vec) -> bool:
-    return all(x <= c + _EPS for x, c in zip(v, cap, strict=True))
+def _demands(jobs: Sequence[JobDemand], kinds: tuple[str, ...]) -> FloatArray:
+    """`(jobs, kinds)`: each job's demand, a missing kind 0, NaN and negatives 0."""
+    k = len(kinds)
+    if not jobs or not k:
+        return np.zeros((len(jobs), k))
+    try:  # every kind named: one C call per job
+        values = map(itemgetter(*kinds), map(_demand_of, jobs))
+        flat: Iterable[float] = values if k == 1 else chain.from_iterable(values)
+        m = np.fromiter(flat, dtype=np.float64, count=len(jobs) * k).reshape(-1, k)
+    except KeyError:
+        rows = [[d.get(kd, 0.0) for kd in kinds] for d in map(_demand_of, jobs)]
+        m = np.array(rows, dtype=np.float64).reshape(-1, k)
+    out: FloatArray = np.where(m > 0.0, m, 0.0)
+    return out
 
 
-def _lerp(a: Vec, b: Vec, s: float) -> Vec:
-    return [x + s * (y - x) for x, y in zip(a, b, strict=True)]
-
-
-def _cut(a: Vec, b: Vec, cap: Vec) -> float:
-    """Largest s in [0, 1] with a + s (b - a) <= cap (a fits)."""
-    s = 1.0
-    for x, y, c in zip(a, b, cap, strict=True):
-        if y > c + _EPS and y > x:
-            s = min(s, (c - x) / (y - x))
-    return max(s, 0.0)
-
-
-def _sum(paths: list[_Path], dims: int) -> _Path:
-    """Pointwise sum of left-continuous polylines (of the same argument)."""
-    init = [0.0] * dims
-    slopes: list[tuple[float, Vec]] = []
-    jumps: list[tuple[float, Vec]] = []
-    for p in paths:
-        xs, vs = p.xs, p.vs
-        v0 = vs[0]
-        for k in range(dims):
-            init[k] += v0[k]
-        for i in range(len(xs) - 1):
-            x0, x1 = xs[i], xs[i + 1]
-            a, b = vs[i], vs[i + 1]
-            if x1 - x0 > _TINY * max(1.0, x1):
-                inv = 1.0 / (x1 - x0)
-                sl = [(y - x) * inv for x, y in zip(a, b, strict=True)]
-                slopes.append((x0, sl))
-                slopes.append((x1, [-z for z in sl]))
-            else:
-                jumps.append((x0, [y - x for x, y in zip(a, b, strict=True)]))
-    xs_out = [0.0]
-    vs_out = [init]
-    rs_out = [False]
-    if not slopes and not jumps:
-        return _Path(xs_out, vs_out, list(xs_out), rs_out)
-    events = [(x, 0, v) for x, v in slopes] + [(x, 1, v) for x, v in jumps]
-    events.sort(key=itemgetter(0))
-    cur = list(init)
-    slope = [0.0] * dims
-    x = 0.0
-    i, n = 0, len(events)
-    while i < n:
-        xe = events[i][0]
-        dsl = [0.0] * dims
-        jump = [0.0] * dims
-        jumped = False
-        while i < n and events[i][0] == xe:
-            _, kind, vec = events[i]
-            target = jump if kind else dsl
-            for k in range(dims):
-                target[k] += vec[k]
-            jumped = jumped or bool(kind)
-            i += 1
-        if xe > x:
-            cur = [c + s * (xe - x) for c, s in zip(cur, slope, strict=True)]
-            x = xe
-            xs_out.append(xe)
-            vs_out.append(cur)
-            rs_out.append(False)
-        if jumped and any(j > 0 for j in jump):
-            cur = [max(c + j, c) for c, j in zip(cur, jump, strict=True)]
-            if xe <= 0.0:
-                vs_out[0] = cur
-            else:
-                xs_out.append(xe)
-                vs_out.append(cur)
-                rs_out.append(True)
-        slope = [s + d for s, d in zip(slope, dsl, strict=True)]
-    return _Path(xs_out, vs_out, list(xs_out), rs_out)
-
-
-def _kinks(c: Vec, m: Vec, smax: float) -> list[float]:
-    """Where the top of the lines `c[j] + m[j] * s` changes, for s in (0, smax)."""
-    n = len(c)
-    cur = max(range(n), key=lambda j: (c[j], m[j]))
-    s = 0.0
-    out: list[float] = []
-    while True:
-        best, best_s = -1, smax
-        for j in range(n):
-            dm = m[j] - m[cur]
-            if dm <= 0.0:
-                continue
-            sj = (c[cur] - c[j]) / dm
-            if sj < best_s or (sj == best_s and best >= 0 and m[j] > m[best]):
-                best, best_s = j, sj
-        if best < 0:
-            return out
-        if best_s > s:
-            out.append(best_s)
-            s = best_s
-        cur = best
-
-
-def _compose(h: _Path, g: Vec, lim: Vec, w: float) -> _Path:
-    """The share of a pool as a function of its siblings' argument, from its inner `h`."""
-    dims = len(g)
-    weighted = w > _EPS
-    cap = lim if weighted else [min(a, b) for a, b in zip(lim, g, strict=True)]
-    inv = 1.0 / w if weighted else 0.0
-
-    def y_of(v: Vec) -> float:
-        if not weighted:
-            return 0.0
-        m = 0.0
-        for k in range(dims):
-            d = (v[k] - g[k]) * inv
-            if d > m:
-                m = d
-        return m
-
-    def top_line(v: Vec) -> int:
-        """Which of the lines (0 = the floor at 0, k + 1 = kind k) gives `y_of(v)`."""
-        m, best = 0.0, 0
-        for k in range(dims):
-            d = v[k] - g[k]
-            if d > m:
-                m, best = d, k + 1
-        return best
-
-    xs: list[float] = []
-    vs: list[Vec] = []
-    ts: list[float] = []
-    rs: list[bool] = []
-
-    def push(y: float, v: Vec, t: float, r: bool) -> None:
-        # Arguments within rounding of the previous one are the same (a jump): `_sum` reads them so.
-        last = xs[-1] if xs else 0.0
-        if y - last <= _TINY * max(1.0, y):
-            y = last
-        xs.append(y)
-        vs.append(v)
-        ts.append(t)
-        rs.append(r)
-
-    hx, hv, hr = h.xs, h.vs, h.rs
-    push(y_of(hv[0]), hv[0], hx[0], hr[0])
-    for i in range(len(hx) - 1):
-        a, b = hv[i], hv[i + 1]
-        if hx[i + 1] <= hx[i]:  # a jump of h: the pool waits at its foot until all of it fits
-            if not _fits(b, cap):
-                break
-            yb = y_of(b)
-            if yb > xs[-1]:
-                push(yb, a, hx[i], hr[i])
-            push(yb, b, hx[i + 1], hr[i + 1])
-            continue
-        smax = _cut(a, b, cap)
-        t0, t1 = hx[i], hx[i + 1]
-        # y is convex along the segment: if one line is on top at both ends, it is on top throughout.
-        if weighted and smax > 0.0 and top_line(a) != top_line(_lerp(a, b, smax) if smax < 1.0 else b):
-            cs = [0.0] + [(a[k] - g[k]) * inv for k in range(dims)]
-            ms = [0.0] + [(b[k] - a[k]) * inv for k in range(dims)]
-            for s in _kinks(cs, ms, smax):
-                v = _lerp(a, b, s)
-                push(y_of(v), v, t0 + s * (t1 - t0), False)
-        if smax < 1.0:
-            if smax > 0.0:
-                v = _lerp(a, b, smax)
-                push(y_of(v), v, t0 + smax * (t1 - t0), False)
-            break
-        push(y_of(b), b, t1, hr[i + 1])
-    # At y = 0 the pool has its guarantee: keep only the top of the chain at 0.
-    first = bisect_right(xs, 0.0) - 1
-    if first > 0:
-        del xs[:first], vs[:first], ts[:first], rs[:first]
-    return _Path(xs, vs, ts, rs)
-
-
-def _at(p: _Path, y: float, right: bool) -> tuple[Vec, float, bool]:
-    """Value, inner argument and jump-top flag at `y` (the top of a jump when `right`)."""
-    xs = p.xs
-    if y <= 0.0 or len(xs) == 1:
-        return p.vs[0], p.ts[0], p.rs[0]
-    lo = bisect_left(xs, y)
-    if lo == len(xs):
-        return p.vs[-1], p.ts[-1], p.rs[-1]
-    if xs[lo] == y:
-        i = bisect_right(xs, y) - 1 if right else lo
-        return p.vs[i], p.ts[i], p.rs[i]
-    a = lo - 1
-    f = (y - xs[a]) / (xs[lo] - xs[a])
-    return _lerp(p.vs[a], p.vs[lo], f), p.ts[a] + f * (p.ts[lo] - p.ts[a]), False
-
-
-def _fit(h: _Path, cap: Vec) -> tuple[Vec, float, bool]:
-    """The furthest point of `h` that fits in `cap`."""
-    xs, vs, rs = h.xs, h.vs, h.rs
-    for i in range(len(xs) - 1):
-        a, b = vs[i], vs[i + 1]
-        if _fits(b, cap):
-            continue
-        if xs[i + 1] <= xs[i]:
-            return a, xs[i], rs[i]
-        s = _cut(a, b, cap)
-        return _lerp(a, b, s), xs[i] + s * (xs[i + 1] - xs[i]), False
-    return vs[-1], xs[-1], rs[-1]
-
-
-def _ramps(jobs: list[tuple[Vec, float]], dims: int) -> _Path:
-    """The inner function of a leaf: the sum of its jobs' shares `d / D * min(D, w * t)`."""
-    slope = [0.0] * dims
-    ends: list[tuple[float, Vec]] = []
-    for d, w in jobs:
-        top = max(d, default=0.0)
-        if top <= _EPS or w <= _EPS:
-            continue
-        f = w / top
-        sl = [x * f for x in d]
-        slope = [s + q for s, q in zip(slope, sl, strict=True)]
-        ends.append((top / w, sl))
-    xs, vs = [0.0], [[0.0] * dims]
-    if ends:
-        ends.sort(key=itemgetter(0))
-        cur, x = vs[0], 0.0
-        for end, sl in ends:
-            if end > x:
-                cur = [c + s * (end - x) for c, s in zip(cur, slope, strict=True)]
-                x = end
-                xs.append(end)
-                vs.append(cur)
-            slope = [s - q for s, q in zip(slope, sl, strict=True)]
-    return _Path(xs, vs, list(xs), [False] * len(xs))
+def _leaf_jobs(arr: TreeArrays) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
+    """Every leaf's jobs, leaves in row order: `(demand (kinds, jobs), weight, leaf of each job (an
+    index into the leaves), leaf rows)`. A leaf without `jobs` is one job of its non-revocable
+    allocation plus demand; revocable work is one more job, last."""
+    leaves = np.flatnonzero(arr.is_leaf[1:]) + 1
+    nl = leaves.size
+    own = np.take(arr.allocation, leaves, axis=0) + np.take(arr.demand, leaves, axis=0)
+    rev = np.minimum(
+        arr.slack_fraction[leaves][:, None] * np.take(arr.reservation, leaves, axis=0),
+        np.take(arr.revocable_allocation, leaves, axis=0) + np.take(arr.revocable_demand, leaves, axis=0),
+    )
+    if arr.cpu >= 0:
+        rev[:, arr.cpu] = 0.0
+    has_rev = rev.max(axis=1, initial=0.0) > 0.0
+    given = [arr.jobs[row] for row in leaves.tolist()]
+    n_given = np.fromiter(map(length_hint, given), dtype=np.intp, count=nl)
+    implicit = np.fromiter(map(is_, given, repeat(None)), dtype=bool, count=nl)
+    count = np.where(implicit, 1, n_given) + has_rev
+    off = np.zeros(nl + 1, dtype=np.intp)
+    np.cumsum(count, out=off[1:])
+    jobs: list[JobDemand] = list(chain.from_iterable(filter(None, given)))
+    ne = len(jobs)
+    # each job's demand, gathered from [the given jobs' | the leaves' own | their revocable work]
+    src = np.empty(int(off[-1]), dtype=np.intp)
+    explicit = np.flatnonzero(n_given > 0)
+    reps = n_given[explicit]
+    src[np.repeat(off[explicit] - (np.cumsum(reps) - reps), reps) + np.arange(ne)] = np.arange(ne)
+    src[off[:-1][implicit]] = ne + np.flatnonzero(implicit)
+    src[off[1:][has_rev] - 1] = ne + nl + np.flatnonzero(has_rev)
+    demand = np.take(np.concatenate([_demands(jobs, arr.kinds), own, rev]), src, axis=0).T
+    w = np.fromiter(map(_weight_of, jobs), dtype=np.float64, count=ne)
+    weight = np.concatenate([np.where(w > 0.0, w, 0.0), np.ones(2 * nl)])[src]
+    return np.ascontiguousarray(demand), weight, np.repeat(np.arange(nl), count), leaves
 
 
 def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[FloatArray, FloatArray, list[Alert]]:
+    """`(guarantee, limit, alerts)` as shares of the capacity (kinds it has only), top down: a
+    cpu-only reservation implies the other kinds in proportion to the parent's guarantee;
+    guarantees are capped at the limit and scaled down where siblings claim more than their
+    parent has (with an alert)."""
     n = len(arr.paths)
     lim = arr.limit[:, active] / cap
     lim[0] = 1.0
@@ -348,7 +173,7 @@ def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[Fl
         gr = np.minimum(gr, lim[rows])
         sums = np.add.reduceat(gr, lv.group_starts, axis=0)
         gp = g[lv.group_parent]
-        over = sums > gp * (1.0 + _EPS) + _EPS
+        over = sums > gp * (1.0 + EPS) + EPS
         if over.any():
             factor = np.divide(gp, sums, out=np.ones_like(sums), where=over)
             gr = gr * factor[lv.group_of_row]
@@ -378,33 +203,14 @@ def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[Fl
 def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list[Alert]]:
     """`(entitlement, requirement, alerts)` of every row under `dominant`."""
     n, k = len(arr.paths), len(arr.kinds)
-    kinds = arr.kinds
-    # Each leaf's jobs as (absolute demand over all kinds, weight); the revocable pseudo-job last.
-    own = (arr.allocation + arr.demand).tolist()
-    rev_arr = np.minimum(arr.slack_fraction[:, None] * arr.reservation, arr.revocable_allocation + arr.revocable_demand)
-    if arr.cpu >= 0:
-        rev_arr[:, arr.cpu] = 0.0
-    rev = rev_arr.tolist()
-    limits = arr.limit.tolist()
-    req_rows = [[0.0] * k for _ in range(n)]
-    leaf_jobs: dict[int, list[tuple[Vec, float]]] = {}
-    for row in np.flatnonzero(arr.is_leaf).tolist():
-        if row == 0:
-            continue
-        given = arr.jobs[row]
-        jobs: list[tuple[Vec, float]]
-        if given is None:
-            jobs = [(own[row], 1.0)]
-        else:
-            jobs = [([max(0.0, job.demand.get(kd, 0.0)) for kd in kinds], max(0.0, job.weight)) for job in given]
-        if any(x > 0.0 for x in rev[row]):
-            jobs.append((rev[row], 1.0))
-        leaf_jobs[row] = jobs
-        total = [0.0] * k
-        for vec, _ in jobs:
-            total = [a + b for a, b in zip(total, vec, strict=True)]
-        req_rows[row] = [min(a, b) for a, b in zip(total, limits[row], strict=True)]
-    requirement = np.array(req_rows, dtype=np.float64).reshape(n, k)
+    job_demand, job_weight, job_leaf, leaves = _leaf_jobs(arr)
+    job_row = leaves[job_leaf]
+    requirement = np.zeros((n, k))
+    if leaves.size:  # each leaf's jobs summed in order, capped at its limit
+        totals = np.zeros((leaves.size, k))
+        for kd in range(k):
+            totals[:, kd] = np.bincount(job_leaf, weights=job_demand[kd], minlength=leaves.size)
+        requirement[leaves] = np.minimum(totals, np.take(arr.limit, leaves, axis=0))
     aggregate(arr, requirement)
 
     active = [i for i in range(k) if arr.capacity[i] > 0]
@@ -413,37 +219,51 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list
         return entitlement, requirement, []
     cap = arr.capacity[active]
     dims = len(active)
-    g_arr, lim_arr, alerts = _guarantees(arr, active, cap)
-    g = g_arr.tolist()
-    lim = [[math.inf if math.isinf(x) else x for x in row] for row in lim_arr.tolist()]
-    weight = arr.weight.tolist()
-    inv_cap = (1.0 / cap).tolist()
+    g, lim, alerts = _guarantees(arr, active, cap)
+    weight = arr.weight
+    # kinds-major from here on (see polylines.py): one row per kind
+    box = np.ascontiguousarray(np.where((weight > EPS)[:, None], lim, np.minimum(lim, g)).T)
+    g_t = np.ascontiguousarray(g.T)
+    job_share = job_demand[active] * (1.0 / cap)[:, None]
 
-    paths: list[_Path | None] = [None] * n
-    zero = _Path([0.0], [[0.0] * dims], [0.0], [False])
-    for lv in reversed(arr.levels):
-        for row in range(lv.start, lv.stop):
-            if row in leaf_jobs:
-                shares = [([vec[a] * inv_cap[j] for j, a in enumerate(active)], w) for vec, w in leaf_jobs[row]]
-                h = _ramps(shares, dims)
-            else:
-                parts = [p for c in arr.children[row] if (p := paths[c]) is not None]
-                h = _sum(parts, dims) if parts else zero
-            paths[row] = _compose(h, g[row], lim[row], weight[row])
+    levels = arr.levels
+    shares_of: list[Polylines] = []
+    child: Polylines | None = None
+    for depth in range(len(levels) - 1, -1, -1):
+        lv = levels[depth]
+        rows = lv.stop - lv.start
+        init = np.zeros((dims, rows))
+        parts: list[Events] = []
+        if child is not None:
+            below = levels[depth + 1]
+            events, at0 = polyline_events(child, below.group_parent[below.group_of_row] - lv.start)
+            sums = np.add.reduceat(at0, below.group_starts, axis=1)
+            for kd in range(dims):
+                init[kd][below.group_parent - lv.start] = sums[kd]
+            parts.append(events)
+        lo, hi = np.searchsorted(job_row, [lv.start, lv.stop])
+        if hi > lo or not parts:
+            parts.append(ramp_events(job_share[:, lo:hi], job_weight[lo:hi], job_row[lo:hi] - lv.start))
+        h = sum_events(rows, init, Events.concat(parts))
+        sl = slice(lv.start, lv.stop)
+        child = compose(h, g_t[:, sl], box[:, sl], weight[sl])
+        shares_of.append(child)
+    shares_of.reverse()
 
-    top = [p for c in arr.children[0] if (p := paths[c]) is not None]
-    value, t, r = _fit(_sum(top, dims), [1.0] * dims)
+    assert child is not None
+    top = levels[0]
+    events, at0 = polyline_events(child, np.zeros(top.stop - top.start, dtype=np.intp))
+    h_root = sum_events(1, np.add.reduceat(at0, [0], axis=1), events)
+    value, t, r = fit(h_root)
     share = np.zeros((n, dims))
     share[0] = value
-    inner: list[tuple[float, bool]] = [(0.0, False)] * n
-    inner[0] = (t, r)
-    for lv in arr.levels:
-        for row in range(lv.start, lv.stop):
-            p = paths[row]
-            assert p is not None
-            pt, pr = inner[int(arr.parent[row])]
-            v, ct, cr = _at(p, pt, pr)
-            share[row] = v
-            inner[row] = (ct, cr)
+    inner_t = np.zeros(n)
+    inner_r = np.zeros(n, dtype=bool)
+    inner_t[0], inner_r[0] = t, r
+    for lv, paths in zip(levels, shares_of, strict=True):
+        sl = slice(lv.start, lv.stop)
+        up = arr.parent[sl]
+        v, inner_t[sl], inner_r[sl] = evaluate(paths, inner_t[up], inner_r[up])
+        share[sl] = v.T
     entitlement[:, active] = share * cap
     return entitlement, requirement, alerts

@@ -1,0 +1,277 @@
+"""Policy `dominant`: the vectorised implementation (`entitlement/dominant.py`, `polylines.py`)
+against the literal one it replaced, kept as the oracle (`dominant_reference.py`).
+
+Same entitlement within 1e-9 relative (plus 1e-12 of the capacity, for values that should be 0),
+same requirement, same alerts: on the valid random trees of `strategies.trees`, on wilder trees
+made to hit the corner cases (ties from a few discrete amounts, jumps, limits that bind, zero
+weights, cpu-only reservations, deep chains, many jobs), and on bench-like trees of hundreds of
+pools."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.admission.domain.entitlement.arrays import build_arrays
+from services.admission.domain.entitlement.dominant import dominant_entitlements
+from services.admission.domain.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
+from services.admission.domain.entitlement.polylines import TINY, snap
+from tests.entitlement import dominant_reference
+from tests.entitlement.strategies import trees
+
+SETTINGS = settings(
+    max_examples=int(os.environ.get("ENTITLEMENT_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+REL = 1e-9
+OF_CAPACITY = 1e-12
+
+
+def assert_same(tree: TreeInput) -> None:
+    arr = build_arrays(tree)
+    got_e, got_r, got_a = dominant_entitlements(arr)
+    want_e, want_r, want_a = dominant_reference.dominant_entitlements(build_arrays(tree))
+    cap = np.array([max(0.0, float(tree.capacity.get(k, 0.0))) for k in tree.kinds])
+    tol = REL * np.maximum(1.0, np.abs(want_e)) + OF_CAPACITY * cap
+    bad = np.argwhere(np.abs(got_e - want_e) > tol)
+    assert bad.size == 0, [(int(i), tree.kinds[j], got_e[i, j], want_e[i, j]) for i, j in bad[:5]]
+    np.testing.assert_allclose(got_r, want_r, rtol=1e-12, atol=0.0)
+    assert got_a == want_a
+    # both read every pool's children where the pool is: they add up to it
+    for ent in (got_e, want_e):
+        for row, kids in enumerate(arr.children):
+            if kids:
+                total = ent[kids].sum(axis=0)
+                assert np.all(np.abs(total - ent[row]) <= REL * np.maximum(1.0, np.abs(ent[row])) + OF_CAPACITY * cap)
+
+
+KIND_SETS: list[tuple[str, ...]] = [
+    ("cpu",),
+    ("cpu", "memory"),
+    ("cpu", "memory", "disk", "gpu"),
+    ("memory", "gpu"),
+    ("cpu", "gpu", "user_slots"),
+]
+FRACTIONS = [0.0, 0.0, 0.1, 0.2, 0.25, 0.3, 0.5, 0.6, 1.0, 1.5, 3.0]
+
+
+@st.composite
+def wild_trees(draw: st.DrawFn, max_pools: int = 30) -> TreeInput:
+    """Any tree, valid or not (both implementations take what they are given): amounts from a few
+    fractions of the capacity, so that sums tie and jumps land exactly on limits; parents often
+    among the last pools made, for depth."""
+    kinds = draw(st.sampled_from(KIND_SETS))
+    cap = {k: draw(st.sampled_from([0.0, 10.0, 64.0, 100.0, 1000.0])) for k in kinds}
+    unit = {k: cap[k] or 10.0 for k in kinds}
+
+    def vector() -> dict[str, float]:
+        return {k: draw(st.sampled_from(FRACTIONS)) * unit[k] for k in kinds if draw(st.booleans())}
+
+    paths = ["/"]
+    pools: list[PoolInput] = []
+    for i in range(draw(st.integers(1, max_pools))):
+        parent = draw(st.sampled_from(paths[-4:] if draw(st.booleans()) else paths))
+        path = f"/p{i}" if parent == "/" else f"{parent}/p{i}"
+        paths.append(path)
+        cpu_only = "cpu" in kinds and draw(st.booleans())
+        reservation = {"cpu": draw(st.sampled_from(FRACTIONS)) * unit["cpu"]} if cpu_only else vector()
+        share: float | dict[str, float] = draw(st.sampled_from([1.0, 1.0, 0.0, 0.5, 2.0, 3.0]))
+        if draw(st.integers(0, 4)) == 0:
+            share = {k: draw(st.sampled_from([0.0, 0.5, 1.0, 3.0])) for k in kinds}
+        jobs = None
+        if draw(st.booleans()):
+            jobs = tuple(
+                JobDemand(f"j{i}-{j}", vector(), draw(st.sampled_from([1.0, 1.0, 0.0, 0.5, 2.0, 3.0])))
+                for j in range(draw(st.integers(0, 4)))
+            )
+        usage = LeafUsage(
+            allocation=vector(),
+            demand=vector(),
+            revocable_allocation=vector() if draw(st.booleans()) else {},
+            revocable_demand=vector() if draw(st.booleans()) else {},
+            jobs=jobs,
+        )
+        pools.append(
+            PoolInput(
+                path=path,
+                reservation=reservation,
+                limit=None if draw(st.booleans()) else vector(),
+                share=share,
+                slack_limit=draw(st.sampled_from([0.0, 20.0, 100.0])),
+                usage=usage,
+            )
+        )
+    return TreeInput(kinds=kinds, capacity=cap, pools=tuple(pools), policy="dominant")
+
+
+def bench_like_tree(n_pools: int, seed: int, jobs_per_leaf: int = 3) -> TreeInput:
+    """A tree shaped like `bench/entitlement.py`'s (fan-out about 6, reservations handed down, busy
+    leaves with several jobs, limits between half and all of the capacity), with generic amounts."""
+    rng = np.random.default_rng(seed)
+    kinds = ("cpu", "memory", "disk", "gpu")
+    cap = np.array([1e6, 4e6, 1e7, 1e4])
+    paths, parents = ["/"], [-1]
+    frontier = [0]
+    while len(paths) <= n_pools:
+        nxt = []
+        for p in frontier:
+            for _ in range(int(rng.integers(3, 10))):
+                if len(paths) > n_pools:
+                    break
+                paths.append(f"{paths[p].rstrip('/')}/p{len(paths)}")
+                parents.append(p)
+                nxt.append(len(paths) - 1)
+        frontier = nxt or frontier
+    kids: list[list[int]] = [[] for _ in paths]
+    for c, p in enumerate(parents[1:], start=1):
+        kids[p].append(c)
+    reservation = [cap * 0.9] + [np.zeros(4) for _ in paths[1:]]
+    for p, ch in enumerate(kids):
+        if ch:
+            for c, f in zip(ch, rng.dirichlet(np.ones(len(ch))) * rng.uniform(0.3, 1.2), strict=True):
+                reservation[c] = reservation[p] * f
+    pools = []
+    for row in range(1, len(paths)):
+        res = reservation[row]
+        usage = LeafUsage()
+        if not kids[row]:
+            demand = res * rng.uniform(0.0, 3.0, 4)
+            jobs = tuple(
+                JobDemand(
+                    f"j{row}-{j}",
+                    dict(zip(kinds, (demand * rng.uniform(0.0, 1.0, 4)).tolist(), strict=True)),
+                    float(rng.choice([1.0, 1.0, 2.0, 0.5])),
+                )
+                for j in range(int(rng.integers(0, jobs_per_leaf + 1)))
+            )
+            usage = LeafUsage(
+                demand=dict(zip(kinds, demand.tolist(), strict=True)),
+                revocable_demand={"memory": float(res[1] * 0.05)},
+                jobs=jobs if rng.random() < 0.8 else None,
+            )
+        reserved = dict(zip(kinds, res.tolist(), strict=True))
+        pools.append(
+            PoolInput(
+                path=paths[row],
+                reservation={"cpu": reserved["cpu"]} if rng.random() < 0.2 else reserved,
+                limit=dict(zip(kinds, (cap * rng.uniform(0.3, 1.0)).tolist(), strict=True)),
+                share=float(rng.choice([1.0, 1.0, 2.0, 5.0])),
+                usage=usage,
+            )
+        )
+    return TreeInput(
+        kinds=kinds, capacity=dict(zip(kinds, cap.tolist(), strict=True)), pools=tuple(pools), policy="dominant"
+    )
+
+
+@SETTINGS
+@given(trees(policy="dominant", with_jobs=True))
+def test_same_as_the_literal_implementation_on_valid_trees(tree: TreeInput) -> None:
+    assert_same(tree)
+
+
+@SETTINGS
+@given(wild_trees())
+def test_same_as_the_literal_implementation_on_wild_trees(tree: TreeInput) -> None:
+    assert_same(tree)
+
+
+@pytest.mark.parametrize(("n_pools", "seed"), [(30, 0), (200, 1), (200, 2), (1000, 3)])
+def test_same_as_the_literal_implementation_on_bench_like_trees(n_pools: int, seed: int) -> None:
+    assert_same(bench_like_tree(n_pools, seed))
+
+
+def test_same_on_a_single_pool_and_on_no_capacity() -> None:
+    assert_same(TreeInput(kinds=("cpu",), capacity={"cpu": 10.0}, pools=(), policy="dominant"))
+    leaf = PoolInput(path="/a", usage=LeafUsage(demand={"cpu": 5.0}))
+    assert_same(TreeInput(kinds=("cpu",), capacity={"cpu": 10.0}, pools=(leaf,), policy="dominant"))
+    assert_same(TreeInput(kinds=("cpu",), capacity={"cpu": 0.0}, pools=(leaf,), policy="dominant"))
+    assert_same(TreeInput(kinds=(), capacity={}, pools=(leaf,), policy="dominant"))
+
+
+def _snap_one_by_one(y: list[float], off: list[int]) -> tuple[list[float], list[float]]:
+    out, before = [], []
+    for a, b in itertools.pairwise(off):
+        last = 0.0
+        for v in y[a:b]:
+            before.append(last)
+            if v - last <= TINY * max(1.0, v):
+                v = last
+            else:
+                last = v
+            out.append(v)
+    return out, before
+
+
+STEP_KINDS = ["up", "creep", "creep", "same", "dip", "drop"]
+STEPS = st.tuples(st.sampled_from(STEP_KINDS), st.sampled_from([0.3, 0.6, 1.1, 2.0]))
+
+
+@SETTINGS
+@given(st.lists(st.lists(STEPS, min_size=1, max_size=12), min_size=1, max_size=6), st.sampled_from([1e-3, 1.0, 250.0]))
+def test_snapping_arguments_to_the_previous_kept_one_is_the_sequential_rule(
+    rows: list[list[tuple[str, float]]], scale: float
+) -> None:
+    """Arguments creeping up by less than TINY at a time (and dips) are where guessing the
+    recurrence from the raw previous argument is wrong and must be corrected."""
+    y: list[float] = []
+    off = [0]
+    for row in rows:
+        cur = 0.0
+        for step, f in row:
+            if step == "up":
+                cur += f * scale
+            elif step == "creep":
+                cur += f * TINY * max(1.0, cur)
+            elif step == "dip":
+                cur = max(0.0, cur - f * TINY * max(1.0, cur))
+            elif step == "drop":
+                cur *= 1.0 - f / 4
+            y.append(cur)
+        off.append(len(y))
+    got, got_before = snap(np.array(y), np.array(off, dtype=np.intp))
+    want, want_before = _snap_one_by_one(y, off)
+    assert got.tolist() == want
+    assert got_before.tolist() == want_before
+
+
+def test_a_cut_on_the_top_of_a_jump_reads_the_children_on_their_tops() -> None:
+    """Found by the wild trees. /p0/p1's jobs make /p0 jump at y = 0.6 from (35, 60) to (60, 60) (its
+    memory job saturates first, then its cpu catches up); with /p27 (guarantee 10% of everything,
+    weight 0.5, wanting 150 cpu) the root's cpu reaches exactly 100 on the top of that jump, where
+    the root is cut. The replaced code then gave /p0 and /p0/p1 the foot (35 cpu) while the root
+    held the top (100 = 60 + 40), or the top, depending on the last bit of the sum."""
+    tree = TreeInput(
+        kinds=("cpu", "memory", "disk", "gpu"),
+        capacity={"cpu": 100.0, "memory": 100.0, "disk": 1000.0, "gpu": 0.0},
+        policy="dominant",
+        pools=(
+            PoolInput(path="/p0"),
+            PoolInput(
+                path="/p0/p1",
+                usage=LeafUsage(
+                    jobs=(JobDemand("a", {"cpu": 100.0}, 0.5), JobDemand("b", {"cpu": 20.0, "memory": 60.0}, 2.0))
+                ),
+            ),
+            PoolInput(
+                path="/p27",
+                reservation={"cpu": 10.0},
+                share={"cpu": 0.0, "memory": 0.0, "disk": 0.0, "gpu": 0.5},
+                usage=LeafUsage(demand={"cpu": 150.0}),
+            ),
+        ),
+    )
+    assert_same(tree)
+    arr = build_arrays(tree)
+    ent, _, _ = dominant_entitlements(arr)
+    got = {path: ent[arr.index[path]].tolist() for path in ("/", "/p0", "/p0/p1", "/p27")}
+    assert got["/p0"] == pytest.approx([60.0, 60.0, 0.0, 0.0])
+    assert got["/p0/p1"] == pytest.approx([60.0, 60.0, 0.0, 0.0])
+    assert got["/p27"] == pytest.approx([40.0, 0.0, 0.0, 0.0])
+    assert got["/"] == pytest.approx([100.0, 60.0, 0.0, 0.0])
