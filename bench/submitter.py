@@ -29,12 +29,11 @@ import sys
 import time
 from typing import Any
 
-import nats
 from nats.aio.msg import Msg
 
 from bench.workload import Workload, envelope, gang_events
 from events.subjects import STREAM, decision
-from services.common.jetstream import JetStreamLog
+from services.common.jetstream import JetStreamLog, new_client
 
 _DECIDED = re.compile(rb'"type":"(GangAdmitted|GangMovedToQueue)"')
 _GANG = re.compile(rb'"gang":"([^"]+)"')
@@ -113,7 +112,8 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
     events = list(gang_events(w, prefix=prefix, start=start, count=count))
     envelopes = [envelope(e, f"{prefix}-{start + i}", now, source="sdk:bench") for i, e in enumerate(events)]
     ids = [e.gang for e in events]
-    nc = await nats.connect(spec["url"], name="poolwise-bench-submitter")
+    nc = new_client()  # as the submitter SDK connects (services.submitter.connection)
+    await nc.connect(spec["url"], name="poolwise-bench-submitter")
     try:
         log = JetStreamLog(nc)
         js = nc.jetstream()

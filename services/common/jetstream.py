@@ -156,6 +156,13 @@ async def _unsubscribe(nc: NATS, sub: Any) -> None:
     await sub.unsubscribe()
 
 
+def new_client() -> NATS:
+    """A nats-py client with the log's shortcuts (`_Client`), not yet connected: for connections
+    that carry a log (services, the submitter SDK), so that its PubAcks and consumed messages take
+    the direct path."""
+    return _Client()
+
+
 class ConsumerLost(Exception):
     """The pull consumer vanished or skipped messages; the caller recreates it from its position."""
 

@@ -10,6 +10,8 @@ from contextlib import suppress
 import anyio
 from nats.aio.client import Client as NATS
 
+from services.common.jetstream import new_client
+
 log = logging.getLogger("poolwise.nats")
 
 CONNECT_TIMEOUT = 5.0  # seconds to reach the server at first
@@ -22,7 +24,7 @@ async def _quietly(exc: Exception) -> None:
 async def connect_nats(url: str, *, name: str = "poolwise", timeout: float = CONNECT_TIMEOUT) -> NATS:
     """Connect to `url` within `timeout` seconds, else `ConnectionError` naming the URL. Once
     connected, a lost connection is re-established for as long as it takes."""
-    nc = NATS()
+    nc = new_client()  # the log's fast paths (PubAcks straight from the parser)
     try:
         with anyio.fail_after(timeout):
             await nc.connect(url, name=name, connect_timeout=max(1, int(min(timeout, 2.0))),
