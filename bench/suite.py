@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -52,6 +52,7 @@ class Sizes:
     pipeline_rates: tuple[float, ...]
     pipeline_seconds: float
     pipeline_raw_n: int
+    pipeline_processes: bool = True  # each service in its own process, as `poolwise up` runs them
 
     @classmethod
     def full(cls) -> Sizes:
@@ -204,13 +205,15 @@ def projection_section(base: Baseline, sizes: Sizes) -> Section:
 
 async def pipeline_section(sizes: Sizes) -> Section:
     speed = await bench_pipeline(sizes.pipeline_gangs, leaves=sizes.pipeline_leaves, rates=sizes.pipeline_rates,
-                                 paced_seconds=sizes.pipeline_seconds, raw_n=sizes.pipeline_raw_n)
+                                 paced_seconds=sizes.pipeline_seconds, raw_n=sizes.pipeline_raw_n,
+                                 processes=sizes.pipeline_processes)
     w = speed.workload
     s = Section("pipeline", "End to end: submitter, JetStream, admission + preemption, DuckDB (bench/pipeline.py)",
                 params={"gangs": sizes.pipeline_gangs, "leaf_pools": w.leaves, "hosts": w.hosts,
                         "tasks_per_gang": w.tasks_per_gang, "payload_bytes": speed.payload_size,
                         "offered": "/".join(f"{r:g}" for r in sizes.pipeline_rates) + " gangs/s",
-                        "seconds_each": sizes.pipeline_seconds})
+                        "seconds_each": sizes.pipeline_seconds,
+                        "services": "one process each" if sizes.pipeline_processes else "one process"})
     raw = speed.raw
     pub, cons = raw.get("raw_publish_pipelined", 0.0), raw.get("raw_consume_pull_callback", 0.0)
     both = speed.raw_publish_consume
@@ -233,6 +236,10 @@ async def pipeline_section(sizes: Sizes) -> Section:
     s.add(Row("log messages per gang (burst)", burst.get("stream_last_seq", 0) / max(1, speed.burst_gangs),
               "msg/gang"))
     s.add(Row("admission cycles in the burst", float(burst.get("cycles", 0)), "count"))
+    for process, micros in dict(burst.get("cpu_us_per_gang", {})).items():
+        s.add(Row(f"CPU per gang (burst): {process}", float(micros), "µs"))
+    if "submitter_cpu_us_per_gang" in burst:
+        s.add(Row("CPU per gang (burst): submitter", float(burst["submitter_cpu_us_per_gang"]), "µs"))
     s.add(Row("largest EntitlementsComputed event", float(burst.get("entitlement_max_bytes", 0)), "B"))
     for rate, paced in zip(sizes.pipeline_rates, speed.paced, strict=True):
         tag = f"offered {rate:,.0f} gangs/s"
@@ -246,9 +253,13 @@ async def pipeline_section(sizes: Sizes) -> Section:
                       met=(value <= LATENCY_GOAL_MS and not paced.get("missing")) if judged else None))
         if paced.get("missing"):
             s.notes.append(f"{tag}: {paced['missing']} of {paced['count']} gangs got no decision in time")
-    s.notes.append("The submitter is a separate process (bench/submitter.py); the services share this process "
-                   "(one event loop, projections on worker threads); nats-server takes the rest of the 2 cores. "
-                   "Latency runs on the system left by the burst, each rate after the previous one.")
+    where = ("each service runs in a process of its own (`poolwise serve`, as `poolwise up` starts them)"
+             if sizes.pipeline_processes else "the services share this process (one event loop, projections on "
+             "worker threads)")
+    s.notes.append(f"The submitter is a separate process (bench/submitter.py); {where}; nats-server and the "
+                   "submitter share the same cores. CPU per gang: each process's user + system time over the "
+                   "burst, divided by its gangs. Latency runs on the system left by the burst, each rate after "
+                   "the previous one.")
     return s
 
 
@@ -265,12 +276,16 @@ async def _timed(section: Callable[[], Awaitable[Section]]) -> Section:
 
 
 async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
-                         on_section: Callable[[Section], None] | None = None) -> list[Section]:
-    """Run the named benchmarks (in `NAMES` order); `on_section` sees each as soon as it is done."""
+                         on_section: Callable[[Section], None] | None = None,
+                         single_process: bool = False) -> list[Section]:
+    """Run the named benchmarks (in `NAMES` order); `on_section` sees each as soon as it is done.
+    `single_process`: the pipeline's services in this process (one event loop), not one each."""
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
     sizes = Sizes.quick() if quick else Sizes.full()
+    if single_process:
+        sizes = replace(sizes, pipeline_processes=False)
     wanted = [n for n in NAMES if n in names]
     base: Baseline | None = None
     if NEEDS_BASELINE & set(wanted):

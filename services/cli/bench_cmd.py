@@ -45,6 +45,10 @@ def bench(
     profile: Annotated[bool, typer.Option("--profile", help="Run under cProfile (this thread: the domain benchmarks "
                                                             "and the pipeline's services) and print the top "
                                                             "functions.")] = False,
+    single_process: Annotated[bool, typer.Option("--single-process", help="Run the pipeline's services in the "
+                                                                          "benchmark's process (as `poolwise up "
+                                                                          "--single-process`), not one process "
+                                                                          "each.")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Benchmarks with ratios against raw JetStream and DuckDB speeds measured in the same run."""
@@ -67,7 +71,8 @@ def bench(
             out.print()
 
     async def run() -> list[Any]:
-        return await run_benchmarks(names, quick=quick, on_section=show)
+        # the profiler sees this process only: with it, the services run here too
+        return await run_benchmarks(names, quick=quick, on_section=show, single_process=single_process or profile)
 
     if profile:
         from bench.profiling import profiled, top_cprofile
