@@ -1,0 +1,109 @@
+"""deploy/nats/accounts.conf on a real nats-server: each role can do its job and nothing more.
+
+The server runs the deploy file as shipped (included from a config of our own that sets a free
+port and a store in a temporary directory; the `$..._BCRYPT` variables hold plain-text passwords).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+
+from services.common.jetstream import JetStreamLog
+from services.common.natsserver import find_nats_server
+from services.submitter.client import Submitter
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "accounts.conf"
+PASSWORDS = {"SERVICE": "svc-pw", "SUBMITTER": "sub-pw", "OPERATOR": "op-pw"}
+
+pytestmark = pytest.mark.nats
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    where = tmp_path_factory.mktemp("roles")
+    shutil.copy(DEPLOY, where / "accounts.conf")
+    port = _free_port()
+    (where / "server.conf").write_text(
+        f'listen: 127.0.0.1:{port}\njetstream {{ store_dir: "{where / "js"}" }}\ninclude "accounts.conf"\n')
+    # the `$<ROLE>_PASSWORD_BCRYPT` variables come from the environment (plain text is accepted too)
+    env = {**os.environ, **{f"{role}_PASSWORD_BCRYPT": pw for role, pw in PASSWORDS.items()}}
+    process = subprocess.Popen([find_nats_server(), "-c", str(where / "server.conf")], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("nats-server did not start with deploy/nats/accounts.conf") from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _url(port: int, role: str) -> str:
+    return f"nats://{role.lower()}:{PASSWORDS[role]}@127.0.0.1:{port}"
+
+
+async def _refused(port: int, role: str, subject: str) -> bool:
+    """Whether the server refuses `role` publishing on `subject` (a permissions violation)."""
+    errors: list[str] = []
+
+    async def on_error(error: Exception) -> None:
+        errors.append(str(error))
+
+    nc = await nats.connect(_url(port, role), error_cb=on_error, max_reconnect_attempts=0)
+    try:
+        await nc.publish(subject, b"{}")
+        await nc.flush()
+        with anyio.move_on_after(2):  # a refusal comes back at once; none in 2 s: allowed
+            while not errors:
+                await anyio.sleep(0.02)
+    finally:
+        await nc.close()
+    return any("permissions violation" in e.lower() for e in errors)
+
+
+def test_each_role_does_its_job_and_nothing_more(server: int) -> None:
+    async def main() -> None:
+        service = await JetStreamLog.connect(_url(server, "SERVICE"))
+        try:
+            await service.ensure_stream()
+        finally:
+            await service.close()
+        async with Submitter(_url(server, "SUBMITTER"), source="sdk:roles") as submitter:
+            receipt = await submitter.enqueue(gang="g1", pool="/a", count=1, resources={"cpu": 1})
+            assert receipt.seq == 1
+        # the submitter may ask admission's read-only queries (`submit --wait`, `gangs`, `explain`)
+        assert not await _refused(server, "SUBMITTER", "poolwise.cmd.admission.explain")
+        assert not await _refused(server, "SUBMITTER", "poolwise.cmd.admission.gangs")
+        assert await _refused(server, "SUBMITTER", "poolwise.decision.default.admission")
+        assert await _refused(server, "SUBMITTER", "poolwise.cmd.tree.pool_upsert")
+        assert await _refused(server, "OPERATOR", "poolwise.gang.default")
+        assert not await _refused(server, "OPERATOR", "poolwise.cmd.tree.pool_upsert")
+
+    async def bounded() -> None:
+        with anyio.fail_after(60):  # a hung connection fails the test instead of hanging it
+            await main()
+
+    anyio.run(bounded)
