@@ -12,15 +12,23 @@ no key-value store (the in-memory log) the services simply run.
 With an embedded server, the data directory is claimed first (`claim_data_dir`): a second
 `poolwise up` on the same directory is refused, and a server left running by a `poolwise up`
 that was killed (SIGKILL: no chance to stop its child) is stopped before a new one starts on
-the same store. The embedded server is stopped on the way out even when cancelled."""
+the same store. The embedded server is stopped on the way out even when cancelled.
+
+`run_processes(names, data_dir, nats_url)` is `poolwise up`'s default: the same server handling,
+then each named service in an OS process of its own (`service_process`: `poolwise serve <name>`,
+the very code path of `run_system` with one name), kept running by a `Supervisor`
+(`services.common.supervisor`: restarts with a backoff, stops them all on the way out, children
+that die with this process even when it is killed), so the services use as many cores as the
+machine has."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +41,7 @@ from services.common.jetstream import JetStreamLog
 from services.common.leadership import OnChange, connector, lease_key, open_leases, run_as_leader, servers_of
 from services.common.log import EventLog
 from services.common.natsserver import EmbeddedNats, remove_url_file, write_url_file
+from services.common.supervisor import Child, Restarts, Supervisor
 from services.preemption.service import serve_preemption
 from services.tree.service import serve_tree
 
@@ -145,11 +154,19 @@ def serves_store(pid: int, store_dir: Path) -> bool:
 async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
                      on_ready: Callable[[str], None] | None = None, *, ready_on_standby: bool = False,
                      on_change: OnChange | None = None) -> None:
-    """Run the named services until cancelled, on `nats_url` or an embedded server. Ready
-    (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`."""
+    """Run the named services in this process until cancelled, on `nats_url` or an embedded server.
+    Ready (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    async with nats_server(data_dir, nats_url) as url:
+        await _run_on(names, data_dir, url, on_ready, ready_on_standby, on_change)
+
+
+@contextlib.asynccontextmanager
+async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[str]:
+    """`nats_url`, or else an embedded server on the data dir's store (claimed first, its URL in
+    the data dir while it runs, stopped on the way out even when cancelled): its URL."""
     if nats_url is not None:
-        await _run_on(names, data_dir, nats_url, on_ready, ready_on_standby, on_change)
+        yield nats_url
         return
     with claim_data_dir(data_dir):
         embedded = EmbeddedNats(data_dir)
@@ -157,11 +174,48 @@ async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
             with anyio.CancelScope(shield=True):  # a started server is always stopped below
                 await anyio.to_thread.run_sync(embedded.start)
             write_url_file(data_dir, embedded.url)
-            await _run_on(names, data_dir, embedded.url, on_ready, ready_on_standby, on_change)
+            yield embedded.url
         finally:
             with anyio.CancelScope(shield=True):
                 remove_url_file(data_dir)
                 await anyio.to_thread.run_sync(embedded.stop)
+
+
+def service_process(name: str, nats_url: str, data_dir: Path) -> Child:
+    """Service `name` as a process of its own: `poolwise serve NAME` with this interpreter."""
+    return Child(name, (sys.executable, "-m", "services.cli.main", "serve", name,
+                        "--nats-url", nats_url, "--data-dir", str(data_dir)))
+
+
+async def prepare_log(nats_url: str) -> None:
+    """Create the stream and the lease bucket once, before several processes would race to."""
+    log = await JetStreamLog.connect(nats_url)
+    try:
+        await log.ensure_stream()
+        await open_leases(log.nc)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await log.close()
+
+
+async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
+                        on_ready: Callable[[str], None] | None = None, *, is_up: Callable[[str, str], bool],
+                        on_line: Callable[[str, str], None], echo: Callable[[str], None],
+                        restarts: Restarts | None = None) -> None:
+    """Run each named service in a process of its own until cancelled (then stop them, then the
+    embedded server), on `nats_url` or an embedded server. Ready (`on_ready(url)`) once every
+    child is up (`is_up(name, line)` held for a line of its stderr); `on_line(name, line)` gets
+    every line a child writes to stderr, `echo(text)` what the supervisor says. Raises
+    `services.common.supervisor.GaveUp` if a service keeps failing before it is up."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    async with nats_server(data_dir, nats_url) as url:
+        await prepare_log(url)
+        children = [service_process(name, url, data_dir) for name in SERVICES if name in names]
+        supervisor = Supervisor(children, is_up=is_up, on_line=on_line, echo=echo, restarts=restarts)
+        async with anyio.create_task_group() as tg:
+            await tg.start(supervisor.run)
+            if on_ready is not None:
+                on_ready(url)
 
 
 async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None,

@@ -1,9 +1,15 @@
-"""`poolwise up` (everything in one process, on an embedded NATS) and `poolwise serve <service>`.
+"""`poolwise up` (every service, each in a process of its own, on an embedded NATS) and `poolwise
+serve <service>` (one service, in this process).
 
 Both run each service under its leadership lease (`services.common.leadership`): one instance of
-a service decides, the others stand by and take over when it stops or loses its lease. `up` is
-ready once its services lead; `serve` is ready once its service leads or stands by. Changes of
-role are told on stderr (`poolwise: admission leading`, `... standing by (leader: ...)`)."""
+a service decides, the others stand by and take over when it stops or loses its lease. `serve` is
+ready once its service leads or stands by. `up` starts one `poolwise serve <service>` child per
+service (`services.launcher.run_processes`), passes their stderr lines on to its own, and is ready
+once every child leads; it restarts a child that exits (with a backoff), gives up with a one-line
+error when one keeps failing before it leads, and stops them all on SIGINT/SIGTERM. With
+`--single-process` it runs every service in its own single process instead (`run_system`), as
+before: one process, one core. Changes of role are told on stderr (`poolwise: admission leading`,
+`... standing by (leader: ...)`)."""
 
 from __future__ import annotations
 
@@ -28,9 +34,15 @@ def up(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
                                                   help="Use this NATS server instead of an embedded one.")] = None,
+    single_process: Annotated[bool, typer.Option(
+        "--single-process", help="Run every service in this one process (one core; for debugging).")] = False,
 ) -> None:
-    """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every service."""
-    _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False)
+    """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
+    service, each in a process of its own."""
+    if single_process:
+        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False)
+    else:
+        _run_processes(list(SERVICES), data_dir, nats_url)
 
 
 def serve(
@@ -40,6 +52,9 @@ def serve(
                                                   help="NATS server; default: the one `poolwise up` started.")] = None,
 ) -> None:
     """Run one service alone against a NATS server (NATS_URL, or the data dir's embedded one)."""
+    from services.common.supervisor import die_with_parent
+
+    supervised = die_with_parent()  # a child of `poolwise up`: goes when up goes, even killed
     if service not in SERVICES:
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
     if nats_url is None:
@@ -48,7 +63,7 @@ def serve(
         nats_url = resolve_nats_url(data_dir)
         if nats_url is None:
             raise InputError("no NATS server: set NATS_URL or start `poolwise up` first")
-    _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True)
+    _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised)
 
 
 def role_line(lease: str, state: str, holder: str | None) -> str:
@@ -61,13 +76,29 @@ def role_line(lease: str, state: str, holder: str | None) -> str:
     return f"poolwise: {service} lost its lease; stopped deciding"
 
 
+def says_leading(service: str, line: str) -> bool:
+    """Whether a line of `poolwise serve SERVICE`'s stderr is its `role_line` for leading."""
+    return line.startswith(f"poolwise: {service} leading (")
+
+
+def child_line(service: str, line: str) -> str:
+    """A line of a service process's stderr as `up` tells it: its own lines name the service
+    already (`poolwise: admission leading ...`); any other is prefixed with it."""
+    return line if line.startswith("poolwise: ") else f"poolwise: {service}: {line}"
+
+
+def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
+    return f"poolwise: {', '.join(names)} ready on {url} (data dir {data_dir}); Ctrl-C to stop"
+
+
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
-         ready_on_standby: bool) -> None:
+         ready_on_standby: bool, announce: bool = True) -> None:
     from services.common.runtime import run_until_signalled
     from services.launcher import run_system
 
     def on_ready(url: str) -> None:
-        typer.echo(f"poolwise: {', '.join(names)} ready on {url} (data dir {data_dir}); Ctrl-C to stop", err=True)
+        if announce:
+            typer.echo(ready_line(names, url, data_dir), err=True)
 
     def on_change(lease: str, state: str, holder: str | None) -> None:
         typer.echo(role_line(lease, state, holder), err=True)
@@ -75,3 +106,29 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
                                            on_ready=on_ready, ready_on_standby=ready_on_standby,
                                            on_change=on_change))
+
+
+def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None) -> None:
+    from services.cli.errors import fail, leaves
+    from services.common.runtime import run_until_signalled
+    from services.common.supervisor import GaveUp
+    from services.launcher import run_processes
+
+    def on_ready(url: str) -> None:
+        typer.echo(ready_line(names, url, data_dir), err=True)
+
+    def on_line(service: str, line: str) -> None:
+        if line.strip():
+            typer.echo(child_line(service, line), err=True)
+
+    def echo(text: str) -> None:
+        typer.echo(f"poolwise: {text}", err=True)
+
+    try:
+        run_until_signalled(lambda: run_processes(names, data_dir, nats_url, on_ready=on_ready,
+                                                  is_up=says_leading, on_line=on_line, echo=echo))
+    except Exception as exc:
+        gave_up = [found for found in leaves(exc) if isinstance(found, GaveUp)]
+        if not gave_up:
+            raise
+        raise fail(f"{gave_up[0]}; stopped poolwise up", code=1) from None

@@ -1,10 +1,12 @@
 """Running the real `poolwise` CLI: in this process (fast) or as a subprocess, and `poolwise up` as a
-subprocess that is always stopped, with any nats-server it left behind."""
+subprocess that is always stopped, with any nats-server and service process it left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +22,9 @@ from services.launcher import serves_store, stop_orphan_server
 
 POOLWISE = str(Path(sys.executable).parent / "poolwise")
 WAIT = 60.0  # seconds: the bound of every wait (a hung system fails the test, it does not hang it)
+SERVICES = ("tree", "admission", "preemption")
+READY = f"poolwise: {', '.join(SERVICES)} ready on"  # up's own ready line
+STARTED = re.compile(r"^poolwise: (\w+) started \(pid (\d+)\)$", re.MULTILINE)  # up started a service process
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -80,37 +85,60 @@ def wait_for(check: Any, what: str, timeout: float = WAIT) -> Any:
 
 
 class Up:
-    """`poolwise up --data-dir DIR` in a subprocess (embedded NATS)."""
+    """`poolwise up --data-dir DIR [ARGS]` in a subprocess (embedded NATS). By default each service
+    runs in a process of its own, a child of up; `--single-process` keeps them in up's process."""
 
-    def __init__(self, data_dir: Path, cwd: Path) -> None:
+    def __init__(self, data_dir: Path, cwd: Path, *args: str) -> None:
         self.data_dir = data_dir
         self.cwd = cwd
+        self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.seen: set[int] = set()  # every service process of ours seen so far (to clean up after)
 
     @property
     def stderr_path(self) -> Path:
         return self.cwd / f"up-{self.starts}.err"
 
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
     def start(self) -> Up:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
         with self.stderr_path.open("wb") as err:
-            self.proc = subprocess.Popen([POOLWISE, "up", "--data-dir", str(self.data_dir)], cwd=self.cwd,
-                                         env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=err)
+            self.proc = subprocess.Popen([POOLWISE, "up", "--data-dir", str(self.data_dir), *self.args],
+                                         cwd=self.cwd, env=clean_env(), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err)
         wait_for(self._ready, "poolwise up to be ready")
         return self
 
     def _ready(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"poolwise up exited with {self.proc.returncode}: {self.stderr_path.read_text()}")
-        return "ready on" in self.stderr_path.read_text() and (self.data_dir / "nats.url").exists()
+            raise AssertionError(f"poolwise up exited with {self.proc.returncode}: {self.stderr}")
+        return READY in self.stderr and (self.data_dir / "nats.url").exists()
+
+    def service_pids(self) -> dict[str, int]:
+        """The service processes up runs now (its children `... serve NAME ...`), by service."""
+        assert self.proc is not None
+        found = {name: pid for pid, name in service_processes().items() if parent_of(pid) == self.proc.pid}
+        self.seen.update(found.values())
+        return found
+
+    def started_pids(self) -> dict[str, list[int]]:
+        """The pids up said it started each service with (`poolwise: NAME started (pid N)`), in order."""
+        started: dict[str, list[int]] = {}
+        for name, pid in STARTED.findall(self.stderr):
+            started.setdefault(name, []).append(int(pid))
+        return started
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
         """Send `sig` and wait for the process to end; its exit code."""
         assert self.proc is not None
+        if self.proc.poll() is None:
+            self.service_pids()  # remembered, so that `close` can see them gone even after a SIGKILL
         self.proc.send_signal(sig)
         try:
             return self.proc.wait(WAIT)
@@ -123,14 +151,16 @@ class Up:
         return run(*args, "--data-dir", str(self.data_dir), cwd=self.cwd)
 
     def close(self) -> None:
-        """Whatever happened: no poolwise up, no nats-server of ours left running."""
+        """Whatever happened: no poolwise up, no service process and no nats-server of ours left running."""
         if self.proc is not None and self.proc.poll() is None:
+            self.service_pids()
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(WAIT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(WAIT)
+        stop_service_processes(self.seen)
         stop_orphan_server(self.data_dir / "nats")
 
     def __enter__(self) -> Up:
@@ -139,6 +169,52 @@ class Up:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (an exited one that nobody reaped yet does not)."""
+    try:
+        return _stat(pid)[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(_stat(pid)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name: state, ppid, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+
+
+def service_processes() -> dict[int, str]:
+    """Every live `python -m services.cli.main serve NAME` on this machine (pid: NAME) (Linux /proc)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"services.cli.main" in args and b"serve" in args:
+                index = args.index(b"serve") + 1
+                if index < len(args) and alive(int(entry.name)):
+                    found[int(entry.name)] = os.fsdecode(args[index])
+    return found
+
+
+def stop_service_processes(pids: set[int]) -> None:
+    """Wait for the service processes `pids` to end (they go with their `poolwise up`); kill any
+    that is still there after a while (pids checked to still be service processes)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and set(service_processes()) & pids:
+        time.sleep(0.1)
+    for pid in set(service_processes()) & pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def nats_server_pid(data_dir: Path) -> int | None:

@@ -1,10 +1,10 @@
-"""Real processes: `poolwise up` (every service, embedded NATS) and two `poolwise serve admission`
-against its server. Up's admission leads and the two stand by; when up is paused (SIGSTOP: its
-lease runs out, as for a hung or partitioned process) one of them takes over; stopped (SIGTERM),
-it hands over to the other; when up resumes, its admission finds its lease taken and stands by,
-while its tree and preemption, whose records expired with nobody to take them, go on without a
-stop. Every gang is admitted exactly once throughout, and `poolwise replay --verify` re-derives
-every decision, whoever made it."""
+"""Real processes: `poolwise up` (every service in a process of its own, embedded NATS) and two
+`poolwise serve admission` against its server. Up's admission leads and the two stand by; when up
+and its service processes are paused (SIGSTOP: their leases run out, as for a hung or partitioned
+machine) one of them takes over; stopped (SIGTERM), it hands over to the other; when up resumes,
+its admission finds its lease taken and stands by, while its tree and preemption, whose records
+expired with nobody to take them, go on without a stop. Every gang is admitted exactly once
+throughout, and `poolwise replay --verify` re-derives every decision, whoever made it."""
 
 from __future__ import annotations
 
@@ -118,7 +118,10 @@ async def test_serve_admission_processes_stand_by_and_take_over(tmp_path: Path) 
             await submit_and_wait(submitter, url, "up", "up's admission to admit")
             assert not a.says("admission leading") and not b.says("admission leading")
 
-            os.kill(up.proc.pid, signal.SIGSTOP)  # up hangs: its leases run out
+            paused = [up.proc.pid, *up.service_pids().values()]
+            assert len(paused) == 4, paused  # up and its three service processes
+            for pid in paused:
+                os.kill(pid, signal.SIGSTOP)  # up hangs, its services with it: their leases run out
             try:
                 await until(lambda: a.says("admission leading") or b.says("admission leading"),
                             "a serve process to take over from the hung up")
@@ -128,7 +131,8 @@ async def test_serve_admission_processes_stand_by_and_take_over(tmp_path: Path) 
                 await until(lambda: other.says("admission leading"), "the other serve process to take over")
                 await submit_and_wait(submitter, url, "handed", "the last serve process to admit")
             finally:
-                os.kill(up.proc.pid, signal.SIGCONT)
+                for pid in paused:
+                    os.kill(pid, signal.SIGCONT)
             await until(lambda: "admission standing by" in up.stderr_path.read_text(),
                         "up's admission to notice it lost its lease, and stand by")
             await submit_and_wait(submitter, url, "resumed", "the serve process, still leading, to admit")
