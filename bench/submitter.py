@@ -66,6 +66,13 @@ class Watcher:
     async def on_msg(self, msg: Msg) -> None:
         now = time.perf_counter()
         data = msg.data
+        if data[:1] == b"[":  # a pack of decisions (events.encode_pack)
+            for part in data[1:-1].split(b",\n"):
+                self.on_event(part, now)
+        else:
+            self.on_event(data, now)
+
+    def on_event(self, data: bytes, now: float) -> None:
         head = data[:600]
         found = _DECIDED.search(head)
         if found is None:

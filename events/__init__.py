@@ -5,7 +5,7 @@ name `events` resolves here and not to the unrelated PyPI package of that name).
 """
 
 from events.base import Event, Frozen, Resources
-from events.codec import DecodeError, decode, encode, peek_type
+from events.codec import PACKABLE, DecodeError, decode, decode_all, encode, encode_pack, is_pack, peek_type
 from events.config import DEFAULT_KINDS, PoolConfig, TreeOptions
 from events.decisions import (
     CycleCompleted,
@@ -43,6 +43,7 @@ __all__ = [
     "CURRENT_VERSIONS",
     "DEFAULT_KINDS",
     "EVENT_TYPES",
+    "PACKABLE",
     "POOLWISE_EVENTS",
     "TERMINAL_TASK_STATES",
     "AnyEvent",
@@ -78,7 +79,10 @@ __all__ = [
     "TreeOptions",
     "at_seconds",
     "decode",
+    "decode_all",
     "derived_id",
     "encode",
+    "encode_pack",
+    "is_pack",
     "peek_type",
 ]

@@ -43,11 +43,14 @@ class Malformed:
 
 
 class Item(NamedTuple):
-    """One message handed to projections: its log position, subject and decoded event."""
+    """One event handed to projections: its log position, subject and decoded event. A message
+    that is a pack (`events.encode_pack`) gives an item per event, with the same `seq` and its
+    place in the pack as `part`; `(seq, part)` identifies an event in the log."""
 
     seq: int
     subject: str
     event: Envelope | Malformed
+    part: int = 0
 
 
 class Projection(ABC):

@@ -1,4 +1,6 @@
-"""The whole log as one SQL table: one row per message, in log order.
+"""The whole log as one SQL table: one row per event, in log order (`seq`, then `part`: a pack
+of decisions is one message holding several events, `part` 0, 1, ...; every other message is one
+event, `part` 0).
 
     SELECT type, count(*) FROM event_log GROUP BY ALL;
     SELECT seq, time, data->>'gang' AS gang FROM event_log WHERE type = 'GangAdmitted';
@@ -20,6 +22,7 @@ MALFORMED = "_malformed"
 SCHEMA = pa.schema(
     [
         ("seq", pa.int64()),
+        ("part", pa.int32()),
         ("id", pa.string()),
         ("type", pa.string()),
         ("version", pa.int32()),
@@ -37,7 +40,8 @@ SCHEMA = pa.schema(
 
 _DDL = """
 CREATE TABLE event_log (
-    seq       BIGINT PRIMARY KEY,  -- stream sequence
+    seq       BIGINT NOT NULL,     -- stream sequence
+    part      INTEGER NOT NULL,    -- the event's place in its message (a pack of decisions), else 0
     id        VARCHAR,             -- event id (Nats-Msg-Id); for a malformed message, what could be read
     type      VARCHAR NOT NULL,    -- event type, or '_malformed'
     version   INTEGER,             -- event version as decoded (after upcasting)
@@ -49,15 +53,16 @@ CREATE TABLE event_log (
     causation VARCHAR,
     data      JSON,                -- the event body (NULL for a malformed message)
     error     VARCHAR,             -- malformed: why it could not be decoded
-    raw       VARCHAR              -- malformed: the message as it came (invalid UTF-8 replaced)
+    raw       VARCHAR,             -- malformed: the message as it came (invalid UTF-8 replaced)
+    PRIMARY KEY (seq, part)
 )"""
 
 
 class EventLogProjection(Projection):
-    """Every message of the log as one row of `event_log`; undecodable ones as `_malformed`."""
+    """Every event of the log as one row of `event_log`; undecodable messages as `_malformed`."""
 
     name = "event_log"
-    schema_version = 1
+    schema_version = 2
     tables = ("event_log",)
 
     def create(self, conn: Connection) -> None:
@@ -71,6 +76,7 @@ def rows(items: Sequence[Item]) -> pa.Table:
     """The `event_log` rows of `items` as one Arrow table."""
     n = len(items)
     seq: list[int] = [0] * n
+    parts: list[int] = [0] * n
     ids: list[str | None] = [None] * n
     types: list[str] = [MALFORMED] * n
     versions: list[int | None] = [None] * n
@@ -85,6 +91,7 @@ def rows(items: Sequence[Item]) -> pa.Table:
     raws: list[str | None] = [None] * n
     for i, item in enumerate(items):
         seq[i] = item.seq
+        parts[i] = item.part
         subjects[i] = item.subject
         envelope = item.event
         if isinstance(envelope, Malformed):
@@ -103,7 +110,7 @@ def rows(items: Sequence[Item]) -> pa.Table:
         causations[i] = envelope.causation
         data[i] = event.model_dump_json(exclude_none=True)
     columns: list[list[Any]] = [
-        seq, ids, types, versions, times, sources, subjects, trees, bases, causations, data, errors, raws
+        seq, parts, ids, types, versions, times, sources, subjects, trees, bases, causations, data, errors, raws
     ]
     return pa.Table.from_arrays(
         [pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)],

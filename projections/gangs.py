@@ -151,7 +151,8 @@ TASKS = pa.schema(
     ]
 )
 HELD = pa.schema(
-    [("seq", pa.int64()), ("type", _STR), ("message", pa.binary()), ("refused", _STR), ("timer", pa.int64())]
+    [("seq", pa.int64()), ("part", pa.int32()), ("type", _STR), ("message", pa.binary()), ("refused", _STR),
+     ("timer", pa.int64())]
 )
 
 _DDL = (
@@ -168,7 +169,8 @@ _DDL = (
         preemption_requested BOOLEAN, started_at TIMESTAMPTZ, updated_seq BIGINT, updated_at TIMESTAMPTZ,
         PRIMARY KEY (tree, task))""",
     """CREATE TABLE gangs_held (
-        seq BIGINT PRIMARY KEY, type VARCHAR NOT NULL, message BLOB NOT NULL, refused VARCHAR, timer BIGINT)""",
+        seq BIGINT NOT NULL, part INTEGER NOT NULL, type VARCHAR NOT NULL, message BLOB NOT NULL,
+        refused VARCHAR, timer BIGINT, PRIMARY KEY (seq, part))""",
     "CREATE TABLE gangs_answered (answered BIGINT NOT NULL)",
     "INSERT INTO gangs_answered VALUES (0)",
 )
@@ -184,17 +186,22 @@ class Held:
     envelope: Envelope | None  # None: held in `gangs_held`, not loaded (yet)
     refused: str | None = None  # admission's refusal of this input
     timer: int | None = None  # a timer's announcement: the position it is based on
+    part: int = 0  # its place in a pack of decisions (events.encode_pack)
 
     @property
-    def at(self) -> tuple[int, int, int]:
-        return (self.seq, 1, 0) if self.timer is None else (self.timer, 0, self.seq)
+    def at(self) -> tuple[int, int, int, int]:
+        return (self.seq, 1, 0, self.part) if self.timer is None else (self.timer, 0, self.seq, self.part)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.seq, self.part)
 
 
 class GangsProjection(Projection):
     """`gangs` and `tasks`: every gang and task with its state, from admission's answers."""
 
     name = "gangs"
-    schema_version = 1
+    schema_version = 2
     tables = ("gangs", "tasks", "gangs_held", "gangs_answered")
 
     def create(self, conn: Connection) -> None:
@@ -216,15 +223,15 @@ class GangsProjection(Projection):
                 if event.input_seq is not None and event.input_type in INPUTS:
                     refusals[event.input_seq] = f"{event.rule}: {event.reason}"
             elif event.type in INPUTS or event.type in DECISIONS:
-                fresh.append(Held(item.seq, event.type, envelope, timer=_timer_basis(envelope)))
+                fresh.append(Held(item.seq, event.type, envelope, timer=_timer_basis(envelope), part=item.part))
         if not fresh and not refusals and not answered:
             return
         (stored,) = conn.execute("SELECT answered FROM gangs_answered").fetchone() or (0,)
         answered = max(answered, int(stored))
         if answered > stored:
             conn.execute("UPDATE gangs_answered SET answered = ?", [answered])
-        held = [Held(int(seq), str(kind), None, refused, timer) for seq, kind, refused, timer in
-                conn.execute("SELECT seq, type, refused, timer FROM gangs_held ORDER BY seq").fetchall()]
+        held = [Held(int(seq), str(kind), None, refused, timer, int(part)) for seq, part, kind, refused, timer in
+                conn.execute("SELECT seq, part, type, refused, timer FROM gangs_held ORDER BY seq, part").fetchall()]
         newly_refused = [h for h in held if h.refused is None and h.seq in refusals]
         for h in [*newly_refused, *fresh]:
             h.refused = refusals.get(h.seq, h.refused)
@@ -236,7 +243,7 @@ class GangsProjection(Projection):
         if ready:
             _load_held(conn, [h for h in ready if h.envelope is None])
             _Fold(conn, ready).write()
-        _keep_waiting(conn, held, fresh, {h.seq for h in ready}, newly_refused)
+        _keep_waiting(conn, held, fresh, {h.key for h in ready}, newly_refused)
 
 
 def _timer_basis(envelope: Envelope) -> int | None:
@@ -257,32 +264,35 @@ def _load_held(conn: Connection, held: list[Held]) -> None:
     """Decode the held events about to be applied (a message that no longer decodes is skipped)."""
     if not held:
         return
-    wanted = pa.table({"seq": pa.array([h.seq for h in held], pa.int64())})
+    wanted = pa.table({"seq": pa.array([h.seq for h in held], pa.int64()),
+                       "part": pa.array([h.part for h in held], pa.int32())})
     with registered(conn, wanted) as view:
-        found = {int(seq): bytes(message) for seq, message in
-                 conn.execute(f"SELECT seq, message FROM gangs_held JOIN {view} USING (seq)").fetchall()}
+        found = {(int(seq), int(part)): bytes(message) for seq, part, message in
+                 conn.execute(f"SELECT seq, part, message FROM gangs_held JOIN {view} USING (seq, part)").fetchall()}
     for h in held:
         try:
-            h.envelope = decode(found[h.seq])
+            h.envelope = decode(found[h.key])
         except (DecodeError, KeyError):
             h.envelope = None
 
 
-def _keep_waiting(conn: Connection, held: list[Held], fresh: list[Held], applied: set[int],
+def _keep_waiting(conn: Connection, held: list[Held], fresh: list[Held], applied: set[tuple[int, int]],
                   newly_refused: list[Held]) -> None:
     """`gangs_held` after this call: what was applied leaves it; what was not stays (with its
     refusal, if one came) or comes in."""
-    gone = [h.seq for h in held if h.seq in applied]
-    delete_keys(conn, "gangs_held", pa.table({"seq": pa.array(gone, pa.int64())}))
-    refused = [h for h in newly_refused if h.seq not in applied]
+    gone = [h for h in held if h.key in applied]
+    delete_keys(conn, "gangs_held", pa.table({"seq": pa.array([h.seq for h in gone], pa.int64()),
+                                              "part": pa.array([h.part for h in gone], pa.int32())}))
+    refused = [h for h in newly_refused if h.key not in applied]
     if refused:
         marks = pa.table({"seq": pa.array([h.seq for h in refused], pa.int64()),
                           "refused": pa.array([h.refused for h in refused], _STR)})
         with registered(conn, marks) as view:
             conn.execute(f"UPDATE gangs_held SET refused = m.refused FROM {view} AS m WHERE gangs_held.seq = m.seq")
-    new = [(h, h.envelope) for h in fresh if h.seq not in applied and h.envelope is not None]
+    new = [(h, h.envelope) for h in fresh if h.key not in applied and h.envelope is not None]
     rows = {
         "seq": [h.seq for h, _ in new],
+        "part": [h.part for h, _ in new],
         "type": [h.type for h, _ in new],
         "message": [encode(e) for _, e in new],
         "refused": [h.refused for h, _ in new],

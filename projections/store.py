@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from events import DecodeError, Envelope, decode
+from events import DecodeError, Envelope, decode_all
 from projections.base import Connection, Item, Malformed, Projection
 
 
@@ -208,11 +208,11 @@ class ProjectionStore:
         the batch is kept (rows nor checkpoints) and the exception propagates."""
         return self.apply_decoded(batch, {})
 
-    def apply_decoded(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Envelope]) -> int:
+    def apply_decoded(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Sequence[Envelope]]) -> int:
         """`apply`, for a caller that has already decoded some of the messages (a service's fold):
-        `decoded` maps a message's sequence to its envelope, which is used as it is; the other
-        messages are decoded here, as `apply` does. The envelope given for a sequence must be the
-        decode of that message's bytes."""
+        `decoded` maps a message's sequence to its envelopes (one, or a pack's), used as they are;
+        the other messages are decoded here, as `apply` does. The envelopes given for a sequence
+        must be the decode of that message's bytes (`events.decode_all`)."""
         if self.read_only:
             raise PermissionError("this store was opened read-only")
         with self._write_lock:
@@ -232,7 +232,8 @@ class ProjectionStore:
                 # the batch are decoded and applied in turn, all in the one transaction, with the
                 # cyclic collector paused (reference counting still frees them chunk by chunk).
                 for start in range(0, len(ordered), self.chunk_size):
-                    items = [_item(pending[seq], decoded.get(seq)) for seq in ordered[start : start + self.chunk_size]]
+                    items = [item for seq in ordered[start : start + self.chunk_size]
+                             for item in _items(pending[seq], decoded.get(seq))]
                     seqs = [item.seq for item in items]
                     for projection in self._projections:
                         done = self._checkpoints[projection.name]
@@ -330,17 +331,18 @@ def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection
     return conn
 
 
-def _item(message: StoredMessage, envelope: Envelope | None = None) -> Item:
-    if envelope is not None:
-        return Item(message.seq, message.subject, envelope)
+def _items(message: StoredMessage, envelopes: Sequence[Envelope] | None = None) -> list[Item]:
+    """The items of one message: its event, or each event of a pack (`part` 0, 1, ...)."""
+    if envelopes is not None:
+        return [Item(message.seq, message.subject, e, part) for part, e in enumerate(envelopes)]
     try:
-        event: Any = decode(message.data)
+        found: list[Envelope] = decode_all(message.data)
     except DecodeError as exc:
-        event = Malformed(exc, message.data, message.msg_id)
+        return [Item(message.seq, message.subject, Malformed(exc, message.data, message.msg_id))]
     except Exception as exc:  # the codec promises DecodeError; anything else must not block the stream
         error = DecodeError(None, "undecodable", f"{type(exc).__name__}: {exc}")
-        event = Malformed(error, message.data, message.msg_id)
-    return Item(message.seq, message.subject, event)
+        return [Item(message.seq, message.subject, Malformed(error, message.data, message.msg_id))]
+    return [Item(message.seq, message.subject, e, part) for part, e in enumerate(found)]
 
 
 def _check_read_only(sql: str) -> None:

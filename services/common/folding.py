@@ -31,7 +31,7 @@ from typing import Protocol
 
 import anyio
 
-from events import DecodeError, Envelope, Event, InputRejected, at_seconds, decode, derived_id
+from events import DecodeError, Envelope, Event, InputRejected, at_seconds, decode, decode_all, derived_id, is_pack
 from events.subjects import PREFIX
 from projections.store import ProjectionStore
 from services.common.decodes import SHARED
@@ -137,13 +137,14 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
         if stored.seq <= after:
             continue
         try:
-            envelope = decoder(stored.data)
+            envelopes = decode_all(stored.data, decoder)  # one event, or a pack of them (events.codec)
         except DecodeError as error:
             if folder.owns(stored.subject):
                 result.decisions.append(rejection_of_malformed(folder.service, stored, error, folder.now))
             result.last_seq = stored.seq
             continue
-        result.decisions.extend(folder.step(envelope, stored.seq))
+        for envelope in envelopes:
+            result.decisions.extend(folder.step(envelope, stored.seq))
         result.last_seq = stored.seq
     return result
 
@@ -163,7 +164,12 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
         present = set()
         for s in everything:
             with suppress(DecodeError):
-                present.add(decode(s.data).id)
+                present.update(e.id for e in decode_all(s.data))
+    else:  # a pack's message id is not its events' ids
+        for s in everything:
+            if is_pack(s.data):
+                with suppress(DecodeError):
+                    present.update(e.id for e in decode_all(s.data))
     with gc_paused():
         result = fold_batch(folder, history, 0)
     missing = [d for d in result.decisions if d.id not in present]

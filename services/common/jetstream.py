@@ -35,6 +35,7 @@ from events.subjects import PREFIX, STREAM, STREAM_SUBJECTS
 from services.common.decodes import SHARED
 from services.common.log import Appended, AppendRefused, BatchHandler, StaleWrite, Stored
 from services.common.memlog import envelope_subject
+from services.common.packs import outgoing
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -534,9 +535,20 @@ class JetStreamLog:
     # -- writing ---------------------------------------------------------------------------------
 
     async def append(self, envelopes: Sequence[Envelope]) -> list[Appended]:
-        encode_ = SHARED.encode  # remembered for this process's folders to read back (services.common.decodes)
-        items = [(self._prefixed(envelope_subject(e)), encode_(e), {MSG_ID: e.id}) for e in envelopes]
-        return self._appended(items, await self._publisher.publish(items))
+        # Encoded through SHARED: remembered for this process's folders to read back (services.common.decodes);
+        # runs of packable decisions go out as one message each (services.common.packs).
+        messages = outgoing(envelopes, envelope_subject, SHARED.encode)
+        items = [(self._prefixed(m.subject), m.data, {MSG_ID: m.msg_id}) for m in messages]
+        try:
+            landed = self._appended(items, await self._publisher.publish(items))
+        except AppendRefused as refused:  # name the envelope, not the message
+            raise AppendRefused(refused.subject, refused.reason, messages[refused.index].first) from None
+        if len(messages) == len(envelopes):
+            return landed
+        out: list[Appended] = []
+        for message, where in zip(messages, landed, strict=True):
+            out.extend([where] * message.count)
+        return out
 
     async def append_raw(self, subject: str, data: bytes, msg_id: str | None = None) -> Appended:
         items = [(subject, bytes(data), {MSG_ID: msg_id} if msg_id else None)]

@@ -19,6 +19,7 @@ from events import Envelope, encode
 from events.subjects import STREAM_SUBJECTS, for_event
 from services.common.decodes import SHARED
 from services.common.log import Appended, AppendRefused, BatchHandler, StaleWrite, Stored
+from services.common.packs import outgoing
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -85,8 +86,9 @@ class MemoryLog:
         await anyio.lowlevel.checkpoint()
         results: list[Appended] = []
         try:
-            for index, envelope in enumerate(envelopes):
-                results.append(self._store(envelope_subject(envelope), SHARED.encode(envelope), envelope.id, index))
+            for message in outgoing(envelopes, envelope_subject, SHARED.encode):
+                landed = self._store(message.subject, message.data, message.msg_id, message.first)
+                results.extend([landed] * message.count)
         finally:
             if results:
                 self._wake()

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from events import DecodeError, Envelope, InputRejected, decode, encode
+from events import DecodeError, Envelope, InputRejected, decode_all, encode
 from events.envelope import DecisionEvent
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
@@ -226,14 +226,15 @@ def verify(messages: Sequence[Stored]) -> Report:
     refusals: list[_Refusal] = []
     for stored in messages:
         try:
-            envelope = decode(stored.data)
+            envelopes = decode_all(stored.data)  # one event, or a pack of decisions
         except DecodeError:
             report.malformed += 1
             continue
-        if envelope.type in DECISION_TYPES:
-            recorded.append((stored, envelope))
-            if _is_command_refusal(envelope):
-                refusals.append(_Refusal(stored.seq, envelope))
+        for envelope in envelopes:
+            if envelope.type in DECISION_TYPES:
+                recorded.append((stored, envelope))
+                if _is_command_refusal(envelope):
+                    refusals.append(_Refusal(stored.seq, envelope))
 
     derived: dict[str, Envelope] = {}
     produced = [

@@ -28,7 +28,7 @@ from events import (
     DecodeError,
     Envelope,
     Event,
-    decode,
+    decode_all,
     derived_id,
     subjects,
 )
@@ -99,11 +99,12 @@ class Run:
         for stored in batch:
             self.read_to = stored.seq
             try:
-                envelope = decode(stored.data)
+                envelopes = decode_all(stored.data)  # one event, or a pack of decisions
             except DecodeError:
                 continue
-            self.view.apply(envelope.event, stored.seq, envelope.seconds)
-            read.append((stored.seq, envelope))
+            for envelope in envelopes:
+                self.view.apply(envelope.event, stored.seq, envelope.seconds)
+                read.append((stored.seq, envelope))
         self.seen.extend(read)
         return read
 

@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import BaseModel, ValidationError
 
-from events import DecodeError, Envelope, InputRejected, at_seconds, decode, derived_id, subjects
+from events import DecodeError, Envelope, InputRejected, at_seconds, decode_all, derived_id, subjects
 from events.commands import (
     COMMANDS,
     HostList,
@@ -79,7 +79,7 @@ class TreeView:
     subject_seq: dict[str, int] = field(default_factory=dict)
     now: float = 0.0
 
-    def fold(self, batch: Sequence[Stored], decoded: dict[int, Envelope] | None = None) -> list[Envelope]:
+    def fold(self, batch: Sequence[Stored], decoded: dict[int, list[Envelope]] | None = None) -> list[Envelope]:
         """Fold the messages on the tree's subjects beyond our position (others are skipped);
         returns the rejections of malformed config/host messages. `decoded`, if given, gets the
         envelope of each message folded, by sequence (the projections take them from there)."""
@@ -90,15 +90,16 @@ class TreeView:
             self.position = stored.seq
             self.subject_seq[stored.subject] = stored.seq
             try:
-                envelope = decode(stored.data)
+                envelopes = decode_all(stored.data)  # one event, or a pack of decisions
             except DecodeError as error:
                 if stored.subject == subjects.HOSTS or stored.subject.startswith(OWNED[1]):
                     rejections.append(rejection_of_malformed(SERVICE, stored, error, self.now))
                 continue
             if decoded is not None:
-                decoded[stored.seq] = envelope
-            self.now = max(self.now, envelope.seconds)
-            self.state.apply(envelope.event, stored.seq)
+                decoded[stored.seq] = envelopes
+            for envelope in envelopes:
+                self.now = max(self.now, envelope.seconds)
+                self.state.apply(envelope.event, stored.seq)
         return rejections
 
 
@@ -183,7 +184,7 @@ class TreeService:
 
     # --- folding ----------------------------------------------------------------------------
 
-    async def fold(self, batch: Sequence[Stored], decoded: dict[int, Envelope] | None = None) -> list[Envelope]:
+    async def fold(self, batch: Sequence[Stored], decoded: dict[int, list[Envelope]] | None = None) -> list[Envelope]:
         """Fold messages beyond our position; returns rejections of malformed config/host messages."""
         return self.view.fold(batch, decoded)
 
@@ -195,7 +196,7 @@ class TreeService:
 
     async def on_batch(self, batch: Sequence[Stored]) -> None:
         # The projections take the envelopes the fold decoded (each message is decoded once).
-        decoded: dict[int, Envelope] | None = {} if self.store is not None else None
+        decoded: dict[int, list[Envelope]] | None = {} if self.store is not None else None
         async with self.lock:
             rejections = await self.fold(batch, decoded)
             if rejections:

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from events import DecodeError, Envelope, GangAdmitted, decode
+from events import DecodeError, Envelope, GangAdmitted, decode_all
 from services.common.jetstream import JetStreamLog
 from services.scenario.format import load_scenario
 from services.scenario.runner import run_on
@@ -38,9 +38,10 @@ async def test_replay_verify_on_nats(fresh_stream: str, tmp_path: Path) -> None:
         admitted: Envelope | None = None
         for stored in await log.read(1):
             try:
-                envelope = decode(stored.data)
+                envelopes = decode_all(stored.data)  # one event, or a pack of decisions
             except DecodeError:
                 continue
+            envelope = envelopes[0]
             if isinstance(envelope.event, GangAdmitted):
                 admitted = envelope
                 break

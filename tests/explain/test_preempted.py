@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from events import decode
+from events import decode_all
 from services.admission.domain.explain import explain
 from services.admission.queries import ExplainingFolder
 from services.common.memlog import MemoryLog
@@ -20,7 +20,8 @@ def _folded_after(steps: int) -> ExplainingFolder:
     assert report.passed
     folder = ExplainingFolder()
     for stored in anyio.run(log.read, 1):
-        folder.step(decode(stored.data), stored.seq)
+        for envelope in decode_all(stored.data):  # one event, or a pack of decisions
+            folder.step(envelope, stored.seq)
     return folder
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from events import GangAdmitted, decode
+from events import GangAdmitted, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure, TreeList
 from events.config import GangTimeoutOptions, TreeOptions
 from services.cli.args import InputError
@@ -71,9 +71,10 @@ async def admissions(url: str) -> Counter[tuple[str, int]]:
         found: Counter[tuple[str, int]] = Counter()
         for stored in await log.read():
             if b'"GangAdmitted"' in stored.data:
-                event = decode(stored.data).event
-                assert isinstance(event, GangAdmitted)
-                found[(event.gang, event.attempt)] += 1
+                for envelope in decode_all(stored.data):  # one event, or a pack of decisions
+                    event = envelope.event
+                    if isinstance(event, GangAdmitted):
+                        found[(event.gang, event.attempt)] += 1
         return found
     finally:
         await log.close()

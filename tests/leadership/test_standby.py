@@ -22,7 +22,7 @@ import pytest
 from anyio.abc import TaskStatus
 from nats.js.kv import KeyValue
 
-from events import ClockTicked, CycleCompleted, DecodeError, Envelope, GangAdmitted, decode, subjects
+from events import ClockTicked, CycleCompleted, DecodeError, Envelope, GangAdmitted, decode_all, subjects
 from events.commands import Reply, TreeList
 from events.config import GangTimeoutOptions
 from services.admission.service import serve_admission
@@ -114,7 +114,7 @@ async def contents(log: JetStreamLog) -> list[tuple[int, Envelope]]:
     out = []
     for stored in await log.read():
         try:
-            out.append((stored.seq, decode(stored.data)))
+            out.extend((stored.seq, e) for e in decode_all(stored.data))
         except DecodeError:
             continue
     return out

@@ -79,7 +79,7 @@ async def _story(url: str, log: JetStreamLog, tmp_path: Path) -> None:
 
         async def all_admitted() -> bool | None:
             stored = await log.read(1)
-            return True if sum(b'"GangAdmitted"' in s.data for s in stored) == 10 else None
+            return True if sum(s.data.count(b'"GangAdmitted"') for s in stored) == 10 else None  # packs too
 
         await eventually(all_admitted)
         await publish(log, *[TaskStateChanged(gang=f"a{i}", task=f"a{i}/0", state="running") for i in range(10)])

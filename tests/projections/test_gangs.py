@@ -373,8 +373,8 @@ def test_resume_after_the_checkpoint(tmp_path: Path, history: tuple[History, dic
         assert snapshot(store) == expected
 
 
-class GangsV2(GangsProjection):
-    schema_version = 2
+class GangsNext(GangsProjection):
+    schema_version = GangsProjection.schema_version + 1
 
 
 def test_a_schema_version_bump_rebuilds_from_the_log(tmp_path: Path, history: tuple[History, dict[str, int]]) -> None:
@@ -383,7 +383,7 @@ def test_a_schema_version_bump_rebuilds_from_the_log(tmp_path: Path, history: tu
     with ProjectionStore(path, [EventLogProjection(), GangsProjection()]) as store:
         store.apply(h.messages)
         expected = snapshot(store)
-    with ProjectionStore(path, [EventLogProjection(), GangsV2()]) as store:
+    with ProjectionStore(path, [EventLogProjection(), GangsNext()]) as store:
         assert store.rebuilt == ("gangs",)
         assert store.checkpoints() == {"event_log": h.seq, "gangs": 0}
         assert snapshot(store) == {"gangs": [], "tasks": [], "held": []}

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from events import ClockTicked, CycleCompleted, decode
+from events import ClockTicked, CycleCompleted, decode_all
 from projections import EventLogProjection, PoolTreeProjection, ProjectionStore
 from projections.read_models import TABLES, read_models
 from services.common.log import Stored
@@ -103,7 +103,7 @@ def step_ends(log: list[Stored]) -> list[int]:
     cycles: dict[int, int] = {}  # admission CycleCompleted seq -> its tick
     ends: dict[int, int] = {}
     for message in log:
-        envelope = decode(message.data)
+        envelope = decode_all(message.data)[-1]  # a pack holds admissions only: its last one will do
         event = envelope.event
         if isinstance(event, ClockTicked) and envelope.source == "scenario":
             ticks.append(message.seq)

@@ -127,8 +127,8 @@ def test_checkpoints_advance_over_gaps_in_sequence() -> None:
         assert count(store, "event_log") == 2
 
 
-class EventLogV2(EventLogProjection):
-    schema_version = 2
+class EventLogNext(EventLogProjection):
+    schema_version = EventLogProjection.schema_version + 1
 
 
 def tree_event(seq: int) -> Stored:
@@ -142,7 +142,7 @@ def test_a_schema_version_bump_drops_and_rebuilds_only_that_projection(tmp_path:
         store.apply(log)
         assert store.checkpoints() == {"event_log": 20, "pool_tree": 20}
 
-    with ProjectionStore(path, [EventLogV2(), PoolTreeProjection()]) as store:
+    with ProjectionStore(path, [EventLogNext(), PoolTreeProjection()]) as store:
         assert store.rebuilt == ("event_log",)
         assert store.checkpoints() == {"event_log": 0, "pool_tree": 20}
         assert store.lowest_checkpoint == 0  # the caller replays the log from 1
@@ -150,7 +150,7 @@ def test_a_schema_version_bump_drops_and_rebuilds_only_that_projection(tmp_path:
         _, rows = store.query(
             "SELECT schema_version, last_seq FROM checkpoints WHERE projection = 'event_log'"
         )
-        assert rows == [(2, 0)]
+        assert rows == [(EventLogNext.schema_version, 0)]
 
         store.apply(log)  # the replay
         assert store.checkpoints() == {"event_log": 20, "pool_tree": 20}
@@ -162,7 +162,7 @@ def test_a_schema_version_bump_drops_and_rebuilds_only_that_projection(tmp_path:
 
 def test_projection_names_must_be_unique() -> None:
     with pytest.raises(ValueError, match="unique"):
-        ProjectionStore(":memory:", [EventLogProjection(), EventLogV2()])
+        ProjectionStore(":memory:", [EventLogProjection(), EventLogNext()])
 
 
 def test_undecodable_messages_never_raise_out_of_apply() -> None:
@@ -373,3 +373,25 @@ def test_a_process_killed_mid_batch_keeps_only_whole_batches(tmp_path: Path) -> 
         assert count(store, "event_log") == 10
         _, rows = store.query("SELECT last_seq FROM checkpoints WHERE projection = 'dies'")
         assert rows == [(10,)]
+
+
+def test_a_pack_of_decisions_is_a_row_per_event_at_one_position(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from events import Envelope, GangAdmitted, TaskSpec, encode, encode_pack
+
+    def admitted(i: int) -> Envelope:
+        event = GangAdmitted(tree="default", gang=f"g{i}", pool="/a", queue="pending",
+                             tasks=[TaskSpec(id=f"g{i}/0", resources={"cpu": 1.0})])
+        return Envelope(id=f"adm-{i}", time=datetime(2026, 1, 1, tzinfo=UTC), source="admission", basis=1,
+                        event=event)
+
+    pack = encode_pack([encode(admitted(i)) for i in range(3)])
+    log = [tree_event(1), Stored(2, "poolwise.decision.default.admission", pack, "pack-1"), tree_event(3)]
+    with ProjectionStore(tmp_path / "svc.duckdb", [EventLogProjection()]) as store:
+        store.apply(log)
+        _, rows = store.query("SELECT seq, part, id, type FROM event_log ORDER BY seq, part")
+        assert rows == [(1, 0, "ev-1", "TreeConfigured"), (2, 0, "adm-0", "GangAdmitted"),
+                        (2, 1, "adm-1", "GangAdmitted"), (2, 2, "adm-2", "GangAdmitted"),
+                        (3, 0, "ev-3", "TreeConfigured")]
+        assert store.checkpoint("event_log") == 3

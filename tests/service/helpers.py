@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from events import DecodeError, Envelope, decode
+from events import DecodeError, Envelope, decode_all
 from services.common.log import Appended, BatchHandler, EventLog, StaleWrite, Stored
 
 WAIT = 30.0  # seconds: a bound on every wait, so a broken service fails the test instead of hanging it
@@ -17,7 +17,7 @@ async def envelopes(log: EventLog, after: int = 0) -> list[tuple[int, Envelope]]
     out: list[tuple[int, Envelope]] = []
     for stored in await log.read(after + 1):
         try:
-            out.append((stored.seq, decode(stored.data)))
+            out.extend((stored.seq, e) for e in decode_all(stored.data))
         except DecodeError:
             continue
     return out

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from events import Envelope, GangAdmitted, decode, encode
+from events import Envelope, GangAdmitted, decode, decode_all, encode, encode_pack
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.replay import DECISION_TYPES, Report, verify
@@ -71,9 +71,9 @@ def messages(tmp_path_factory: pytest.TempPathFactory) -> list[Stored]:
 def decisions(messages: list[Stored]) -> list[tuple[int, Envelope]]:
     out = []
     for stored in messages:
-        envelope = decode(stored.data)
-        if envelope.type in DECISION_TYPES:
-            out.append((stored.seq, envelope))
+        for envelope in decode_all(stored.data):  # one event, or a pack of decisions
+            if envelope.type in DECISION_TYPES:
+                out.append((stored.seq, envelope))
     return out
 
 
@@ -127,12 +127,23 @@ def test_an_appended_copy_with_a_recorded_id_is_reported(messages: list[Stored])
     assert [(f.kind, f.id) for f in report.findings] == [("duplicate", real.id)]
 
 
+def holding(messages: list[Stored], event_id: str) -> int:
+    """The index of the message that holds the event `event_id` (alone, or in a pack)."""
+    return next(i for i, m in enumerate(messages) if event_id in {e.id for e in decode_all(m.data)})
+
+
+def rewritten(message: Stored, event_id: str, by: Envelope | None) -> Stored:
+    """`message` with the event `event_id` replaced by `by` (or taken out), the rest as it was."""
+    kept = [by if e.id == event_id else e for e in decode_all(message.data)]
+    parts = [encode(e) for e in kept if e is not None]
+    return Stored(message.seq, message.subject, encode_pack(parts), message.msg_id)
+
+
 def test_a_rewritten_admission_is_reported_as_differing(messages: list[Stored]) -> None:
     real, fake = forged_admission(messages, "nobody")
-    index = next(i for i, m in enumerate(messages) if decode(m.data).id == real.id)
-    rewritten = fake.model_copy(update={"id": real.id})
+    index = holding(messages, real.id)
     tampered = list(messages)
-    tampered[index] = Stored(messages[index].seq, messages[index].subject, encode(rewritten), real.id)
+    tampered[index] = rewritten(messages[index], real.id, fake.model_copy(update={"id": real.id}))
     report = verify(tampered)
     first = min((f for f in report.findings if f.seq is not None), key=lambda f: f.seq or 0)
     assert (first.kind, first.id, first.seq) == ("differs", real.id, messages[index].seq)  # the first wrong one
@@ -141,7 +152,8 @@ def test_a_rewritten_admission_is_reported_as_differing(messages: list[Stored]) 
 
 
 def test_a_removed_decision_is_reported_missing(messages: list[Stored]) -> None:
-    index, last = max((i, m) for i, m in enumerate(messages) if decode(m.data).type in DECISION_TYPES)
+    index, last = max((i, m) for i, m in enumerate(messages)
+                      if len(decode_all(m.data)) == 1 and decode(m.data).type in DECISION_TYPES)
     removed = decode(last.data)
     report = verify(renumbered(messages[:index] + messages[index + 1:]))
     assert [(f.kind, f.id, f.seq) for f in report.findings] == [("missing", removed.id, None)]
@@ -150,9 +162,14 @@ def test_a_removed_decision_is_reported_missing(messages: list[Stored]) -> None:
 
 def test_a_removed_admission_is_reported_with_its_id(messages: list[Stored]) -> None:
     real, _ = forged_admission(messages, "unused")
-    tampered = [m for m in messages if m.msg_id != real.id]
-    assert len(tampered) == len(messages) - 1
-    report = verify(tampered)  # sequences kept: a gap, as if the message had been deleted from the stream
+    index = holding(messages, real.id)
+    alone = len(decode_all(messages[index].data)) == 1
+    tampered = list(messages)
+    if alone:  # sequences kept: a gap, as if the message had been deleted from the stream
+        del tampered[index]
+    else:  # taken out of its pack
+        tampered[index] = rewritten(messages[index], real.id, None)
+    report = verify(tampered)
     assert real.id in report.ids("missing")
     assert not report.ok
 

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from events import DecodeError, Envelope, decode
+from events import DecodeError, Envelope, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, PoolConfig, TreeOptions
 from services.cli.client import request
@@ -46,7 +46,7 @@ async def events(url: str) -> list[Envelope]:
         found = []
         for stored in await log.read():
             try:
-                found.append(decode(stored.data))
+                found.extend(decode_all(stored.data))
             except DecodeError:
                 continue
         return found

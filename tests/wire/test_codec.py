@@ -129,3 +129,51 @@ def test_union_fields_are_named_without_the_member_type() -> None:
     with pytest.raises(DecodeError) as info:
         decode(json.dumps(raw).encode())
     assert info.value.field == "event.config.share"
+
+
+# -- packs ----------------------------------------------------------------------------------------
+
+
+def _admitted(i: int) -> Envelope:
+    from events import GangAdmitted, TaskSpec
+
+    event = GangAdmitted(tree="t1", gang=f"g{i}", pool="/a", queue="pending",
+                         tasks=[TaskSpec(id=f"g{i}/0", resources={"cpu": 1.0})])
+    return Envelope(id=f"adm-{i}", time=at_seconds(1_767_225_600), source="admission", basis=3, event=event)
+
+
+def test_a_pack_reads_back_as_its_events_in_order() -> None:
+    from events import decode_all, encode_pack
+
+    envelopes = [_admitted(i) for i in range(3)]
+    data = encode_pack([encode(e) for e in envelopes])
+    assert data.startswith(b"[") and data.count(b",\n") == 2
+    assert decode_all(data) == envelopes
+    assert decode_all(encode(envelopes[0])) == [envelopes[0]]  # one event: a list of one
+
+
+def test_a_pack_in_another_json_layout_reads_the_same() -> None:
+    import json
+
+    from events import decode_all
+
+    envelopes = [_admitted(i) for i in range(2)]
+    pretty = json.dumps([json.loads(encode(e)) for e in envelopes], indent=2).encode()
+    assert decode_all(pretty) == envelopes
+
+
+def test_a_pack_with_an_input_or_a_bad_event_is_malformed_as_a_whole() -> None:
+    from events import decode_all, encode_pack
+
+    good = encode(_admitted(1))
+    with pytest.raises(DecodeError) as caught:
+        decode_all(encode_pack([good, encode(_env(_gang()))]))
+    assert (caught.value.field, caught.value.rule) == ("[1].event.type", "not_packable")
+    with pytest.raises(DecodeError) as caught:
+        decode_all(encode_pack([good, good.replace(b'"queue":"pending"', b'"queue":7')]))
+    assert caught.value.field is not None and caught.value.field.startswith("[1].")
+    with pytest.raises(DecodeError) as caught:
+        decode_all(b"[]")
+    assert caught.value.rule == "json"
+    with pytest.raises(DecodeError):
+        decode_all(b"[1, 2")
