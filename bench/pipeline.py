@@ -1,21 +1,23 @@
 """End to end: gangs published on a real JetStream log, decided by the admission service (its
-clock on), folded by preemption, projected into DuckDB; nothing runs or prints at import.
+clock on), folded by preemption, projected into DuckDB by the tree service (gangs, tasks,
+event_log) and preemption; nothing runs or prints at import.
 
 `await bench_pipeline(...)` returns a `PipelineSpeed`:
 
 1. a private nats-server (`EmbeddedNats` in a temporary directory, loopback only);
 2. the raw JetStream speeds for the gang payload size on that server (`bench.raw_nats`), before
    anything else runs on it;
-3. the tree of `bench.workload` appended as config events; the admission and preemption
-   services started in this process (`services.launcher.start_services`, projections in the
-   temporary directory, admission's clock on);
+3. the tree of `bench.workload` appended as config events; the tree, admission and preemption
+   services started as `poolwise up` starts them: each in a process of its own (`poolwise
+   serve`), or with `processes=False` all in this process (`services.launcher.start_services`),
+   projections in the temporary directory, admission's clock on;
 4. `burst`: a submitter process (`bench.submitter`) publishes `gangs` gangs at once, pipelined
-   and acknowledged, and times when the last one was decided and when both services had
+   and acknowledged, and times when the last one was decided and when every service had
    folded, projected and acknowledged everything;
 5. `paced`: for each of `rates`, the same submitter offers that many gangs per second for
    `paced_seconds` seconds and reports each gang's publish-to-decision latency.
 
-Run directly for a quick look: `python -m bench.pipeline [gangs] [leaves]`.
+Run directly for a quick look: `python -m bench.pipeline [gangs] [leaves] [processes|inline]`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
 from services.launcher import start_services
 
-SERVICES = ["admission", "preemption"]
+# Every service `poolwise up` runs: the tree service projects the gangs, tasks and event_log read models
+# that "projected" means to a user (`poolwise sql`), so its durable consumer is waited for too.
+SERVICES = ["tree", "admission", "preemption"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ async def serve_process(name: str, url: str, data_dir: Path, timeout: float) -> 
 
 async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Sequence[float] = (5000.0,),
                          paced_seconds: float = 4.0, raw_n: int = 50_000, timeout: float = 180.0,
-                         workload: Workload | None = None, processes: bool = False) -> PipelineSpeed:
+                         workload: Workload | None = None, processes: bool = True) -> PipelineSpeed:
     """See the module doc. `timeout` bounds each wait of each phase (seconds). With `processes`,
     each service runs in its own process (`poolwise serve`), as on a machine with a core for each;
     otherwise both run in this process (as `poolwise up` runs them)."""
@@ -196,7 +200,7 @@ async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Seque
 def main(argv: list[str]) -> None:
     gangs = int(argv[0]) if argv else 20_000
     leaves = int(argv[1]) if len(argv) > 1 else 100
-    processes = len(argv) > 2 and argv[2] == "processes"
+    processes = not (len(argv) > 2 and argv[2] == "inline")
     speed = anyio.run(lambda: bench_pipeline(gangs, leaves=leaves, raw_n=min(gangs, 20_000), processes=processes),
                       backend="asyncio")
     print(json.dumps({"e2e_per_s": speed.e2e_per_s, "decided_per_s": speed.decided_per_s,

@@ -51,6 +51,7 @@ class Item(NamedTuple):
     subject: str
     event: Envelope | Malformed
     part: int = 0
+    raw: bytes | None = None  # the bytes `event` was decoded from (its part of a pack), if known
 
 
 class Projection(ABC):

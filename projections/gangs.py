@@ -187,6 +187,7 @@ class Held:
     refused: str | None = None  # admission's refusal of this input
     timer: int | None = None  # a timer's announcement: the position it is based on
     part: int = 0  # its place in a pack of decisions (events.encode_pack)
+    raw: bytes | None = None  # the bytes it was decoded from, if known (stored as they are when it waits)
 
     @property
     def at(self) -> tuple[int, int, int, int]:
@@ -223,7 +224,8 @@ class GangsProjection(Projection):
                 if event.input_seq is not None and event.input_type in INPUTS:
                     refusals[event.input_seq] = f"{event.rule}: {event.reason}"
             elif event.type in INPUTS or event.type in DECISIONS:
-                fresh.append(Held(item.seq, event.type, envelope, timer=_timer_basis(envelope), part=item.part))
+                fresh.append(Held(item.seq, event.type, envelope, timer=_timer_basis(envelope), part=item.part,
+                                  raw=item.raw))
         if not fresh and not refusals and not answered:
             return
         (stored,) = conn.execute("SELECT answered FROM gangs_answered").fetchone() or (0,)
@@ -294,7 +296,7 @@ def _keep_waiting(conn: Connection, held: list[Held], fresh: list[Held], applied
         "seq": [h.seq for h, _ in new],
         "part": [h.part for h, _ in new],
         "type": [h.type for h, _ in new],
-        "message": [encode(e) for _, e in new],
+        "message": [h.raw if h.raw is not None else encode(e) for h, e in new],
         "refused": [h.refused for h, _ in new],
         "timer": [h.timer for h, _ in new],
     }

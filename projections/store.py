@@ -32,7 +32,8 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from events import DecodeError, Envelope, decode_all
+from events import DecodeError, Envelope, decode_all, is_pack
+from events.codec import pack_parts
 from projections.base import Connection, Item, Malformed, Projection
 
 
@@ -332,17 +333,32 @@ def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection
 
 
 def _items(message: StoredMessage, envelopes: Sequence[Envelope] | None = None) -> list[Item]:
-    """The items of one message: its event, or each event of a pack (`part` 0, 1, ...)."""
-    if envelopes is not None:
-        return [Item(message.seq, message.subject, e, part) for part, e in enumerate(envelopes)]
-    try:
-        found: list[Envelope] = decode_all(message.data)
-    except DecodeError as exc:
-        return [Item(message.seq, message.subject, Malformed(exc, message.data, message.msg_id))]
-    except Exception as exc:  # the codec promises DecodeError; anything else must not block the stream
-        error = DecodeError(None, "undecodable", f"{type(exc).__name__}: {exc}")
-        return [Item(message.seq, message.subject, Malformed(error, message.data, message.msg_id))]
-    return [Item(message.seq, message.subject, e, part) for part, e in enumerate(found)]
+    """The items of one message: its event, or each event of a pack (`part` 0, 1, ...), each with
+    the bytes it was decoded from when they are known (`raw`)."""
+    if envelopes is None:
+        try:
+            envelopes = decode_all(message.data)
+        except DecodeError as exc:
+            return [Item(message.seq, message.subject, Malformed(exc, message.data, message.msg_id))]
+        except Exception as exc:  # the codec promises DecodeError; anything else must not block the stream
+            error = DecodeError(None, "undecodable", f"{type(exc).__name__}: {exc}")
+            return [Item(message.seq, message.subject, Malformed(error, message.data, message.msg_id))]
+    raws = _raw_parts(message.data, len(envelopes))
+    return [Item(message.seq, message.subject, e, part, raws[part] if raws else None)
+            for part, e in enumerate(envelopes)]
+
+
+def _raw_parts(data: bytes, count: int) -> list[bytes] | None:
+    """The bytes of each event of a message: itself, or the parts of a pack in the layout
+    `events.encode_pack` writes (another layout: None, the caller encodes what it needs)."""
+    if not is_pack(data):
+        return [data] if count == 1 else None
+    if data[:2] != b"[{":
+        return None
+    parts = pack_parts(data)
+    if len(parts) != count or not all(p[:1] == b"{" and p[-1:] == b"}" for p in parts):
+        return None
+    return parts
 
 
 def _check_read_only(sql: str) -> None:

@@ -43,7 +43,18 @@ def subject_filter(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     wild = tuple(p for p in patterns if p not in literal)
     if not wild:
         return literal.__contains__
-    return lambda subject: subject in literal or any(subject_matches(p, subject) for p in wild)
+    seen: dict[str, bool] = {}  # a log has few distinct subjects: match each once (bounded, in case)
+
+    def wanted(subject: str) -> bool:
+        found = seen.get(subject)
+        if found is None:
+            found = subject in literal or any(subject_matches(p, subject) for p in wild)
+            if len(seen) >= 65_536:
+                seen.clear()
+            seen[subject] = found
+        return found
+
+    return wanted
 
 
 def envelope_subject(envelope: Envelope) -> str:
