@@ -94,7 +94,10 @@ def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
          ready_on_standby: bool, announce: bool = True) -> None:
     from services.common.runtime import run_until_signalled
+    from services.common.telemetry import configure
     from services.launcher import run_system
+
+    configure(f"poolwise-{names[0]}" if len(names) == 1 else "poolwise")  # POOLWISE_TRACE=console: spans
 
     def on_ready(url: str) -> None:
         if announce:

@@ -17,8 +17,9 @@ from opentelemetry.trace import Span
 _configured = False
 
 
-def configure() -> None:
-    """Install a tracer provider once, if `POOLWISE_TRACE` asks for one (called by the launcher)."""
+def configure(service: str = "poolwise") -> None:
+    """Install a tracer provider once, if `POOLWISE_TRACE` asks for one (called when `poolwise
+    serve` / `poolwise up --single-process` start their services; `service` names the process)."""
     global _configured
     if _configured:
         return
@@ -29,7 +30,7 @@ def configure() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "poolwise"}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)
 
