@@ -26,21 +26,12 @@ from events import (
 from events import subjects as subj
 from services.common.jetstream import JetStreamLog
 from services.common.log import AppendRefused, EventLog, StaleWrite, Stored
-from services.common.memlog import MemoryLog
 from services.common.natsserver import EmbeddedNats
 
 pytestmark = pytest.mark.anyio
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SAFETY = 120  # seconds: a hung test fails instead of hanging the run (not a timing assertion)
-
-
-@pytest.fixture(params=["memory", pytest.param("jetstream", marks=pytest.mark.nats)])
-def log(request: pytest.FixtureRequest) -> EventLog:
-    if request.param == "memory":
-        return MemoryLog()
-    result: EventLog = request.getfixturevalue("jetstream_log")
-    return result
 
 
 def task(i: int, tree: str = "t1", id_prefix: str = "task") -> Envelope:

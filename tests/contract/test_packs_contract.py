@@ -28,14 +28,6 @@ pytestmark = pytest.mark.anyio
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(params=["memory", pytest.param("jetstream", marks=pytest.mark.nats)])
-def log(request: pytest.FixtureRequest) -> EventLog:
-    if request.param == "memory":
-        return MemoryLog()
-    result: EventLog = request.getfixturevalue("jetstream_log")
-    return result
-
-
 def admitted(i: int, tree: str = "t1") -> Envelope:
     event = GangAdmitted(tree=tree, gang=f"g{i}", pool="/a", queue="pending",
                          tasks=[TaskSpec(id=f"g{i}/0", resources={"cpu": 1.0})])
