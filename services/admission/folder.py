@@ -40,9 +40,9 @@ class AdmissionFolder:
         # 1. fold the event (timers due before it fire first); 2. run the cycles its tick started.
         state = self.state
         outcomes = state.apply(envelope.event, seq, envelope.seconds)
-        due = state.take_due()
-        if not outcomes and not due:
+        if not outcomes and not state.due:
             return []
+        due = state.take_due()
         time = at_seconds(state.now)  # the cycles change nothing, the clock neither
         decided = [self._wrap(o, seq, envelope.id, time) for o in outcomes]
         for tree in due:

@@ -23,7 +23,7 @@ from pydantic import Field
 from events import Envelope
 from events.base import Frozen
 from events.commands import Reply
-from services.admission.domain.explain import GANG_STATES, OBSERVED, History, explain, gang_rows
+from services.admission.domain.explain import GANG_STATES, OBSERVED, TIMED, History, explain, gang_rows
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import AdmissionFolder
 from services.common.requests import error_reply, parse_request, serve_requests
@@ -75,10 +75,15 @@ class ExplainingFolder:
 
     def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
         decided = self.inner.step(envelope, seq)
-        for seen in (envelope, *decided):
-            if type(seen.event) in OBSERVED:
-                self.history.observe(seen.event, seen.seconds)
+        self._observe(envelope)
+        for made in decided:
+            self._observe(made)
         return decided
+
+    def _observe(self, envelope: Envelope) -> None:
+        kind = type(envelope.event)
+        if kind in OBSERVED:
+            self.history.observe(envelope.event, envelope.seconds if kind in TIMED else 0.0)
 
 
 def answer(folder: ExplainingFolder, op: str, data: bytes) -> Reply:

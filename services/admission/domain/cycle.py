@@ -202,7 +202,8 @@ def _non_slack_fits(need: Vector, limit: Vector, held: Ledger) -> bool:
         if amount > 0:
             allocated = allocation.get(kind)
             used = 0.0 if allocated is None else allocated - slack.get(kind, 0.0)
-            if not amount - max(0.0, limit.get(kind, 0.0) - used) < TOLERANCE:
+            room = limit.get(kind, 0.0) - used
+            if not amount - (room if room > 0.0 else 0.0) < TOLERANCE:  # max(0.0, room), without the call
                 return False
     return True
 
@@ -250,7 +251,10 @@ def _admit(rt: TreeRuntime, gang: Gang, queue: str, scratch: Scratch, out: list[
         scratch.jobs_running(rt, pool).add(gang.job)
     attempt = gang.attempt + 1
     # One validation of plain values (pydantic's fastest way to a model: faster here than
-    # `model_construct`, and the values are checked as they would be on the wire).
+    # `model_construct`, and the values are checked as they would be on the wire). The tasks are
+    # the members' `TaskSpec`s as enqueued (the same id and resources, already validated models,
+    # which pydantic takes as they are).
     out.append(Outcome(GangAdmitted.model_validate({
         "tree": rt.name, "gang": gang.id, "pool": gang.pool, "queue": queue, "attempt": attempt,
-        "tasks": [{"id": t.id, "resources": t.resources} for t in gang.tasks]}), f"admitted:{gang.id}:{attempt}"))
+        "tasks": [t.spec or {"id": t.id, "resources": t.resources} for t in gang.tasks]}),
+        f"admitted:{gang.id}:{attempt}"))

@@ -6,12 +6,13 @@ built once per tree configuration and gets fresh leaf numbers every cycle."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import cast
 
 from events import EntitlementsComputed, PoolEntitlement
 from services.admission.domain.entitlement import EntitlementEngine
 from services.admission.domain.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
-from services.admission.domain.model import ADMITTED, PENDING, TERMINAL
+from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.state import AdmissionState, TreeRuntime
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain.effective import capacity, effective_pools
@@ -46,23 +47,50 @@ def tree_input(state: AdmissionState, tree: str) -> TreeInput:
                      policy=config.options.policy, allocation_slack=config.options.allocation_slack)
 
 
+@dataclass(slots=True)
+class _Prepared:
+    """A tree's engine, with what each leaf's numbers were made of when last written to it."""
+
+    engine: EntitlementEngine
+    leaves: list[str]
+    given: TreeInput
+    written: dict[str, tuple[Vector, ...]] = field(default_factory=dict)
+
+
 def _engine(state: AdmissionState, tree: str) -> tuple[EntitlementEngine, list[str], TreeInput]:
     """The tree's engine, built once per configuration (memoised in the tree state's cache, which
-    config, host and pool-structure changes empty); its leaves get fresh numbers every cycle."""
+    config, host and pool-structure changes empty); its leaves get fresh numbers every cycle.
+    (Under `per_resource`, only the leaves whose ledger changed since they were last written:
+    the same numbers would be written again.)"""
     key = ("entitlement_engine", tree)
-    found = cast(tuple[EntitlementEngine, list[str], TreeInput] | None, state.config.cache.get(key))
+    found = cast(_Prepared | None, state.config.cache.get(key))
     if found is None:
         given = tree_input(state, tree)
         engine = EntitlementEngine(given)
-        found = (engine, engine.leaves, given)
-        state.config.cache[key] = found
-        return found
-    engine, leaves, given = found
+        state.config.cache[key] = _Prepared(engine, engine.leaves, given)
+        return engine, engine.leaves, given
+    engine, leaves, given = found.engine, found.leaves, found.given
     rt = state.runtime(tree)
-    jobs = _job_demands(rt) if given.policy == "dominant" else None
+    if given.policy == "dominant":
+        jobs = _job_demands(rt)
+        for leaf in leaves:
+            engine.set_usage(leaf, _usage(rt, leaf, jobs))
+        return engine, leaves, given
+    written = found.written
     for leaf in leaves:
-        engine.set_usage(leaf, _usage(rt, leaf, jobs))
+        ledger = rt.ledgers.get(leaf)
+        made_of = _made_of(ledger)
+        if written.get(leaf) != made_of:
+            engine.set_usage(leaf, _usage(rt, leaf, None))
+            written[leaf] = tuple(dict(v) for v in made_of)
     return engine, leaves, given
+
+
+def _made_of(ledger: Ledger | None) -> tuple[Vector, ...]:
+    """What a leaf's `LeafUsage` is computed from (without jobs): equal ones give equal numbers."""
+    if ledger is None:
+        return ()
+    return ledger.allocation, ledger.slack, ledger.demand, ledger.slack_demand
 
 
 def _job_demands(rt: TreeRuntime) -> dict[str, dict[str, Vector]]:
@@ -86,13 +114,13 @@ def compute_for(state: AdmissionState, tree: str) -> EntitlementsComputed:
     engine, _leaves, given = _engine(state, tree)
     result = engine.compute()
     # model_construct: the values come from our own engine, already of the right types.
+    kinds = result.kinds
     pools = [
         PoolEntitlement.model_construct(
-            path=path, entitlement=_r(p.entitlement), non_slack_entitlement=_r(p.non_slack_entitlement),
-            slack_entitlement=_r(p.slack_entitlement), fair_share=round(p.fair_share, ROUND),
-            usage_share=round(p.usage_share, ROUND), demand_share=round(p.demand_share, ROUND),
-            dominant_kind=p.dominant_kind)
-        for path, p in sorted(result.items())
+            path=path, entitlement=_per_kind(kinds, entitlement), non_slack_entitlement=_per_kind(kinds, non_slack),
+            slack_entitlement=_per_kind(kinds, slack), fair_share=_rounded(fair), usage_share=_rounded(usage),
+            demand_share=_rounded(demand), dominant_kind=dominant)
+        for path, entitlement, non_slack, slack, fair, usage, demand, dominant in sorted(result.rows())
     ]
     return EntitlementsComputed(tree=tree, capacity=_r(dict(given.capacity)),
                                 slack_capacity=_r(dict(given.revocable_capacity)), pools=pools,
@@ -100,4 +128,27 @@ def compute_for(state: AdmissionState, tree: str) -> EntitlementsComputed:
 
 
 def _r(values: dict[str, float]) -> dict[str, float]:
-    return {k: round(v, ROUND) for k, v in values.items()}
+    return {k: _rounded(v) for k, v in values.items()}
+
+
+def _per_kind(kinds: tuple[str, ...], values: list[float]) -> dict[str, float]:
+    return {k: _rounded(v) for k, v in zip(kinds, values, strict=True)}
+
+
+def _rounded(value: float) -> float:
+    """`round(value, ROUND)`, memoised: a cycle rounds every number of every pool, most of them
+    the same as the cycle before or as another pool's, and `round` to digits is slow. (Equal
+    floats other than zeros are the same number; a zero is returned as it is, sign included,
+    which is what `round` gives.)"""
+    if value == 0.0:
+        return value
+    found = _ROUNDED.get(value)
+    if found is None:
+        if len(_ROUNDED) >= _ROUNDED_KEPT:
+            _ROUNDED.clear()
+        found = _ROUNDED[value] = round(value, ROUND)
+    return found
+
+
+_ROUNDED: dict[float, float] = {}
+_ROUNDED_KEPT = 65_536

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from events import (
     Event,
@@ -161,9 +161,11 @@ class GangNotes:
     preempted_at: float | None = None
 
 
-# The events `History.observe` learns from (others need not be shown to it).
+# The events `History.observe` learns from (others need not be shown to it), and those of them
+# whose notes keep the time they happened (the others may be shown with any time).
 OBSERVED: frozenset[type[Event]] = frozenset({GangAdmitted, GangCancelled, GangRequeued, GangTimedOut, GangFinished,
                                               InputRejected, PreemptionRequested})
+TIMED: frozenset[type[Event]] = frozenset({GangRequeued, GangTimedOut, GangFinished, PreemptionRequested})
 
 
 @dataclass(slots=True)
@@ -171,9 +173,17 @@ class History:
     """Notes per (tree, gang), kept by observing every event folded and every decision made."""
 
     notes: dict[tuple[str, str], GangNotes] = field(default_factory=dict)
+    admitted: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The queue each gang was last admitted from: kept apart from `notes`, since nearly every
+    gang has one and few have any other note."""
 
     def get(self, tree: str, gang: str) -> GangNotes:
-        return self.notes.get((tree, gang)) or GangNotes()
+        key = (tree, gang)
+        notes = self.notes.get(key)
+        queue = self.admitted.get(key)
+        if queue is None:
+            return notes or GangNotes()
+        return GangNotes(admitted_queue=queue) if notes is None else replace(notes, admitted_queue=queue)
 
     def _of(self, tree: str, gang: str) -> GangNotes:
         found = self.notes.get((tree, gang))
@@ -184,7 +194,7 @@ class History:
     def observe(self, event: Event, time: float) -> None:
         """Note what `event` (stamped `time`, seconds) tells about a gang; other events are ignored."""
         if isinstance(event, GangAdmitted):
-            self._of(event.tree, event.gang).admitted_queue = event.queue
+            self.admitted[(event.tree, event.gang)] = event.queue
         elif isinstance(event, GangCancelled):
             self._of(event.tree, event.gang).cancel_reason = event.reason
         elif isinstance(event, GangRequeued):

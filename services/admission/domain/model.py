@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from services.admission.domain.vectors import Vector, add_into
+from events import TaskSpec
+from services.admission.domain.vectors import Vector, add_all_into, add_into
 
 # Queues of a leaf pool, in the order an admission cycle visits them (DOMAIN §4).
 CYCLE_ORDER: tuple[str, ...] = ("non_preemptible", "controller", "revocable", "pending")
@@ -29,6 +31,7 @@ class Task:
     state: str = "pending"
     started_at: float | None = None  # when it became `running` (for "most recently started")
     preemption_requested: bool = False
+    spec: TaskSpec | None = None  # the member as enqueued (id and resources): what `GangAdmitted` lists
 
 
 @dataclass(slots=True)
@@ -66,10 +69,6 @@ class Gang:
     def placement_deadline(self) -> float | None:
         return None if self.admitted_at is None else self.admitted_at + self.timeout
 
-    def add_task(self, task: Task) -> None:
-        self.tasks.append(task)
-        add_into(self.resources, task.resources)
-
     @property
     def unfinished(self) -> bool:
         return self.state not in FINISHED
@@ -99,6 +98,17 @@ class Ledger:
             add_into(self.controller, resources, sign)
         if gang.revocable:
             add_into(self.slack, resources, sign)
+
+    def hold_all(self, gang: Gang, vectors: Iterable[Vector], sign: float) -> None:
+        """`hold` of each of `vectors` in turn (the same numbers, in one call)."""
+        buckets = [self.allocation]
+        if not gang.preemptible:
+            buckets.append(self.non_preemptible)
+        if gang.controller:
+            buckets.append(self.controller)
+        if gang.revocable:
+            buckets.append(self.slack)
+        add_all_into(buckets, vectors, sign)
 
     def want(self, gang: Gang, sign: float) -> None:
         add_into(self.slack_demand if gang.revocable else self.demand, gang.resources, sign)

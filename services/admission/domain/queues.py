@@ -37,6 +37,22 @@ def fifo_key(gang: Gang, fifo_sort: Sequence[str]) -> SortKey:
     return tuple(keys)
 
 
+def fifo_key_of(fifo_sort: Sequence[str]) -> Callable[[Gang], SortKey]:
+    """`fifo_key` with the order bound (what a queue keeps its gangs by); the default order
+    `priority, arrival` gets a function of its own, the same keys without the loop."""
+    if tuple(fifo_sort) == ("priority", "arrival"):
+        return _priority_arrival_key
+    order = tuple(fifo_sort)
+    return lambda gang: fifo_key(gang, order)
+
+
+def _priority_arrival_key(gang: Gang) -> SortKey:
+    """`fifo_key(gang, ("priority", "arrival"))`."""
+    if gang.head_rank > 0:
+        return (0, -gang.head_rank, gang.id)
+    return (1, -gang.priority, gang.arrival, gang.arrival, gang.id)
+
+
 class GangQueue:
     """Gangs kept sorted by a precomputed key (bisect insert: O(log n) search, memmove insert)."""
 
@@ -63,14 +79,20 @@ class GangQueue:
 
     def push(self, gang: Gang) -> None:
         key = self._key_of(gang)
-        at = bisect.bisect_left(self._keys, key)
-        self._keys.insert(at, key)
-        self._gangs.insert(at, gang)
+        keys = self._keys
+        if not keys or keys[-1] < key:  # the usual case: a new gang goes last
+            keys.append(key)
+            self._gangs.append(gang)
+        else:
+            at = bisect.bisect_left(keys, key)
+            keys.insert(at, key)
+            self._gangs.insert(at, gang)
         self._index[gang.id] = key
 
     def remove(self, gang: Gang) -> None:
         key = self._index.pop(gang.id)
-        at = bisect.bisect_left(self._keys, key)
+        # The usual case: the head leaves (admitted); else find its place by its key.
+        at = 0 if self._gangs[0] is gang else bisect.bisect_left(self._keys, key)
         del self._keys[at]
         del self._gangs[at]
 

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from events import GangEnqueued, TaskStateChanged
+from services.admission.domain.facts import pool_facts
 from services.admission.domain.model import ADMITTED, PENDING, RANK, TERMINAL, WAITING, Gang, Task
-from services.admission.domain.vectors import TOLERANCE, total
-from services.tree.domain import paths
+from services.admission.domain.vectors import TOLERANCE, Vector, total
 from services.tree.domain.amounts import spell
-from services.tree.domain.effective import effective_pool
 from services.tree.domain.placement import place_gang
 from services.tree.domain.state import TreeState
 
@@ -27,76 +26,83 @@ class Refusal:
     pool: str | None = None
 
 
-def place(config: TreeState, event: GangEnqueued) -> str | None:
-    """The pool the tree state gave this gang when its first members arrived (None: nowhere)."""
-    record = config.tree(event.tree).unfinished.get(event.gang)
-    return None if record is None else record.pool
+@dataclass(slots=True)
+class NewGang:
+    """First members that pass every check: the pool the gang goes to and what they need (the
+    sum of their resources, in task order: the gang's `resources`)."""
+
+    pool: str
+    need: Vector
 
 
-def check_new_gang(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal | None:
+def check_new_gang(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal | NewGang:
+    """The checks of a gang's first members, in order; the first that fails is the refusal.
+    (Each check first asks whether it passes, the quickest way; the refusal is worked out only
+    when it does not.)"""
     tree = config.tree(event.tree)
-    pool_path = place(config, event)
-    if pool_path is None:
+    record = tree.unfinished.get(event.gang)  # where the tree state placed it (None: nowhere)
+    if record is None:
         why = place_gang(tree, event.pool, event.user).reason or f"pool {event.pool} does not exist"
         return Refusal("pool_missing", f"gang {event.gang}: {why}")
-    pool = tree.pool(pool_path)
-    if pool is None:
+    pool_path = record.pool
+    facts = pool_facts(config, event.tree, pool_path)
+    if facts is None:
         return Refusal("pool_missing", f"gang {event.gang}: pool {pool_path} does not exist", pool_path)
-    if not pool.is_leaf:
-        children = ", ".join(sorted(pool.children)[:3])
+    if not facts.leaf:
+        children = ", ".join(facts.children[:3])
         return Refusal("pool_not_leaf", f"gang {event.gang}: pool {pool_path} is not a leaf pool "
                                         f"(it has children: {children}); only leaf pools take gangs", pool_path)
-    kinds = set(tree.kinds)
-    for spec in event.tasks:
-        unknown = sorted(set(spec.resources) - kinds)
-        if unknown:
+    specs = event.tasks
+    kinds = facts.kinds
+    for spec in specs:
+        if not kinds.issuperset(spec.resources):
+            unknown = sorted(set(spec.resources) - kinds)
             return Refusal("unknown_kind", f"gang {event.gang}: task {spec.id} asks for unknown resource kind "
-                                           f"{unknown[0]} (tree {tree.name} has {', '.join(tree.kinds)})", pool_path)
-    if len(event.tasks) > event.size:
-        return Refusal("too_many_members", f"gang {event.gang}: {len(event.tasks)} members for a gang of size "
+                                           f"{unknown[0]} (tree {event.tree} has {facts.kinds_text})", pool_path)
+    if len(specs) > event.size:
+        return Refusal("too_many_members", f"gang {event.gang}: {len(specs)} members for a gang of size "
                                            f"{event.size}", pool_path)
-    duplicate = _duplicate_task(rt, event)
-    if duplicate is not None:
-        return Refusal("duplicate_task", f"gang {event.gang}: task id {duplicate} is already used", pool_path)
-    refusal = _above_limit(config, event, pool_path)
-    if refusal is not None:
-        return refusal
-    return _over_max_jobs(config, rt, event, pool_path)
+    ids = [spec.id for spec in specs]
+    if not rt.tasks.keys().isdisjoint(ids) or len(set(ids)) < len(ids):
+        return Refusal("duplicate_task", f"gang {event.gang}: task id {_duplicate_task(rt, ids)} is already used",
+                       pool_path)
+    need = total([spec.resources for spec in specs])
+    limit = facts.limit
+    for kind, amount in need.items():
+        if amount - limit.get(kind, 0.0) >= TOLERANCE:
+            return _above_limit(event, pool_path, need, limit)
+    if facts.max_jobs:
+        refusal = _over_max_jobs(rt, event, pool_path, facts.max_jobs)
+        if refusal is not None:
+            return refusal
+    return NewGang(pool_path, need)
 
 
-def _duplicate_task(rt: TreeRuntime, event: GangEnqueued) -> str | None:
+def _duplicate_task(rt: TreeRuntime, ids: list[str]) -> str | None:
+    """The first of `ids` used already (in the tree, or earlier in `ids`)."""
     seen: set[str] = set()
-    for spec in event.tasks:
-        if spec.id in rt.tasks or spec.id in seen:
-            return spec.id
-        seen.add(spec.id)
+    for task_id in ids:
+        if task_id in rt.tasks or task_id in seen:
+            return task_id
+        seen.add(task_id)
     return None
 
 
-def _above_limit(config: TreeState, event: GangEnqueued, pool_path: str) -> Refusal | None:
-    view = effective_pool(config, event.tree, pool_path)
-    if view is None:
-        return None
-    need = total(spec.resources for spec in event.tasks)
-    for kind, amount in sorted(need.items()):
-        limit = view.limit.get(kind, 0.0)
-        if amount - limit >= TOLERANCE:
-            return Refusal("above_limit", f"gang {event.gang}: needs {kind} {spell(amount)}, above the limit "
-                                          f"{spell(limit)} of pool {pool_path}", pool_path)
-    return None
+def _above_limit(event: GangEnqueued, pool_path: str, need: Vector, limit: Vector) -> Refusal:
+    """The refusal naming the first kind, in kind order, where `need` is above `limit`."""
+    kind = min(k for k, amount in need.items() if amount - limit.get(k, 0.0) >= TOLERANCE)
+    return Refusal("above_limit", f"gang {event.gang}: needs {kind} {spell(need[kind])}, above the limit "
+                                  f"{spell(limit.get(kind, 0.0))} of pool {pool_path}", pool_path)
 
 
-def _over_max_jobs(config: TreeState, rt: TreeRuntime, event: GangEnqueued, pool_path: str) -> Refusal | None:
-    for path in [pool_path, *paths.ancestors(pool_path)]:
-        if path == paths.ROOT:
-            break
+def _over_max_jobs(rt: TreeRuntime, event: GangEnqueued, pool_path: str,
+                   max_jobs: tuple[tuple[str, int], ...]) -> Refusal | None:
+    """A job new to a pool (or an ancestor) with `max_jobs` set must not exceed it there."""
+    for path, most in max_jobs:
         jobs = rt.jobs.get(path, {})
-        if event.job in jobs:
-            continue
-        view = effective_pool(config, event.tree, path)
-        if view is not None and view.max_jobs is not None and len(jobs) >= view.max_jobs:
+        if event.job not in jobs and len(jobs) >= most:
             return Refusal("max_jobs", f"gang {event.gang}: job {event.job} would be job {len(jobs) + 1} in pool "
-                                       f"{path}, above its max_jobs {view.max_jobs}", pool_path)
+                                       f"{path}, above its max_jobs {most}", pool_path)
     return None
 
 
@@ -118,7 +124,7 @@ def check_more_members(config: TreeState, rt: TreeRuntime, gang: Gang, event: Ga
         if unknown:
             return Refusal("unknown_kind", f"gang {gang.id}: task {spec.id} asks for unknown resource kind "
                                            f"{unknown[0]} (tree {tree.name} has {', '.join(tree.kinds)})", gang.pool)
-    duplicate = _duplicate_task(rt, event)
+    duplicate = _duplicate_task(rt, [spec.id for spec in event.tasks])
     if duplicate is not None:
         return Refusal("duplicate_task", f"gang {gang.id}: task id {duplicate} is already used", gang.pool)
     return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 
 from events import (
     ClockTicked,
@@ -42,6 +41,7 @@ from events import (
     TreeConfigured,
 )
 from services.admission.domain import rules
+from services.admission.domain.facts import running_limit
 from services.admission.domain.model import (
     ADMITTED,
     CANCELLED,
@@ -57,10 +57,11 @@ from services.admission.domain.model import (
     Ledger,
     Task,
 )
-from services.admission.domain.queues import GangQueue, fifo_key
+from services.admission.domain.queues import GangQueue, fifo_key_of
 from services.admission.domain.timing import gang_timeout
+from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
-from services.tree.domain.effective import effective_pool, job_limits
+from services.tree.domain.effective import effective_pool
 from services.tree.domain.state import TreeState
 
 SERVICE = "admission"
@@ -109,8 +110,11 @@ class AdmissionState:
         """Fold one event read at log position `seq`, stamped `time` (seconds)."""
         out: list[Outcome] = []
         if time > self.now:
-            self._advance(time, seq, out)
-        self.last_seq = max(self.last_seq, seq)
+            if self._timers and self._timers[0][0] <= time:
+                self._advance(time, seq, out)
+            self.now = time
+        if seq > self.last_seq:
+            self.last_seq = seq
         self.config.apply(event, seq)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
@@ -131,6 +135,7 @@ class AdmissionState:
     # --- time ---------------------------------------------------------------------------------
 
     def _advance(self, time: float, seq: int, out: list[Outcome]) -> None:
+        """Fire the timers due at or before `time`, in deadline order (ties by gang id)."""
         while self._timers and self._timers[0][0] <= time:
             deadline, gang_id, tree, kind, attempt = heapq.heappop(self._timers)
             self.now = max(self.now, deadline)
@@ -170,13 +175,15 @@ class AdmissionState:
     def _enqueue(self, rt: TreeRuntime, gang: Gang) -> None:
         """Put a complete gang into the pending queue of its pool; it is now demand."""
         gang.state, gang.queue = PENDING, "pending"
-        self._queues(rt, gang.pool)["pending"].push(gang)
-        _ledger(rt, gang.pool).want(gang, 1.0)
+        pool = gang.pool
+        (rt.queues.get(pool) or self._queues(rt, pool))["pending"].push(gang)
+        (rt.ledgers.get(pool) or _ledger(rt, pool)).want(gang, 1.0)
 
     def _dequeue(self, rt: TreeRuntime, gang: Gang) -> None:
         if gang.state == PENDING and gang.queue is not None:
-            self._queues(rt, gang.pool)[gang.queue].remove(gang)
-            _ledger(rt, gang.pool).want(gang, -1.0)
+            pool = gang.pool
+            (rt.queues.get(pool) or self._queues(rt, pool))[gang.queue].remove(gang)
+            (rt.ledgers.get(pool) or _ledger(rt, pool)).want(gang, -1.0)
         gang.queue = None
 
     def _requeue(self, rt: TreeRuntime, gang: Gang, *, head: bool) -> None:
@@ -213,8 +220,8 @@ class AdmissionState:
     def _new_queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
         order = self._order(rt, pool)
         rt.orders[pool] = order
-        return {name: GangQueue(partial(fifo_key, fifo_sort=order))
-                for name in ("non_preemptible", "controller", "revocable", "pending")}
+        key = fifo_key_of(order)
+        return {name: GangQueue(key) for name in ("non_preemptible", "controller", "revocable", "pending")}
 
     def _order(self, rt: TreeRuntime, pool: str) -> tuple[str, ...]:
         view = effective_pool(self.config, rt.name, pool)
@@ -262,29 +269,27 @@ def _on_enqueued(state: AdmissionState, event: Event, seq: int, out: list[Outcom
 
 def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, seq: int,
                    out: list[Outcome]) -> None:
-    refusal = rules.check_new_gang(state.config, rt, event)
-    if refusal is not None:
+    checked = rules.check_new_gang(state.config, rt, event)
+    if isinstance(checked, rules.Refusal):
         # The gang id is used up: later members are refused too.
-        gang = _new_gang(state, rt, event, refusal.pool or event.pool)
+        gang = _new_gang(state, rt, event, checked.pool or event.pool)
         gang.state = REJECTED
         rt.gangs[gang.id] = gang
-        out.append(_rejected(rt, event, seq, refusal.rule, refusal.message, event.gang))
+        out.append(_rejected(rt, event, seq, checked.rule, checked.message, event.gang))
         out.append(_finished(rt, gang, "rejected"))
         return
-    placement = rules.place(state.config, event)
-    assert placement is not None
-    gang = _new_gang(state, rt, event, placement)
+    gang = _new_gang(state, rt, event, checked.pool, checked.need)  # its resources: what its members need
     rt.gangs[gang.id] = gang
     _count(rt.jobs, gang, 1)
-    _add_members(state, rt, gang, event, seq)
+    _add_members(state, rt, gang, event, seq, counted=True)
 
 
-def _new_gang(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, pool: str) -> Gang:
+def _new_gang(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, pool: str,
+              resources: Vector | None = None) -> Gang:
     options = state.config.tree(rt.name).options
-    return Gang(id=event.gang, tree=rt.name, pool=pool, job=event.job, user=event.user, size=event.size,
-                priority=event.priority, preemptible=event.preemptible, revocable=event.revocable,
-                controller=event.controller, timeout=gang_timeout(event.timeout, options.gang_timeout, event.gang),
-                created_at=state.now)
+    return Gang(event.gang, rt.name, pool, event.job, event.user, event.size, event.priority, event.preemptible,
+                event.revocable, event.controller, gang_timeout(event.timeout, options.gang_timeout, event.gang),
+                state.now, [], resources={} if resources is None else resources)
 
 
 def _more_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int,
@@ -296,11 +301,19 @@ def _more_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: Gan
     _add_members(state, rt, gang, event, seq)
 
 
-def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int) -> None:
+def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int, *,
+                 counted: bool = False) -> None:
+    """`counted`: the gang's `resources` already include these members (first members: the
+    checks added them up, in the same order)."""
+    members, tasks, gang_id = gang.tasks, rt.tasks, gang.id
     for spec in event.tasks:
-        task = Task(spec.id, gang.id, dict(spec.resources))
-        gang.add_task(task)
-        rt.tasks[task.id] = task
+        task = Task(spec.id, gang_id, dict(spec.resources), "pending", None, False, spec)
+        members.append(task)
+        tasks[spec.id] = task
+    if not counted:
+        resources = gang.resources
+        for spec in event.tasks:
+            add_into(resources, spec.resources)
     rt.dirty = True
     if len(gang.tasks) >= gang.size:
         gang.arrival = seq
@@ -379,10 +392,10 @@ def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcom
     state._dequeue(rt, gang)
     gang.state, gang.attempt, gang.admitted_at, gang.head_rank, gang.slot_wait = (
         ADMITTED, event.attempt, state.now, 0, None)
-    ledger = _ledger(rt, gang.pool)
-    for task in gang.tasks:
+    tasks = gang.tasks
+    for task in tasks:
         task.state = "ready"
-        ledger.hold(gang, task.resources, 1.0)
+    (rt.ledgers.get(gang.pool) or _ledger(rt, gang.pool)).hold_all(gang, [task.resources for task in tasks], 1.0)
     _count(rt.running, gang, 1)
     state._timer(state.now + gang.timeout, gang, "placement")
 
@@ -442,13 +455,8 @@ def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
     (`Gang.slot_wait`); the next cycle takes the waiting jobs first, by arrival. A gang whose job
     runs in its pool needs no slot; one whose pools all have room again keeps its place in line
     until it is admitted (its slot has freed: it is first to take it)."""
-    tree = config.tree(rt.name)
-    limits: dict[str, int | None] = {}
-
     def limit(pool: str) -> int | None:
-        if pool not in limits:
-            limits[pool] = job_limits(tree, pool)[0] if tree.pool(pool) is not None else None
-        return limits[pool]
+        return running_limit(config, rt.name, pool)  # memoised per configuration
 
     if not any(limit(p) is not None for leaf in rt.queues for p in _chain(leaf)):
         for gang_id in rt.slot_waiters:  # no running-job limit anywhere gangs wait (any more)
@@ -518,13 +526,16 @@ def _ledger(rt: TreeRuntime, pool: str) -> Ledger:
 
 def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
     """Count the gang's job up or down in its pool and every ancestor (root excluded)."""
-    for pool in _chain(gang.pool):
-        jobs = table.setdefault(pool, {})
-        value = jobs.get(gang.job, 0) + delta
+    job = gang.job
+    for pool in _CHAINS.get(gang.pool) or _chain(gang.pool):
+        jobs = table.get(pool)
+        if jobs is None:
+            jobs = table[pool] = {}
+        value = jobs.get(job, 0) + delta
         if value > 0:
-            jobs[gang.job] = value
+            jobs[job] = value
         else:
-            jobs.pop(gang.job, None)
+            jobs.pop(job, None)
 
 
 def _chain(pool: str) -> tuple[str, ...]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.admission.domain.model import ADMITTED, TERMINAL, Gang, Ledger, Task
+from services.admission.domain.model import TERMINAL, Gang, Ledger, Task
 from services.admission.domain.state import TreeRuntime
 from services.admission.domain.vectors import Vector, add_into
+from services.preemption.domain.admitted import AdmittedIndex
 
 
 def live_tasks(gang: Gang) -> list[Task]:
@@ -40,29 +41,27 @@ class Holdings:
     so later decisions of the same pass see it as given back too. Built lazily, pool by pool: a
     pass that finds nothing over looks at no gang twice."""
 
-    __slots__ = ("_gangs", "_ledgers", "_rt", "_sorted", "taken")
+    __slots__ = ("_gangs", "_index", "_ledgers", "_rt", "taken")
 
-    def __init__(self, rt: TreeRuntime, admitted: Iterable[Gang] | None = None) -> None:
+    def __init__(self, rt: TreeRuntime, admitted: AdmittedIndex | Iterable[Gang] | None = None) -> None:
+        """`admitted`: the tree's admitted gangs, if the caller keeps them (an index by pool, or
+        a superset of them); else every gang of the tree is looked at."""
         self._rt = rt
+        self._index = admitted if isinstance(admitted, AdmittedIndex) else AdmittedIndex(
+            rt.gangs.values() if admitted is None else admitted)
         self._gangs: dict[str, list[Gang]] = {}
-        self._sorted: set[str] = set()
         self._ledgers: dict[str, Ledger] = {}
         self.taken: set[str] = set()  # gang ids taken by this pass
-        for gang in rt.gangs.values() if admitted is None else admitted:
-            if gang.state == ADMITTED:
-                self._gangs.setdefault(gang.pool, []).append(gang)
 
     @classmethod
-    def of(cls, rt: TreeRuntime, admitted: Iterable[Gang] | None = None) -> Holdings:
+    def of(cls, rt: TreeRuntime, admitted: AdmittedIndex | Iterable[Gang] | None = None) -> Holdings:
         return cls(rt, admitted)
 
     def of_pool(self, pool: str) -> list[Gang]:
+        """The pool's admitted gangs, by gang id (read from the index once per pass)."""
         found = self._gangs.get(pool)
         if found is None:
-            return []
-        if pool not in self._sorted:
-            found.sort(key=lambda g: g.id)
-            self._sorted.add(pool)
+            found = self._gangs[pool] = sorted(self._index.of_pool(pool), key=lambda g: g.id)
         return found
 
     def ledger(self, pool: str) -> Ledger:

@@ -34,6 +34,7 @@ from events import PoolEntitlement, PreemptionRequested
 from services.admission.domain.model import Gang, Ledger
 from services.admission.domain.state import AdmissionState, TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, exceeds
+from services.preemption.domain.admitted import AdmittedIndex
 from services.preemption.domain.holdings import Holdings, held_by, live_tasks
 from services.preemption.domain.lower_priority import make_room
 from services.preemption.domain.model import (
@@ -52,9 +53,9 @@ from services.tree.domain.effective import EffectivePool, effective_pools
 
 
 def preemption_pass(state: AdmissionState, tree: str, now: float, memory: TreeMemory,
-                    admitted: Iterable[Gang] | None = None) -> PassResult:
+                    admitted: AdmittedIndex | Iterable[Gang] | None = None) -> PassResult:
     """The decisions of one pass over `tree` at `now`. `admitted`: the tree's admitted gangs, if
-    the caller keeps an index of them (else every gang of the tree is looked at)."""
+    the caller keeps them (`AdmittedIndex`; else every gang of the tree is looked at)."""
     rt = state.runtime(tree)
     options = state.config.tree(tree).options
     pools = effective_pools(state.config, tree)

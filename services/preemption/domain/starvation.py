@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from events import PoolStarvationChanged, StarvationStatus
 from services.admission.domain.model import Ledger
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.state import TreeRuntime, _chain
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into
 from services.preemption.domain.model import Starvation
 from services.tree.domain import paths
@@ -30,10 +30,10 @@ def totals(rt: TreeRuntime) -> dict[str, Ledger]:
     """Per pool (leaves and their ancestors, root excluded): allocation and demand, summed."""
     out: dict[str, Ledger] = {}
     for leaf, ledger in rt.ledgers.items():
-        for path in [leaf, *paths.ancestors(leaf)]:
-            if path == paths.ROOT:
-                continue
-            acc = out.setdefault(path, Ledger())
+        for path in _chain(leaf):  # the leaf and its ancestors, the root left out
+            acc = out.get(path)
+            if acc is None:
+                acc = out[path] = Ledger()
             add_into(acc.allocation, ledger.allocation)
             add_into(acc.slack, ledger.slack)
             add_into(acc.demand, ledger.demand)

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from events import CycleCompleted, Event, GangAdmitted, GangRequeued, PreemptionRequested
-from services.admission.domain.model import ADMITTED, CANCELLED, DONE, PENDING, TERMINAL, Gang
+from services.admission.domain.model import ADMITTED, CANCELLED, DONE, PENDING, TERMINAL
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState, Outcome
+from services.preemption.domain.admitted import AdmittedIndex
 from services.preemption.domain.model import PassResult, TreeMemory
 from services.preemption.domain.passes import preemption_pass
 
@@ -50,7 +51,7 @@ class PreemptionState:
     admission: AdmissionState = field(default_factory=AdmissionState)
     memory: dict[str, TreeMemory] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)  # tree -> trigger seq of an unread pass
-    admitted: dict[str, dict[str, Gang]] = field(default_factory=dict)  # tree -> admitted gangs (a superset)
+    admitted: dict[str, AdmittedIndex] = field(default_factory=dict)  # tree -> its admitted gangs (a superset)
     records: list[PreemptionRecord] = field(default_factory=list)
     open: dict[tuple[str, str], PreemptionRecord] = field(default_factory=dict)  # (tree, gang) -> requested
     last_pass: dict[str, PassResult] = field(default_factory=dict)  # tree -> what its last pass decided, and why
@@ -61,14 +62,19 @@ class PreemptionState:
 
     def apply(self, event: Event, seq: int, time: float) -> list[Outcome]:
         """Fold one event; after an admission cycle completes, run one preemption pass."""
-        before = self._attempt_of(event)
-        announced = self.admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
-        self.admission.take_due()
-        self._track(event, seq, before)
+        kind = type(event)  # events come off the wire as exactly these types
+        before = self._attempt_of(event) if kind is PreemptionRequested else None
+        admission = self.admission
+        announced = admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
+        if admission.due:
+            admission.take_due()
+        if kind is GangAdmitted or kind is PreemptionRequested:
+            self._track(event, seq, before)
         if self.open:
             self._settle([event, *(o.event for o in announced)])
-        if not isinstance(event, CycleCompleted):
+        if kind is not CycleCompleted:
             return []
+        assert isinstance(event, CycleCompleted)
         if event.service == SERVICE:
             if self.in_flight.get(event.tree) == event.trigger_seq:
                 del self.in_flight[event.tree]
@@ -79,16 +85,21 @@ class PreemptionState:
         return self.run_pass(event.tree, seq)
 
     def run_pass(self, tree: str, seq: int) -> list[Outcome]:
-        admitted = self.admitted.setdefault(tree, {})
-        for gone in [g for g, gang in admitted.items() if gang.state != ADMITTED]:
-            del admitted[gone]
+        admitted = self._admitted(tree)
+        admitted.sweep_if_grown()
         result = preemption_pass(self.admission, tree, self.now, self.memory.setdefault(tree, TreeMemory()),
-                                 admitted.values())
+                                 admitted)
         self.last_pass[tree] = result
         out = [Outcome(p.event, p.key) for p in result.preemptions]
         out += [Outcome(s, f"starvation:{s.pool}") for s in result.starvation]
         out.append(Outcome(CycleCompleted(tree=tree, service=SERVICE, trigger_seq=seq, decisions=len(out)), "cycle"))
         return out
+
+    def _admitted(self, tree: str) -> AdmittedIndex:
+        found = self.admitted.get(tree)
+        if found is None:
+            found = self.admitted[tree] = AdmittedIndex()
+        return found
 
     # --- the record of preemptions ------------------------------------------------------------
 
@@ -103,7 +114,7 @@ class PreemptionState:
         if isinstance(event, GangAdmitted):
             gang = self.admission.runtime(event.tree).gangs.get(event.gang)
             if gang is not None and gang.state == ADMITTED:
-                self.admitted.setdefault(event.tree, {})[gang.id] = gang
+                self._admitted(event.tree).add(gang)
         elif isinstance(event, PreemptionRequested):
             record = PreemptionRecord(seq, self.now, event.tree, event.pool, event.gang, list(event.tasks),
                                       event.reason, attempt if attempt is not None else 0)

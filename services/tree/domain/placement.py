@@ -57,6 +57,19 @@ def _into(tree: Tree, path: str, user: str, create: bool) -> Placement:
     return Placement(sub, sub not in tree.pools)
 
 
+def fixed_placement(tree: Tree, pool: str) -> str | None:
+    """Where `place_gang` puts a gang naming `pool` whoever its user, if that does not depend on
+    the user: the pool named, when it exists and makes no ephemeral subpools (None otherwise).
+    A pure function of the tree's pools and options, so callers may memoise it until they change."""
+    path = paths.normalize(pool)
+    found = tree.pool(path)
+    if found is None:
+        return None
+    if not found.ephemeral and resolved_config(tree.options, found.config).create_ephemeral_subpools:
+        return None
+    return path
+
+
 def place_gang(tree: Tree, pool: str, user: str) -> Placement:
     """The pool a new gang of `user` naming `pool` goes to, given the tree as it is now."""
     path = paths.normalize(pool)

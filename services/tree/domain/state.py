@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from events import (
     Event,
@@ -34,8 +35,13 @@ from events import (
     TreeConfigured,
 )
 from services.tree.domain import paths
-from services.tree.domain.placement import place_gang
+from services.tree.domain.placement import fixed_placement, place_gang
 from services.tree.domain.tree import DEFAULT_TREE, Host, Pool, Tree, UnfinishedGang
+
+# The event types the tree state folds (by exact type, as events come off the wire; the others,
+# most of the log, are passed over with one set lookup).
+_FOLDED: frozenset[type[Event]] = frozenset({GangEnqueued, GangFinished, TreeConfigured, PoolConfigChanged,
+                                             PoolDeleted, HostRegistered, HostRemoved})
 
 
 @dataclass(slots=True)
@@ -44,7 +50,8 @@ class TreeState:
     hosts: dict[str, Host] = field(default_factory=dict)
     last_seq: int = 0
     cache: dict[tuple[str, ...], object] = field(default_factory=dict)
-    """Derived values (capacity, effective options) memoised by `effective`; emptied whenever a
+    """Derived values memoised by key (capacity and effective options by `effective`, where gangs
+    go by `_placement`, admission's per-pool facts, the entitlement engine); emptied whenever a
     config, host or pool-structure change could alter them. Read-only for callers."""
 
     @classmethod
@@ -68,19 +75,23 @@ class TreeState:
 
     def apply(self, event: Event, seq: int) -> None:
         """Fold one event read at log position `seq`."""
-        self.last_seq = max(self.last_seq, seq)
-        if isinstance(event, GangEnqueued | GangFinished):
-            tree = self._materialized(event.tree)
+        if seq > self.last_seq:
+            self.last_seq = seq
+        kind = type(event)
+        if kind not in _FOLDED:  # most of the log: decisions, task reports, ticks
+            return
+        if kind is GangEnqueued:
+            self._gang_enqueued(cast(GangEnqueued, event))
+            return
+        if kind is GangFinished:
+            finished = cast(GangFinished, event)
+            tree = self._materialized(finished.tree)
             before = len(tree.pools)
-            if isinstance(event, GangEnqueued):
-                _gang_enqueued(tree, event)
-            else:
-                _gang_finished(tree, event.gang)
-            if len(tree.pools) != before:  # an ephemeral pool came or went
+            _gang_finished(tree, finished.gang)
+            if len(tree.pools) != before:  # an ephemeral pool went
                 self.cache.clear()
             return
-        if isinstance(event, TreeConfigured | PoolConfigChanged | PoolDeleted | HostRegistered | HostRemoved):
-            self.cache.clear()
+        self.cache.clear()  # a config or host change
         if isinstance(event, TreeConfigured):
             tree = self._materialized(event.tree)
             tree.options, tree.configured, tree.version = event.options, True, seq
@@ -97,6 +108,37 @@ class TreeState:
                                           frozenset(event.tags))
         elif isinstance(event, HostRemoved):
             self.hosts.pop(event.host, None)
+
+    def _gang_enqueued(self, event: GangEnqueued) -> None:
+        tree = self.trees.get(event.tree)
+        if tree is None:
+            tree = self._materialized(event.tree)
+        if event.gang in tree.seen_gangs:
+            return
+        tree.seen_gangs.add(event.gang)
+        path = self._placement(tree, event)
+        if path is None:
+            return
+        if path not in tree.pools:  # an ephemeral pool comes
+            _ensure_parents(tree, path)
+            tree.pools[path] = Pool(path, ephemeral=True)
+            self.cache.clear()
+        tree.unfinished[event.gang] = UnfinishedGang(path, event.user)
+        held = tree.pool_gangs.get(path)
+        if held is None:
+            held = tree.pool_gangs[path] = set()
+        held.add(event.gang)
+
+    def _placement(self, tree: Tree, event: GangEnqueued) -> str | None:
+        """`place_gang`'s path for this gang; where that does not depend on the user (the pool
+        named exists and makes no ephemeral subpools: most gangs) memoised per pool named."""
+        key = ("placement", tree.name, event.pool)
+        fixed = self.cache.get(key)
+        if fixed is None:
+            fixed = self.cache[key] = fixed_placement(tree, event.pool) or ""
+        if fixed:
+            return fixed  # type: ignore[return-value]
+        return place_gang(tree, event.pool, event.user).path
 
     def _materialized(self, name: str) -> Tree:
         tree = self.trees.get(name)
@@ -141,20 +183,6 @@ def _remove_pool(tree: Tree, path: str) -> None:
     if parent is not None and parent in tree.pools:
         above = tree.pools[parent]
         tree.pools[parent] = replace(above, children=above.children - {path})
-
-
-def _gang_enqueued(tree: Tree, event: GangEnqueued) -> None:
-    if event.gang in tree.seen_gangs:
-        return
-    tree.seen_gangs.add(event.gang)
-    placement = place_gang(tree, event.pool, event.user)
-    if placement.path is None:
-        return
-    if placement.path not in tree.pools:
-        _ensure_parents(tree, placement.path)
-        tree.pools[placement.path] = Pool(placement.path, ephemeral=True)
-    tree.unfinished[event.gang] = UnfinishedGang(placement.path, event.user)
-    tree.pool_gangs.setdefault(placement.path, set()).add(event.gang)
 
 
 def _gang_finished(tree: Tree, gang: str) -> None:

@@ -219,7 +219,14 @@ def _names_cpu_only(reservation: Amounts) -> bool:
 
 
 def _vector(values: Amounts, kinds: tuple[str, ...]) -> list[float]:
-    return [max(0.0, amount(values, kd, 0.0)) for kd in kinds]
+    """`[max(0.0, amount(values, kind, 0.0)) for kind in kinds]`, the same numbers, without the
+    calls (a missing, NaN or non-positive amount reads 0.0)."""
+    get = values.get
+    out: list[float] = []
+    for kind in kinds:
+        v = get(kind)
+        out.append(float(v) if v is not None and v > 0.0 else 0.0)
+    return out
 
 
 def write_usage(arr: TreeArrays, row: int, usage: LeafUsage) -> None:

@@ -225,6 +225,22 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
             dominant_kind=kinds[dom] if dom >= 0 else None,
         )
 
+    def rows(self) -> Iterator[tuple[str, list[float], list[float], list[float], float, float, float, str | None]]:
+        """Every pool's numbers as plain values, in the order of `paths`: (path, entitlement,
+        non-slack entitlement, slack entitlement (each per kind, in `kinds` order), fair share,
+        usage share, demand share, dominant kind). The numbers `__getitem__` gives, without
+        building a `PoolEntitlement` per pool."""
+        kinds = self.kinds
+        ent, non_slack, slack = (m.tolist() for m in (self.entitlement_matrix, self.non_slack_matrix,
+                                                      self.slack_matrix))
+        shares = self._shares.tolist()
+        dominant = self._dominant.tolist()
+        for row, path in enumerate(self.paths):
+            fair, usage, demand = shares[row]
+            dom = int(dominant[row])
+            yield (path, ent[row], non_slack[row], slack[row], fair, usage, demand,
+                   kinds[dom] if dom >= 0 else None)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.paths)
 
