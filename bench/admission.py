@@ -29,10 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from bench.workload import Workload, config_events, envelope, gang_events
-from events import ClockTicked, Envelope, Event, GangAdmitted, GangMovedToQueue, at_seconds, decode, derived_id, encode
+from events import ClockTicked, Event, GangAdmitted, GangMovedToQueue, at_seconds, decode, encode
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.entitle import compute_for
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
+from services.common.folding import decision_envelope
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: event time of everything folded here
 DECODE_SAMPLE = 20_000
@@ -121,8 +122,7 @@ def _decode_rate(events: Sequence[Event]) -> float:
 def wrap_and_encode(outcomes: list[Outcome], basis: int, now: float) -> list[bytes]:
     """What the service does with a cycle's outcomes before publishing (`AdmissionFolder._wrap`)."""
     time_ = at_seconds(now)
-    return [encode(Envelope(id=derived_id(SERVICE, basis, o.key), time=time_, source=SERVICE, causation="tick",
-                            basis=basis, event=o.event)) for o in outcomes]
+    return [encode(decision_envelope(SERVICE, o.event, o.key, basis, "tick", time_)) for o in outcomes]
 
 
 def bench_admission(workload: Workload | None = None, *, max_cycles: int = 50) -> AdmissionSpeed:

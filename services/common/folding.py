@@ -57,9 +57,13 @@ class Folder(Protocol):
 
 
 def decision_envelope(service: str, event: Event, key: str, basis: int, causation: str, time: datetime) -> Envelope:
-    """A decision in its envelope: id derived from (service, basis, key), stamped with the log's time."""
-    return Envelope(id=derived_id(service, basis, key), time=time, source=service, causation=causation, basis=basis,
-                    event=event)
+    """A decision in its envelope: id derived from (service, basis, tree, key), stamped with the log's
+    time. The tree is part of the id: one tick starts a cycle in every tree, and two trees may
+    decide the same thing of the same gang id at the same basis (their decisions must not collide
+    and be dropped as duplicates)."""
+    tree = getattr(event, "tree", None)
+    parts = (service, basis, key) if tree is None else (service, basis, tree, key)
+    return Envelope(id=derived_id(*parts), time=time, source=service, causation=causation, basis=basis, event=event)
 
 
 def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now: float) -> Envelope:
