@@ -439,8 +439,8 @@ class _Renewer:
             if nc is not None:
                 try:
                     await nc.close()
-                except Exception as exc:
-                    _log.debug("lease %s: closing the renewals' connection: %s", self._lease.name, exc)
+                except (Exception, asyncio.CancelledError) as exc:  # cancelled again while closing: done anyway
+                    _log.debug("lease %s: closing the renewals' connection: %r", self._lease.name, exc)
 
     async def stop(self) -> None:
         """Stop renewing (the lease stays as it is) and wait for the thread to end."""

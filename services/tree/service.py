@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from pydantic import BaseModel, ValidationError
 
 from events import DecodeError, Envelope, InputRejected, at_seconds, decode_all, derived_id, subjects
@@ -43,8 +43,8 @@ from events.commands import (
     TreeList,
 )
 from projections.store import ProjectionStore
-from services.common.folding import rejection_of_malformed
-from services.common.log import EventLog, StaleWrite, Stored
+from services.common.folding import gc_paused, rejection_of_malformed
+from services.common.log import BatchHandler, EventLog, StaleWrite, Stored
 from services.common.memlog import subject_filter
 from services.common.requests import error_reply, serve_requests
 from services.tree.domain import paths
@@ -58,6 +58,7 @@ SUBJECTS: tuple[str, ...] = (subjects.HOSTS, subjects.ALL_CONFIG, f"{subjects.PR
 OWNED = (subjects.HOSTS, f"{subjects.PREFIX}.config.")
 ATTEMPTS = 3
 INPUT_LIMIT = 4096  # characters of a refused request kept in its record
+BATCH = 1000  # messages per consumed batch: one DuckDB transaction (commit and row look-ups paid per batch)
 QUERIES = frozenset({"pool_get", "pool_list", "tree_list", "host_list"})
 MODELS: dict[str, type[BaseModel]] = {cls.__name__: cls for cls in COMMANDS.values()}
 _folded = subject_filter(SUBJECTS)
@@ -195,14 +196,22 @@ class TreeService:
             await self.log.append(rejections)
 
     async def on_batch(self, batch: Sequence[Stored]) -> None:
-        # The projections take the envelopes the fold decoded (each message is decoded once).
-        decoded: dict[int, list[Envelope]] | None = {} if self.store is not None else None
+        """Fold a consumed batch, then project it (`fold_consumed`, then the projections)."""
+        decoded = await self.fold_consumed(batch)
+        if self.store is not None:
+            await anyio.to_thread.run_sync(self.store.apply_decoded, batch, decoded)
+
+    async def fold_consumed(self, batch: Sequence[Stored]) -> dict[int, list[Envelope]]:
+        """Fold a consumed batch and publish the rejections of malformed config/host messages;
+        returns the envelopes it decoded, by sequence, for the projections (each message is
+        decoded once)."""
+        decoded: dict[int, list[Envelope]] = {}
         async with self.lock:
-            rejections = await self.fold(batch, decoded)
+            with gc_paused():  # decoding makes many small objects: no collector passes over them
+                rejections = await self.fold(batch, decoded if self.store is not None else None)
             if rejections:
                 await self.log.append(rejections)
-        if self.store is not None:
-            await anyio.to_thread.run_sync(self.store.apply_decoded, batch, decoded or {})
+        return decoded
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -302,7 +311,8 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
         start = svc.position if store is None else min(svc.position, store.lowest_checkpoint)
         async with anyio.create_task_group() as tg:
             # every subject: the event_log projection is the whole log (the fold skips the others)
-            tg.start_soon(lambda: log.consume("tree", subjects.STREAM_SUBJECTS, start, svc.on_batch))
+            handler = svc.on_batch if store is None else _projecting_behind(tg, svc, store)
+            tg.start_soon(lambda: log.consume("tree", subjects.STREAM_SUBJECTS, start, handler, max_batch=BATCH))
             nc = getattr(log, "nc", None)
             if nc is not None:
                 await serve_requests(nc, SERVICE, partial(_answer, svc))
@@ -310,6 +320,30 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
     finally:
         if store is not None:
             store.close()
+
+
+PROJECTION_BACKLOG = 4  # folded batches that may wait for their projections before folding waits
+
+
+def _projecting_behind(tg: TaskGroup, svc: TreeService, store: ProjectionStore) -> BatchHandler:
+    """A consumer handler that folds each batch and leaves its projection to a task of its own:
+    batch N is written to DuckDB (on a worker thread) while batch N+1 is folded. A batch is
+    acknowledged once folded; the projections' checkpoint is what a restart resumes from
+    (`start` above: the lowest of the fold's position and the projections' checkpoints)."""
+    send, receive = anyio.create_memory_object_stream[tuple[Sequence[Stored], dict[int, list[Envelope]]]](
+        PROJECTION_BACKLOG)
+
+    async def project() -> None:
+        async with receive:
+            async for batch, decoded in receive:
+                await anyio.to_thread.run_sync(store.apply_decoded, batch, decoded)
+
+    tg.start_soon(project)
+
+    async def handle(batch: Sequence[Stored]) -> None:
+        await send.send((batch, await svc.fold_consumed(batch)))
+
+    return handle
 
 
 def _answer(svc: TreeService, op: str, data: bytes) -> Awaitable[Reply]:
