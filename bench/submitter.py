@@ -32,6 +32,7 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from bench.workload import Workload, envelope, gang_events
+from events.codec import pack_parts
 from events.subjects import STREAM, decision
 from services.common.jetstream import JetStreamLog, new_client
 
@@ -67,7 +68,7 @@ class Watcher:
         now = time.perf_counter()
         data = msg.data
         if data[:1] == b"[":  # a pack of decisions (events.encode_pack)
-            for part in data[1:-1].split(b",\n"):
+            for part in pack_parts(data):
                 self.on_event(part, now)
         else:
             self.on_event(data, now)

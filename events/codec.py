@@ -57,8 +57,11 @@ def encode_pack(parts: list[bytes]) -> bytes:
 
 
 def is_pack(data: bytes | str) -> bool:
-    head = data.lstrip()[:1]
-    return head in (b"[", "[")
+    raw = data if isinstance(data, bytes) else data.encode()
+    head = raw[:1]
+    if head.isspace():  # rare: only the first byte is looked at otherwise (this runs for every message)
+        head = raw.lstrip()[:1]
+    return head == b"["
 
 
 def pack_parts(data: bytes) -> list[bytes]:
@@ -73,10 +76,10 @@ def decode_all(data: bytes | str, decode_one: Callable[[bytes], Envelope] | None
     """The events of one log message: one, or the envelopes of a pack, in order. Raises
     `DecodeError` for the whole message if any of them is not a valid event, or a pack holds a
     type that may not be packed. `decode_one` decodes one envelope's bytes (default `decode`)."""
-    if not is_pack(data):
-        return [(decode_one or decode)(data if isinstance(data, bytes) else data.encode())]
     raw = data if isinstance(data, bytes) else data.encode()
     one = decode_one or decode
+    if not is_pack(raw):
+        return [one(raw)]
     try:
         envelopes = [one(part) for part in pack_parts(raw)]
     except DecodeError:
