@@ -33,7 +33,7 @@ from events import ClockTicked, Event, GangAdmitted, GangMovedToQueue, at_second
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.entitle import compute_for
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
-from services.common.folding import decision_envelope
+from services.admission.envelopes import decision_envelope  # as the service wraps its decisions
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: event time of everything folded here
 DECODE_SAMPLE = 20_000

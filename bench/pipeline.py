@@ -6,7 +6,8 @@ event_log) and preemption; nothing runs or prints at import.
 
 1. a private nats-server (`EmbeddedNats` in a temporary directory, loopback only);
 2. the raw JetStream speeds for the gang payload size on that server (`bench.raw_nats`), before
-   anything else runs on it;
+   anything else runs on it, and for the size of a pack of `PACK_EVENTS` gangs (the submitter's
+   `enqueue_many` packs a burst that way: `services/common/packs.py`), in gangs per second;
 3. the tree of `bench.workload` appended as config events; the tree, admission and preemption
    services started as `poolwise up` starts them: each in a process of its own (`poolwise
    serve`), or with `processes=False` all in this process (`services.launcher.start_services`),
@@ -38,9 +39,11 @@ import anyio
 
 import bench
 from bench.baseline import harmonic, measure_nats
+from bench.raw_nats import measure_raw_only
 from bench.workload import Workload, config_events, envelope, gang_payload_size
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
+from services.common.packs import PACK_EVENTS
 from services.launcher import start_services
 
 # Every service `poolwise up` runs: the tree service projects the gangs, tasks and event_log read models
@@ -80,7 +83,15 @@ class PipelineSpeed:
 
     @property
     def raw_publish_consume(self) -> float:
+        """Messages per second, one gang's payload each: publish (pipelined, acked) then consume."""
         return harmonic(self.raw.get("raw_publish_pipelined", 0.0), self.raw.get("raw_consume_pull_callback", 0.0))
+
+    @property
+    def raw_packed_publish_consume(self) -> float:
+        """Gangs per second, `PACK_EVENTS` gangs' payload per message, as a burst is submitted."""
+        per_message = self.raw.get("packed_gangs_per_message", 0.0)
+        return per_message * harmonic(self.raw.get("packed_publish_pipelined", 0.0),
+                                      self.raw.get("packed_consume_pull_callback", 0.0))
 
 
 def _child_env() -> dict[str, str]:
@@ -157,6 +168,10 @@ async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Seque
         async with EmbeddedNats(tmp) as server:
             url = server.url
             raw = await measure_nats(url, raw_n, payload) if raw_n > 0 else {}
+            if raw_n > 0:
+                packed = await measure_raw_only(url, max(10, raw_n // PACK_EVENTS), PACK_EVENTS * (payload + 2))
+                raw["packed_gangs_per_message"] = PACK_EVENTS
+                raw.update({f"packed_{k[4:]}": v for k, v in packed.items() if k.startswith("raw_")})
             log = await JetStreamLog.connect(url)
             try:
                 await log.ensure_stream()
@@ -183,9 +198,13 @@ async def bench_pipeline(gangs: int = 50_000, *, leaves: int = 100, rates: Seque
                     start = gangs
                     for index, (rate, count) in enumerate(zip(rates, counts, strict=True)):
                         if count:
+                            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
                             paced.append(await run_submitter({**spec, "mode": "paced", "prefix": f"p{index}-",
                                                               "start": start, "count": count, "rate": rate},
                                                              timeout * 3))
+                            paced[-1]["cpu_us_per_gang"] = {
+                                name: round((cpu_seconds(pid) - before[name]) * 1e6 / count, 1)
+                                for name, pid in pids.items()}
                         else:
                             paced.append({"count": 0})
                         start += count
@@ -205,6 +224,7 @@ def main(argv: list[str]) -> None:
                       backend="asyncio")
     print(json.dumps({"e2e_per_s": speed.e2e_per_s, "decided_per_s": speed.decided_per_s,
                       "publish_per_s": speed.publish_per_s, "raw_publish_consume": speed.raw_publish_consume,
+                      "raw_packed_publish_consume": speed.raw_packed_publish_consume,
                       "burst": speed.burst, "paced": speed.paced, "raw": speed.raw}, indent=2))
 
 

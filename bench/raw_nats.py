@@ -193,6 +193,15 @@ async def measure_raw(url: str, n: int = 50_000, payload_size: int = 256) -> dic
         await nc.drain()
 
 
+async def measure_raw_only(url: str, n: int, payload_size: int) -> dict[str, float]:
+    """Only the raw nats-py numbers of `measure_raw` (no adapter), e.g. for large pack-sized payloads."""
+    nc = await nats.connect(url, name="poolwise-bench")
+    try:
+        return await _raw(nc, nc.new_inbox()[-8:], n, payload_size)
+    finally:
+        await nc.drain()
+
+
 if __name__ == "__main__":
     import sys
 

@@ -15,12 +15,16 @@ Times are `time.perf_counter()` of this process, from the first publish:
   (a core NATS subscription: a message reaches it when JetStream stores it);
 - `projected_s`: the consumers have nothing pending nor unacknowledged (a service acknowledges
   a batch after its decisions are published and its projections committed).
-Per gang, latency = its decision's arrival - the moment its publish was handed to the client.
+Per gang, latency = its decision's arrival - the moment its publish was handed to the client,
+split in two: `cycle` = its decision's arrival - the last clock tick seen before it (the cycle that
+decided it: tick stored, read back, cycle run, decisions stored), and `wait` = the rest (until a
+tick came after it: the previous cycle still in flight, the clock's debounce, the fold).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import math
@@ -33,7 +37,7 @@ from nats.aio.msg import Msg
 
 from bench.workload import Workload, envelope, gang_events
 from events.codec import pack_parts
-from events.subjects import STREAM, decision
+from events.subjects import STREAM, clock, decision
 from services.common.jetstream import JetStreamLog, new_client
 
 _DECIDED = re.compile(rb'"type":"(GangAdmitted|GangMovedToQueue)"')
@@ -61,8 +65,17 @@ class Watcher:
         self.entitlement_bytes = 0
         self.entitlement_max = 0
         self.moved = 0
+        self.ticks: list[float] = []  # arrival of each clock tick (perf_counter), in order
         if not wanted:
             self.done.set()
+
+    async def on_tick(self, msg: Msg) -> None:
+        self.ticks.append(time.perf_counter())
+
+    def cycle_of(self, decided: float) -> float:
+        """Seconds from the last tick seen before `decided` to `decided` (0 if none was seen)."""
+        index = bisect.bisect_right(self.ticks, decided)
+        return decided - self.ticks[index - 1] if index else 0.0
 
     async def on_msg(self, msg: Msg) -> None:
         now = time.perf_counter()
@@ -127,6 +140,7 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
         js = nc.jetstream()
         watcher = Watcher(set(ids))
         sub = await nc.subscribe(decision(w.tree, "admission"), cb=watcher.on_msg)
+        ticks = await nc.subscribe(clock("*"), cb=watcher.on_tick)
         await nc.flush()
         sent: dict[str, float] = {}
         cpu0 = time.process_time()
@@ -157,7 +171,10 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
                                  time.perf_counter() + timeout)
         projected_s = time.perf_counter() - t0
         await sub.unsubscribe()
+        await ticks.unsubscribe()
         latencies = [watcher.seen[g] - sent[g] for g in ids if g in watcher.seen]
+        cycles = [watcher.cycle_of(watcher.seen[g]) for g in ids if g in watcher.seen]
+        waits = [max(0.0, total - cycle) for total, cycle in zip(latencies, cycles, strict=True)]
         last_seq = (await js.stream_info(STREAM)).state.last_seq
         return {
             "mode": spec["mode"], "count": count, "publish_s": publish_s, "offered_s": offered_s,
@@ -165,6 +182,9 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
             "decided_s": decided_s, "projected_s": projected_s, "drained": drained,
             "p50_ms": percentile(latencies, 0.50) * 1e3, "p90_ms": percentile(latencies, 0.90) * 1e3,
             "p99_ms": percentile(latencies, 0.99) * 1e3, "max_ms": max(latencies, default=0.0) * 1e3,
+            "wait_p50_ms": percentile(waits, 0.50) * 1e3, "wait_p99_ms": percentile(waits, 0.99) * 1e3,
+            "cycle_p50_ms": percentile(cycles, 0.50) * 1e3, "cycle_p99_ms": percentile(cycles, 0.99) * 1e3,
+            "ticks": len(watcher.ticks),
             "cycles": watcher.cycles, "entitlement_bytes": watcher.entitlement_bytes,
             "entitlement_max_bytes": watcher.entitlement_max, "stream_last_seq": last_seq,
             "submitter_cpu_us_per_gang": round((time.process_time() - cpu0) * 1e6 / max(count, 1), 1),

@@ -25,6 +25,7 @@ from bench.pipeline import bench_pipeline
 from bench.projection_speed import measure
 from bench.report import Row, Section, machine_facts
 from bench.workload import Workload, gang_payload_size
+from services.common.packs import PACK_EVENTS
 
 NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "projection", "pipeline")
 NEEDS_BASELINE = frozenset({"raw", "admission", "projection"})
@@ -220,6 +221,8 @@ async def pipeline_section(sizes: Sizes) -> Section:
     s.add(Row("raw JetStream publish, pipelined (same payload)", pub, "msg/s"))
     s.add(Row("raw JetStream consume, pull + callback", cons, "msg/s"))
     s.add(Row("raw publish then consume, one process", both, "msg/s"))
+    packed = speed.raw_packed_publish_consume
+    s.add(Row(f"raw publish then consume, {PACK_EVENTS:,} gangs' payload per message", packed, "gangs/s"))
     s.add(Row("submitter publish, acked (burst)", speed.publish_per_s, "gangs/s", _share(speed.publish_per_s, pub),
               "raw publish"))
     s.add(Row("decided: last GangAdmitted seen (burst)", speed.decided_per_s, "gangs/s",
@@ -228,8 +231,12 @@ async def pipeline_section(sizes: Sizes) -> Section:
     s.add(Row("end to end: decided, folded, projected, acked", e2e, "gangs/s", _share(e2e, both),
               "raw publish + consume", goal=f">= {PIPELINE_GOAL_PER_S:,.0f} gangs/s", met=e2e >= PIPELINE_GOAL_PER_S))
     share = e2e / both if both > 0 else 0.0
-    s.add(Row("end to end, share of raw publish + consume", share * 100, "%", goal=f">= {PIPELINE_GOAL_SHARE:.0%}",
-              met=share >= PIPELINE_GOAL_SHARE))
+    s.add(Row("end to end, share of raw publish + consume (one gang per message)", share * 100, "%"))
+    # The submitter packs a burst (PACK_EVENTS gangs per message): the same payload, raw, is the
+    # fair (and stricter) comparison, so the goal is judged on it.
+    packed_share = e2e / packed if packed > 0 else 0.0
+    s.add(Row(f"end to end, share of raw publish + consume ({PACK_EVENTS:,} gangs per message)",
+              packed_share * 100, "%", goal=f">= {PIPELINE_GOAL_SHARE:.0%}", met=packed_share >= PIPELINE_GOAL_SHARE))
     burst = speed.burst
     if burst.get("missing"):
         s.notes.append(f"burst: {burst['missing']} gangs got no decision within the timeout")
@@ -251,6 +258,9 @@ async def pipeline_section(sizes: Sizes) -> Section:
             s.add(Row(f"{tag}: enqueue -> decision {key[:-3]}", value, "ms",
                       goal=f"<= {LATENCY_GOAL_MS:g} ms" if judged else "",
                       met=(value <= LATENCY_GOAL_MS and not paced.get("missing")) if judged else None))
+        for part, what in (("wait", "waiting for a tick"), ("cycle", "tick -> decision")):
+            for q in ("p50", "p99"):
+                s.add(Row(f"{tag}: {what} {q}", float(paced.get(f"{part}_{q}_ms", 0.0)), "ms"))
         if paced.get("missing"):
             s.notes.append(f"{tag}: {paced['missing']} of {paced['count']} gangs got no decision in time")
     where = ("each service runs in a process of its own (`poolwise serve`, as `poolwise up` starts them)"

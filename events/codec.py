@@ -36,16 +36,18 @@ def encode(envelope: Envelope) -> bytes:
 
 # -- packs: several events in one log message ----------------------------------------------------
 #
-# An admission cycle decides thousands of gangs at once; one log message per decision made the
-# message traffic (publish, acknowledgement, one delivery per consumer) a third of the cost of a
-# gang. So a run of such decisions on one subject is appended as one message, a *pack*: a JSON
-# array of envelopes, `[e1,\ne2,\n...]` as written here (each envelope compact, so `,\n` only
-# separates them). A pack lands atomically: its events share the message's stream sequence and
-# are told apart by their place in it (`part`, from 0). Only the event types in `PACKABLE` may be
-# packed (read models key everything else on the sequence alone); anything else in an array is a
-# malformed message.
+# An admission cycle decides thousands of gangs at once, and a submitter may enqueue thousands in
+# one call; one log message per event made the message traffic (publish, acknowledgement, one
+# delivery per consumer) a third of the cost of a gang. So a run of such events on one subject is
+# appended as one message, a *pack*: a JSON array of envelopes, `[e1,\ne2,\n...]` as written
+# here (each envelope compact, so `,\n` only separates them). A pack lands atomically: its events
+# share the message's stream sequence and are told apart by their place in it (`part`, from 0).
+# Only the event types in `PACKABLE` may be packed (read models key everything else on the
+# sequence alone); anything else in an array is a malformed message. A refusal of one input of
+# a pack names it by `input_seq` and `input_part`; a pack that does not decode is refused whole
+# (its error names the part: `[3].event.size`).
 
-PACKABLE: frozenset[str] = frozenset({"GangAdmitted", "GangMovedToQueue"})
+PACKABLE: frozenset[str] = frozenset({"GangAdmitted", "GangMovedToQueue", "GangEnqueued"})
 PACK_SEPARATOR = b",\n"
 
 

@@ -145,10 +145,13 @@ class InputRejected(Event):
 
     `ref` names what was refused (a pool path for config, a gang id for gangs, a task id, or the
     stream position of an undecodable message); `rule` is a short stable name of the broken rule;
-    `input` is the offending input as it came (JSON text, or the raw bytes decoded leniently)."""
+    `input` is the offending input as it came (JSON text, or the raw bytes decoded leniently).
+    `input_seq` is the refused input's stream position and `input_part` its place in the log
+    message when that message is a pack of inputs (`events.encode_pack`; None: the first or only
+    event of its message). v2 added `input_part` (v1 events read as v2 with it None)."""
 
     type: Literal["InputRejected"] = "InputRejected"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     tree: str | None = None
     ref: str
     input_type: str
@@ -158,3 +161,4 @@ class InputRejected(Event):
     input: str = ""
     input_id: str | None = None
     input_seq: int | None = None
+    input_part: int | None = Field(default=None, ge=1)

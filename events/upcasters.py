@@ -17,7 +17,11 @@ from typing import Any
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    # v2 names the refused input's place in a pack of inputs (`input_part`); a v1 refusal always
+    # named a message of one event.
+    ("InputRejected", 1): lambda d: {**d, "version": 2},
+}
 
 
 def upcast(event: dict[str, Any], current: int, table: dict[tuple[str, int], Upcaster] | None = None) -> dict[str, Any]:

@@ -6,7 +6,8 @@ transaction that also advances the projection's checkpoint, so a projection must
 - write only through `conn` and never commit, roll back or begin a transaction itself;
 - write rows as Arrow batches (`insert_arrow`) or set-based SQL, never one statement per row;
 - expect to be called several times for one batch (the store hands a large batch over in
-  chunks, in log order, all in the one transaction): read back what it wrote earlier through `conn`;
+  chunks, in log order, all in the one transaction): read back what it wrote earlier through `conn`
+  (or keep it in memory, and forget it in `rolled_back`: the store is the only writer);
 - accept every item, including `Malformed` ones and event types it does not know (skip them):
   an exception blocks the stream, since the same batch is delivered again.
 """
@@ -78,6 +79,11 @@ class Projection(ABC):
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         """Apply items (in log order, all after this projection's checkpoint) to the tables."""
 
+    def rolled_back(self) -> None:
+        """The transaction of the batch being applied was rolled back: a projection that keeps
+        what it wrote in memory (to not read it back) forgets it here. Default: nothing kept."""
+        return
+
 
 def quote(identifier: str) -> str:
     """An SQL identifier, double-quoted."""
@@ -104,6 +110,18 @@ def insert_arrow(conn: Connection, table: str, data: pa.Table) -> None:
         return
     with registered(conn, data) as view:
         conn.execute(f"INSERT INTO {quote(table)} BY NAME SELECT * FROM {view}")
+
+
+def update_rows(conn: Connection, table: str, key: Sequence[str], data: pa.Table) -> None:
+    """Set every column of `data` but the `key` columns on the row of `table` with the same key
+    (one statement; each key at most once in `data`). Far cheaper than a delete and an insert."""
+    if data.num_rows == 0:
+        return
+    target = quote(table)
+    with registered(conn, data) as view:
+        sets = ", ".join(f"{quote(c)} = v.{quote(c)}" for c in data.column_names if c not in key)
+        match = " AND ".join(f"{target}.{quote(c)} = v.{quote(c)}" for c in key)
+        conn.execute(f"UPDATE {target} SET {sets} FROM {view} AS v WHERE {match}")
 
 
 def delete_keys(conn: Connection, table: str, keys: pa.Table) -> None:

@@ -10,11 +10,11 @@ event, `part` 0).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
+from events import Event
 from projections.base import Connection, Item, Malformed, Projection, insert_arrow
 
 MALFORMED = "_malformed"
@@ -74,45 +74,25 @@ class EventLogProjection(Projection):
 
 def rows(items: Sequence[Item]) -> pa.Table:
     """The `event_log` rows of `items` as one Arrow table."""
-    n = len(items)
-    seq: list[int] = [0] * n
-    parts: list[int] = [0] * n
-    ids: list[str | None] = [None] * n
-    types: list[str] = [MALFORMED] * n
-    versions: list[int | None] = [None] * n
-    times: list[datetime | None] = [None] * n
-    sources: list[str | None] = [None] * n
-    subjects: list[str] = [""] * n
-    trees: list[str | None] = [None] * n
-    bases: list[int | None] = [None] * n
-    causations: list[str | None] = [None] * n
-    data: list[str | None] = [None] * n
-    errors: list[str | None] = [None] * n
-    raws: list[str | None] = [None] * n
-    for i, item in enumerate(items):
-        seq[i] = item.seq
-        parts[i] = item.part
-        subjects[i] = item.subject
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    for item in items:
         envelope = item.event
         if isinstance(envelope, Malformed):
-            ids[i] = envelope.error.event_id or envelope.msg_id
-            errors[i] = str(envelope.error)
-            raws[i] = envelope.text
+            append((item.seq, item.part, envelope.error.event_id or envelope.msg_id, MALFORMED, None, None, None,
+                    item.subject, None, None, None, None, str(envelope.error), envelope.text))
             continue
         event = envelope.event
-        ids[i] = envelope.id
-        types[i] = event.type
-        versions[i] = event.version
-        times[i] = envelope.time
-        sources[i] = envelope.source
-        trees[i] = getattr(event, "tree", None)
-        bases[i] = envelope.basis
-        causations[i] = envelope.causation
-        data[i] = event.model_dump_json(exclude_none=True)
-    columns: list[list[Any]] = [
-        seq, parts, ids, types, versions, times, sources, subjects, trees, bases, causations, data, errors, raws
-    ]
+        append((item.seq, item.part, envelope.id, event.type, event.version, envelope.time, envelope.source,
+                item.subject, getattr(event, "tree", None), envelope.basis, envelope.causation, body(event),
+                None, None))
+    columns = list(zip(*out, strict=True)) if out else [()] * len(SCHEMA)
     return pa.Table.from_arrays(
-        [pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)],
-        schema=SCHEMA,
+        [pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)], schema=SCHEMA
     )
+
+
+def body(event: Event) -> str:
+    """The event as the `data` column holds it: `event.model_dump_json(exclude_none=True)`, from
+    its serializer without the method's keyword handling."""
+    return str(type(event).__pydantic_serializer__.to_json(event, exclude_none=True).decode())

@@ -37,6 +37,9 @@ it lands (as admission applies it when it reads it back). Admission normally ans
 its cycles (it ticks when inputs arrived); an accepted input that changes nothing (a task reported
 in its current state) may wait for its next decision. `gangs_held` holds what waits (the encoded
 events) and `gangs_answered` the highest position admission has answered; both are internal.
+The projection keeps them in memory as well (read once, then kept in step with its writes, forgotten
+on a rollback), and the rows of waiting and pending gangs (`projections/gang_rows.py`): a fold reads
+back only the other gangs it touches, and updates the changed columns of a row it changed in place.
 
 Known limits: a gang's `pool` before any decision (above); a timer's announcement that lands after
 a decision admission made before that timer fired is applied where it lands (the states agree again
@@ -87,7 +90,8 @@ from events import (
     decode,
     encode,
 )
-from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, registered
+from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, registered, update_rows
+from projections.gang_rows import RowCache
 
 Row = dict[str, Any]
 
@@ -98,6 +102,7 @@ INPUTS = frozenset({"GangEnqueued", "TaskStateChanged", "GangCancelled"})
 DECISIONS = frozenset(
     {"GangAdmitted", "GangMovedToQueue", "GangRequeued", "GangTimedOut", "GangFinished", "PreemptionRequested"}
 )
+TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a timer may announce
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
 
@@ -183,7 +188,7 @@ class Held:
 
     seq: int
     type: str
-    envelope: Envelope | None  # None: held in `gangs_held`, not loaded (yet)
+    envelope: Envelope | None  # None: held in `gangs_held` but no longer decodes (skipped when due)
     refused: str | None = None  # admission's refusal of this input
     timer: int | None = None  # a timer's announcement: the position it is based on
     part: int = 0  # its place in a pack of decisions (events.encode_pack)
@@ -205,13 +210,25 @@ class GangsProjection(Projection):
     schema_version = 2
     tables = ("gangs", "tasks", "gangs_held", "gangs_answered")
 
+    def __init__(self) -> None:
+        # `gangs_held` (decoded) and `gangs_answered` as this store's transactions left them: read
+        # once, then kept in step with every write (None: read them again, after a rollback).
+        self._held: list[Held] | None = None
+        self._answered = 0
+        self._rows = RowCache()
+
     def create(self, conn: Connection) -> None:
         for ddl in _DDL:
             conn.execute(ddl)
+        self.rolled_back()
+
+    def rolled_back(self) -> None:
+        self._held = None
+        self._rows.clear()
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         fresh: list[Held] = []
-        refusals: dict[int, str] = {}
+        refusals: dict[tuple[int, int], str] = {}  # (input_seq, part in its pack) -> the refusal
         answered = 0
         for item in items:
             envelope = item.event
@@ -222,30 +239,55 @@ class GangsProjection(Projection):
                 answered = max(answered, envelope.basis)
             if isinstance(event, InputRejected):
                 if event.input_seq is not None and event.input_type in INPUTS:
-                    refusals[event.input_seq] = f"{event.rule}: {event.reason}"
+                    refusals[(event.input_seq, event.input_part or 0)] = f"{event.rule}: {event.reason}"
             elif event.type in INPUTS or event.type in DECISIONS:
-                fresh.append(Held(item.seq, event.type, envelope, timer=_timer_basis(envelope), part=item.part,
-                                  raw=item.raw))
+                timer = _timer_basis(envelope) if event.type in TIMERS else None
+                fresh.append(Held(item.seq, event.type, envelope, None, timer, item.part, item.raw))
         if not fresh and not refusals and not answered:
             return
-        (stored,) = conn.execute("SELECT answered FROM gangs_answered").fetchone() or (0,)
-        answered = max(answered, int(stored))
-        if answered > stored:
+        if self._held is None:
+            self._held, self._answered = _load_waiting(conn)
+        if answered > self._answered:
             conn.execute("UPDATE gangs_answered SET answered = ?", [answered])
-        held = [Held(int(seq), str(kind), None, refused, timer, int(part)) for seq, part, kind, refused, timer in
-                conn.execute("SELECT seq, part, type, refused, timer FROM gangs_held ORDER BY seq, part").fetchall()]
-        newly_refused = [h for h in held if h.refused is None and h.seq in refusals]
-        for h in [*newly_refused, *fresh]:
-            h.refused = refusals.get(h.seq, h.refused)
+            self._answered = answered
+        answered = self._answered
+        held = self._held
+        newly_refused = [h for h in held if h.refused is None and h.key in refusals] if refusals else []
+        for h in [*newly_refused, *fresh] if refusals else ():
+            h.refused = refusals.get(h.key, h.refused)
         queue = held + fresh
-        # The first input admission has not answered yet: it, and whatever the fold applies after
-        # it, wait.
-        cut = next((h.at for h in queue if h.type in INPUTS and h.refused is None and h.seq >= answered), None)
-        ready = sorted((h for h in queue if cut is None or h.at < cut), key=lambda h: h.at)
+        ready, waiting = _split(queue, answered)
         if ready:
-            _load_held(conn, [h for h in ready if h.envelope is None])
-            _Fold(conn, ready).write()
-        _keep_waiting(conn, held, fresh, {h.key for h in ready}, newly_refused)
+            _Fold(conn, [queue[i] for i in ready], self._rows).write()
+        _keep_waiting(conn, queue, len(held), ready, waiting, newly_refused)
+        self._held = [queue[i] for i in waiting]
+
+
+def _split(queue: list[Held], answered: int) -> tuple[list[int], list[int]]:
+    """Where in `queue` (log order: by `key`) is what admission's fold applies now, in the order
+    it applies them (by `at`), and what waits: the first input admission has not answered yet,
+    and whatever the fold applies after it (a timer's announcement that lands later but fired
+    before it does not wait)."""
+    first = next((i for i, h in enumerate(queue) if h.type in INPUTS and h.refused is None and h.seq >= answered),
+                 None)
+    if first is None:
+        ready = list(range(len(queue)))
+        timers = any(h.timer is not None for h in queue)
+        waiting: list[int] = []
+    else:
+        cut = queue[first].at  # in log order, what comes before it is applied before it, but timers
+        ready = [i for i in range(first) if queue[i].timer is None or queue[i].at < cut]
+        later = [i for i in range(first + 1, len(queue)) if queue[i].timer is not None and queue[i].at < cut]
+        timers = bool(later) or any(queue[i].timer is not None for i in ready)
+        if later or len(ready) < first:
+            now = set(ready) | set(later)
+            ready += later
+            waiting = [i for i in range(len(queue)) if i not in now]
+        else:
+            waiting = list(range(first, len(queue)))
+    if timers:
+        ready.sort(key=lambda i: queue[i].at)
+    return ready, waiting
 
 
 def _timer_basis(envelope: Envelope) -> int | None:
@@ -262,36 +304,38 @@ def _timer_basis(envelope: Envelope) -> int | None:
     return envelope.basis if timer and envelope.source == ADMISSION else None
 
 
-def _load_held(conn: Connection, held: list[Held]) -> None:
-    """Decode the held events about to be applied (a message that no longer decodes is skipped)."""
-    if not held:
-        return
-    wanted = pa.table({"seq": pa.array([h.seq for h in held], pa.int64()),
-                       "part": pa.array([h.part for h in held], pa.int32())})
-    with registered(conn, wanted) as view:
-        found = {(int(seq), int(part)): bytes(message) for seq, part, message in
-                 conn.execute(f"SELECT seq, part, message FROM gangs_held JOIN {view} USING (seq, part)").fetchall()}
-    for h in held:
+def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
+    """`gangs_held`, decoded, in log order (a message that no longer decodes is skipped when its
+    turn comes), and `gangs_answered`."""
+    (answered,) = conn.execute("SELECT answered FROM gangs_answered").fetchone() or (0,)
+    held: list[Held] = []
+    for seq, part, kind, message, refused, timer in conn.execute(
+            "SELECT seq, part, type, message, refused, timer FROM gangs_held ORDER BY seq, part").fetchall():
         try:
-            h.envelope = decode(found[h.key])
-        except (DecodeError, KeyError):
-            h.envelope = None
+            envelope: Envelope | None = decode(bytes(message))
+        except DecodeError:
+            envelope = None
+        held.append(Held(int(seq), str(kind), envelope, refused, timer, int(part)))
+    return held, int(answered)
 
 
-def _keep_waiting(conn: Connection, held: list[Held], fresh: list[Held], applied: set[tuple[int, int]],
+def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[int], waiting: list[int],
                   newly_refused: list[Held]) -> None:
     """`gangs_held` after this call: what was applied leaves it; what was not stays (with its
-    refusal, if one came) or comes in."""
-    gone = [h for h in held if h.key in applied]
+    refusal, if one came) or comes in. `queue[:held]` is what it held before."""
+    gone = [queue[i] for i in ready if i < held]
     delete_keys(conn, "gangs_held", pa.table({"seq": pa.array([h.seq for h in gone], pa.int64()),
                                               "part": pa.array([h.part for h in gone], pa.int32())}))
-    refused = [h for h in newly_refused if h.key not in applied]
+    stay = {id(queue[i]) for i in waiting if i < held} if newly_refused else set()
+    refused = [h for h in newly_refused if id(h) in stay]
     if refused:
         marks = pa.table({"seq": pa.array([h.seq for h in refused], pa.int64()),
+                          "part": pa.array([h.part for h in refused], pa.int32()),
                           "refused": pa.array([h.refused for h in refused], _STR)})
         with registered(conn, marks) as view:
-            conn.execute(f"UPDATE gangs_held SET refused = m.refused FROM {view} AS m WHERE gangs_held.seq = m.seq")
-    new = [(h, h.envelope) for h in fresh if h.key not in applied and h.envelope is not None]
+            conn.execute(f"UPDATE gangs_held SET refused = m.refused FROM {view} AS m WHERE gangs_held.seq = m.seq "
+                         "AND gangs_held.part = m.part")
+    new = [(h, h.envelope) for h in (queue[i] for i in waiting if i >= held) if h.envelope is not None]
     rows = {
         "seq": [h.seq for h, _ in new],
         "part": [h.part for h, _ in new],
@@ -301,6 +345,8 @@ def _keep_waiting(conn: Connection, held: list[Held], fresh: list[Held], applied
         "timer": [h.timer for h, _ in new],
     }
     insert_arrow(conn, "gangs_held", pa.Table.from_pydict(rows, schema=HELD))
+    for h, _ in new:
+        h.raw = None  # stored: what waits is kept decoded, not twice
 
 
 def _gang_key(envelope: Envelope) -> tuple[str, str]:
@@ -320,33 +366,63 @@ def fetch_rows(conn: Connection, sql: str, params: Sequence[object] = ()) -> lis
 
 
 class _Fold:
-    """The gangs and tasks that the events touch, read back, folded in Python and written back
-    with one delete and one insert per table."""
+    """The gangs and tasks that the events touch, read back (or taken from the `RowCache`),
+    folded in Python and written back with one delete and one insert per table."""
 
-    def __init__(self, conn: Connection, events: list[Held]) -> None:
+    def __init__(self, conn: Connection, events: list[Held], cache: RowCache) -> None:
         self.conn = conn
+        self.cache = cache
         self.gangs: dict[tuple[str, str], Row] = {}
         self.members: dict[tuple[str, str], list[Row]] = {}  # (tree, gang) -> its tasks, in member order
         self.tasks: dict[tuple[str, str], Row] = {}  # (tree, task) -> row
-        self.touched_gangs: set[tuple[str, str]] = set()
-        self.touched_tasks: set[tuple[str, str]] = set()
+        # the rows read (from the tables or the cache), with their `resources` as read: a row the
+        # fold changed in place, but not its resources, is updated; any other row is replaced
+        self.stored: dict[tuple[str, str], tuple[Row, object]] = {}  # (tree, gang) -> row, resources
+        self.stored_tasks: dict[tuple[str, str], tuple[Row, object]] = {}  # (tree, task) -> row, resources
+        # what the fold changed, in the order it first changed it (and so writes it: no sort)
+        self.touched_gangs: dict[tuple[str, str], None] = {}
+        self.touched_tasks: dict[tuple[str, str], None] = {}
+        self.gang_columns: set[str] = {"updated_seq", "updated_at"}  # the columns changed (in any row)
+        self.task_columns: set[str] = {"updated_seq", "updated_at"}
+        self.taken_over = False  # a new task row replaced one of the same key read before
         envelopes = [(h.seq, h.envelope, h.refused) for h in events if h.envelope is not None]
         self._load({_gang_key(e) for _, e, _ in envelopes})
         for seq, envelope, refused in envelopes:
             self._apply(seq, envelope, refused)
 
     def _load(self, keys: Iterable[tuple[str, str]]) -> None:
-        wanted = sorted(keys)
+        wanted: list[tuple[str, str]] = []
+        for key in keys:
+            gang = self.cache.gangs.get(key)
+            if gang is None:
+                wanted.append(key)
+                continue
+            self._loaded_gang(gang)
+            rows = self.cache.members.get(key)
+            if rows:
+                self.members[key] = rows
+                for task in rows:
+                    self._loaded_task(task)
         if not wanted:
             return
         table = pa.table({"tree": [k[0] for k in wanted], "gang": [k[1] for k in wanted]})
         with registered(self.conn, table) as view:
             for row in fetch_rows(self.conn, f"SELECT g.* FROM gangs g JOIN {view} USING (tree, gang)"):
-                self.gangs[(row["tree"], row["gang"])] = row
+                self._loaded_gang(row)
             for row in fetch_rows(self.conn, f"SELECT t.* FROM tasks t JOIN {view} USING (tree, gang) "
                                              "ORDER BY t.tree, t.gang, t.member"):
                 self.members.setdefault((row["tree"], row["gang"]), []).append(row)
-                self.tasks[(row["tree"], row["task"])] = row
+                self._loaded_task(row)
+
+    def _loaded_gang(self, row: Row) -> None:
+        key = (row["tree"], row["gang"])
+        self.gangs[key] = row
+        self.stored[key] = (row, row["resources"])
+
+    def _loaded_task(self, row: Row) -> None:
+        key = (row["tree"], row["task"])
+        self.tasks[key] = row
+        self.stored_tasks[key] = (row, row["resources"])
 
     # --- applying one event -------------------------------------------------------------------
 
@@ -404,8 +480,10 @@ class _Fold:
                 "preemption_requested": False, "started_at": None, "updated_seq": seq, "updated_at": time,
             }
             tasks.append(task)
+            if (event.tree, spec.id) in self.tasks:
+                self.taken_over = True
             self.tasks[(event.tree, spec.id)] = task
-            self.touched_tasks.add((event.tree, spec.id))
+            self.touched_tasks[(event.tree, spec.id)] = None
             for kind, amount in spec.resources.items():
                 resources[kind] = resources.get(kind, 0.0) + amount
         changes: Row = {"members": len(tasks), "resources": resources}
@@ -423,7 +501,7 @@ class _Fold:
             "finished_at": None, "last_reason": None, "updated_seq": seq, "updated_at": time,
         }
         self.gangs[(event.tree, event.gang)] = gang
-        self.touched_gangs.add((event.tree, event.gang))
+        self.touched_gangs[(event.tree, event.gang)] = None
         return gang
 
     def _admitted(self, event: GangAdmitted, seq: int, time: datetime) -> None:
@@ -513,38 +591,62 @@ class _Fold:
     def _touch(self, gang: Row, seq: int, time: datetime, **changes: Any) -> None:
         gang.update(changes)
         gang["updated_seq"], gang["updated_at"] = seq, time
-        self.touched_gangs.add((gang["tree"], gang["gang"]))
+        self.gang_columns.update(changes)
+        self.touched_gangs[(gang["tree"], gang["gang"])] = None
 
     def _set_task(self, task: Row, seq: int, time: datetime, **changes: Any) -> None:
-        if all(task.get(k) == v for k, v in changes.items()):
-            return
+        for column, value in changes.items():
+            if task.get(column) != value:
+                break
+        else:
+            return  # nothing changes
         task.update(changes)
         task["updated_seq"], task["updated_at"] = seq, time
-        self.touched_tasks.add((task["tree"], task["task"]))
+        self.task_columns.update(changes)
+        self.touched_tasks[(task["tree"], task["task"])] = None
 
     def _set_pool(self, gang: Row, pool: str) -> None:
         if gang["pool"] == pool:
             return
         gang["pool"] = pool
-        self.touched_gangs.add((gang["tree"], gang["gang"]))
+        self.gang_columns.add("pool")
+        self.task_columns.add("pool")
+        self.touched_gangs[(gang["tree"], gang["gang"])] = None
         for task in self._tasks_of(gang):
             task["pool"] = pool
-            self.touched_tasks.add((task["tree"], task["task"]))
+            self.touched_tasks[(task["tree"], task["task"])] = None
 
     # --- writing ------------------------------------------------------------------------------
 
     def write(self) -> None:
-        self._replace("gangs", GANGS, ["tree", "gang"], sorted(self.touched_gangs),
-                      [self.gangs[k] for k in sorted(self.touched_gangs)])
-        self._replace("tasks", TASKS, ["tree", "task"], sorted(self.touched_tasks),
-                      [self.tasks[k] for k in sorted(self.touched_tasks)])
+        self._write("gangs", GANGS, ("tree", "gang"), [(k, self.gangs[k]) for k in self.touched_gangs], self.stored,
+                    self.gang_columns)
+        tasks = list(self.touched_tasks)
+        self._write("tasks", TASKS, ("tree", "task"), [(k, self.tasks[k]) for k in tasks], self.stored_tasks,
+                    self.task_columns)
+        self.cache.written(self.touched_gangs, self.gangs, self.members, self.tasks, tasks, self.taken_over)
 
-    def _replace(self, table: str, schema: pa.Schema, key: list[str], keys: list[tuple[str, str]],
-                 rows: list[Row]) -> None:
-        if not keys:
-            return
-        delete_keys(self.conn, table, pa.table({name: [k[i] for k in keys] for i, name in enumerate(key)}))
-        insert_arrow(self.conn, table, pa.Table.from_pylist(rows, schema=schema))
+    def _write(self, table: str, schema: pa.Schema, key: tuple[str, str], rows: list[tuple[tuple[str, str], Row]],
+               stored: dict[tuple[str, str], tuple[Row, object]], changed: set[str]) -> None:
+        """The rows read and changed in place (not their resources: a MAP is costly to update)
+        are updated, in the `changed` columns; the others replace whatever has their key (a new
+        task may take over another gang's task id) or are inserted (a gang that had no row)."""
+        updated: list[Row] = []
+        replaced: list[Row] = []
+        for k, row in rows:
+            before = stored.get(k)
+            if before is not None and before[0] is row and before[1] is row["resources"]:
+                updated.append(row)
+            else:
+                replaced.append(row)
+        if updated:
+            columns = [f for f in schema if f.name in key or (f.name in changed and f.name != "resources")]
+            update_rows(self.conn, table, key, pa.table([pa.array([r[f.name] for r in updated], type=f.type)
+                                                         for f in columns], schema=pa.schema(columns)))
+        if replaced:
+            if table != "gangs" or any((r["tree"], r["gang"]) in stored for r in replaced):
+                delete_keys(self.conn, table, pa.table({name: [r[name] for r in replaced] for name in key}))
+            insert_arrow(self.conn, table, pa.Table.from_pylist(replaced, schema=schema))
 
 
 __all__ = ["GANGS", "TASKS", "GangsProjection", "fetch_rows"]

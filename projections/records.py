@@ -4,15 +4,16 @@ Tables:
 
     preemptions(tree, pool, gang, task, reason, requested_at, requested_seq, grace_period,
                 excess MAP, entitlement MAP, allocation MAP)
-    rejections(seq, tree, ref, input_type, rule, field, reason, input_seq, input_id, source,
-               rejected_at, input)
+    rejections(seq, tree, ref, input_type, rule, field, reason, input_seq, input_part, input_id,
+               source, rejected_at, input)
 
 `preemptions` has one row per task a `PreemptionRequested` names (DOMAIN §6: the whole gang is
 taken, and each of its live tasks is named); `excess`, `entitlement` and `allocation` are the
 pool's numbers that justified it. What became of a task: join `tasks` (the `gangs` projection).
 `rejections` has one row per `InputRejected`: `ref` names what was refused (a gang, a task, a pool
 path, or `seq:<n>` for an undecodable message), `rule` the broken rule, `input_seq` where the
-refused input stands in the log (NULL for refused commands, which never became events), `source`
+refused input stands in the log (NULL for refused commands, which never became events) and
+`input_part` its place in that message (0 unless the message is a pack of inputs), `source`
 the service that refused it, and `input` the input as it came.
 
     SELECT p.pool, p.gang, p.task, p.reason, t.state FROM preemptions p JOIN tasks t USING (tree, task);
@@ -60,6 +61,7 @@ REJECTIONS = pa.schema(
         ("field", _STR),
         ("reason", _STR),
         ("input_seq", pa.int64()),
+        ("input_part", pa.int32()),
         ("input_id", _STR),
         ("source", _STR),
         ("rejected_at", _TIME),
@@ -104,14 +106,14 @@ class RejectionsProjection(Projection):
     """`rejections`: every refused input, with the rule and the reason."""
 
     name = "rejections"
-    schema_version = 1
+    schema_version = 2
     tables = ("rejections",)
 
     def create(self, conn: Connection) -> None:
         conn.execute(
             """CREATE TABLE rejections (
                 seq BIGINT PRIMARY KEY, tree VARCHAR, ref VARCHAR NOT NULL, input_type VARCHAR, rule VARCHAR,
-                field VARCHAR, reason VARCHAR, input_seq BIGINT, input_id VARCHAR, source VARCHAR,
+                field VARCHAR, reason VARCHAR, input_seq BIGINT, input_part INTEGER, input_id VARCHAR, source VARCHAR,
                 rejected_at TIMESTAMPTZ, input VARCHAR)"""
         )
 
@@ -124,6 +126,8 @@ class RejectionsProjection(Projection):
             event = envelope.event
             rows.append({"seq": item.seq, "tree": event.tree, "ref": event.ref, "input_type": event.input_type,
                          "rule": event.rule, "field": event.field, "reason": event.reason,
-                         "input_seq": event.input_seq, "input_id": event.input_id, "source": envelope.source,
+                         "input_seq": event.input_seq,
+                         "input_part": None if event.input_seq is None else event.input_part or 0,
+                         "input_id": event.input_id, "source": envelope.source,
                          "rejected_at": envelope.time, "input": event.input.replace("\x00", "\ufffd")})
         insert_arrow(conn, "rejections", pa.Table.from_pylist(rows, schema=REJECTIONS))

@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -41,7 +42,7 @@ from services.common.jetstream import JetStreamLog
 from services.common.leadership import OnChange, connector, lease_key, open_leases, run_as_leader, servers_of
 from services.common.log import EventLog
 from services.common.natsserver import EmbeddedNats, remove_url_file, write_url_file
-from services.common.supervisor import Child, Restarts, Supervisor
+from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
 from services.preemption.service import serve_preemption
 from services.tree.service import serve_tree
 
@@ -157,16 +158,45 @@ async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
     """Run the named services in this process until cancelled, on `nats_url` or an embedded server.
     Ready (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    async with nats_server(data_dir, nats_url) as url:
-        await _run_on(names, data_dir, url, on_ready, ready_on_standby, on_change)
+    async with nats_server(data_dir, nats_url) as server, anyio.create_task_group() as tg:
+        tg.start_soon(watch_server, server)
+        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change)
+        tg.cancel_scope.cancel()
+
+
+class ServerGone(Exception):
+    """The embedded nats-server exited while poolwise was running on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """The NATS server poolwise runs on: its URL, and the embedded server's handle (None: an
+    outside server, `--nats-url`)."""
+
+    url: str
+    embedded: EmbeddedNats | None = None
+
+
+async def watch_server(server: Server, every: float = 0.25) -> None:
+    """Return never while the embedded server runs; raise `ServerGone` (with how it ended and
+    the last line of its log) once it has exited. Nothing to watch for an outside server: the
+    services reconnect to it on their own."""
+    embedded = server.embedded
+    if embedded is None:
+        await anyio.sleep_forever()
+        return
+    while (code := embedded.exit_code()) is None:
+        await anyio.sleep(every)
+    raise ServerGone(f"the embedded nats-server exited ({describe_exit(code)}); the last line of its log "
+                     f"({embedded.log_file}): {embedded.log_tail(1).strip() or '(empty)'}")
 
 
 @contextlib.asynccontextmanager
-async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[str]:
+async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[Server]:
     """`nats_url`, or else an embedded server on the data dir's store (claimed first, its URL in
-    the data dir while it runs, stopped on the way out even when cancelled): its URL."""
+    the data dir while it runs, stopped on the way out even when cancelled)."""
     if nats_url is not None:
-        yield nats_url
+        yield Server(nats_url)
         return
     with claim_data_dir(data_dir):
         embedded = EmbeddedNats(data_dir)
@@ -174,7 +204,7 @@ async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[str
             with anyio.CancelScope(shield=True):  # a started server is always stopped below
                 await anyio.to_thread.run_sync(embedded.start)
             write_url_file(data_dir, embedded.url)
-            yield embedded.url
+            yield Server(embedded.url, embedded)
         finally:
             with anyio.CancelScope(shield=True):
                 remove_url_file(data_dir)
@@ -208,11 +238,13 @@ async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
     every line a child writes to stderr, `echo(text)` what the supervisor says. Raises
     `services.common.supervisor.GaveUp` if a service keeps failing before it is up."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    async with nats_server(data_dir, nats_url) as url:
+    async with nats_server(data_dir, nats_url) as server:
+        url = server.url
         await prepare_log(url)
         children = [service_process(name, url, data_dir) for name in SERVICES if name in names]
         supervisor = Supervisor(children, is_up=is_up, on_line=on_line, echo=echo, restarts=restarts)
         async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_server, server)  # the services cannot go on without it: neither can up
             await tg.start(supervisor.run)
             if on_ready is not None:
                 on_ready(url)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from events import Envelope, at_seconds
+from events import Envelope, InputRejected, at_seconds
 from events.subjects import PREFIX
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
-from services.common.folding import decision_envelope
+from services.admission.envelopes import decision_envelope
 
 # What admission and preemption fold (preemption keeps a copy of admission's fold).
 SUBJECTS: tuple[str, ...] = (
@@ -21,6 +21,27 @@ SUBJECTS: tuple[str, ...] = (
     f"{PREFIX}.decision.*.preemption",
 )
 OWNED_PREFIXES: tuple[str, ...] = (f"{PREFIX}.gang.", f"{PREFIX}.task.", f"{PREFIX}.clock.")
+
+
+class _Seconds:
+    """`Envelope.seconds`, cheaper: `time.timestamp()` is the same number for an aware datetime
+    (the time since the epoch, in seconds), and the decisions of one cycle share one time
+    object, so the last answer is kept for it."""
+
+    __slots__ = ("seconds", "time")
+
+    def __init__(self) -> None:
+        self.time: datetime | None = None
+        self.seconds = 0.0
+
+    def __call__(self, envelope: Envelope) -> float:
+        time = envelope.time
+        if time is not self.time:
+            self.time, self.seconds = time, time.timestamp()
+        return self.seconds
+
+
+seconds_of = _Seconds()
 
 
 class AdmissionFolder:
@@ -36,12 +57,14 @@ class AdmissionFolder:
     def owns(self, subject: str) -> bool:
         return subject.startswith(OWNED_PREFIXES)
 
-    def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
+    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
         # 1. fold the event (timers due before it fire first); 2. run the cycles its tick started.
         state = self.state
-        outcomes = state.apply(envelope.event, seq, envelope.seconds)
+        outcomes = state.apply(envelope.event, seq, seconds_of(envelope))
         if not outcomes and not state.due:
             return []
+        if part:
+            outcomes = [naming_part(o, seq, part) for o in outcomes]
         due = state.take_due()
         time = at_seconds(state.now)  # the cycles change nothing, the clock neither
         decided = [self._wrap(o, seq, envelope.id, time) for o in outcomes]
@@ -51,4 +74,14 @@ class AdmissionFolder:
 
     @staticmethod
     def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
-        return decision_envelope(SERVICE, outcome.event, outcome.key, basis, causation, time)
+        return decision_envelope(SERVICE, outcome.event, outcome.key, basis, causation, time)  # not validated again
+
+
+def naming_part(outcome: Outcome, seq: int, part: int) -> Outcome:
+    """A refusal of the `part`-th input of the pack at `seq` (part > 0) names that part, and its id
+    differs from the refusal of another part of the same message (the first part's, like a
+    message of one event's, is `rejected:<seq>`)."""
+    event = outcome.event
+    if not isinstance(event, InputRejected) or event.input_seq != seq:
+        return outcome
+    return Outcome(event.model_copy(update={"input_part": part}), f"{outcome.key}.{part}")

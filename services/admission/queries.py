@@ -73,8 +73,8 @@ class ExplainingFolder:
     def owns(self, subject: str) -> bool:
         return self.inner.owns(subject)
 
-    def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
-        decided = self.inner.step(envelope, seq)
+    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
+        decided = self.inner.step(envelope, seq, part)
         self._observe(envelope)
         for made in decided:
             self._observe(made)

@@ -1,9 +1,14 @@
 """The admission service: its folder on the log, its projections, and its clock.
 
 The clock publishes a `ClockTicked` (time from the wall clock, never earlier than the log's)
-when inputs arrived since the last cycle and the previous cycle has been read back (at once
-under load; after a quiet spell, `DEBOUNCE` later, so that a burst shares one cycle), and when
-the earliest timer is due, so that timeouts fire on a quiet log. Ticks are events: replay sees
+when inputs arrived since the last cycle and the previous tick's cycle has been published (at
+once under load; after a quiet spell, `DEBOUNCE` later, so that a burst shares one cycle), and
+when the earliest timer is due, so that timeouts fire on a quiet log.
+
+Published, not read back: a tick appended after the previous cycle's decisions were acknowledged
+stands after them in the log, so the fold has read them back by the time it reads the tick (the
+tree's cycle is no longer in flight there). Waiting for the read-back as well would add a
+delivery to every cycle. Ticks are events: replay sees
 the same ones. Scenario runs switch the clock off and publish their own ticks.
 """
 
@@ -33,13 +38,22 @@ class Clock:
         self.wake = anyio.Event()
         self.count = 0
         self.last_tick = float("-inf")  # monotonic time of the last tick
+        self.unpublished: int | None = None  # seq of the last tick, until its cycle is published
+        self.published = 0  # the last position whose decisions are in the log
 
     async def on_batch(self, last_seq: int) -> None:
+        self.published = max(self.published, last_seq)
+        if self.unpublished is not None and self.published >= self.unpublished:
+            self.unpublished = None
         self.wake.set()
 
     def _wanted(self) -> bool:
+        if self.unpublished is not None:
+            return False
         state = self.folder.state
-        return any(rt.dirty and rt.in_flight is None for rt in state.trees.values())
+        # in flight (not read back) only while the tick's cycle was not published: see the module doc
+        return any(rt.dirty and (rt.in_flight is None or rt.in_flight <= self.published)
+                   for rt in state.trees.values())
 
     async def run(self) -> None:
         self.wake.set()  # look once at start: inputs folded by the rebuild may be waiting for a cycle
@@ -65,8 +79,11 @@ class Clock:
         now = max(time.time(), state.now)
         self.count += 1
         self.last_tick = time.monotonic()
-        await self.log.append([Envelope(id=derived_id("clock", now, self.count, state.last_seq), time=at_seconds(now),
-                                        source="admission:clock", event=ClockTicked())])
+        (where,) = await self.log.append([Envelope(id=derived_id("clock", now, self.count, state.last_seq),
+                                                   time=at_seconds(now), source="admission:clock",
+                                                   event=ClockTicked())])
+        if where.seq > self.published:
+            self.unpublished = where.seq
 
 
 async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool = True,

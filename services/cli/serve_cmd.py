@@ -106,15 +106,17 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     def on_change(lease: str, state: str, holder: str | None) -> None:
         typer.echo(role_line(lease, state, holder), err=True)
 
-    run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
-                                           on_ready=on_ready, ready_on_standby=ready_on_standby,
-                                           on_change=on_change))
+    try:
+        run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
+                                               on_ready=on_ready, ready_on_standby=ready_on_standby,
+                                               on_change=on_change))
+    except Exception as exc:
+        _fail_on_known(exc)
+        raise
 
 
 def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None) -> None:
-    from services.cli.errors import fail, leaves
     from services.common.runtime import run_until_signalled
-    from services.common.supervisor import GaveUp
     from services.launcher import run_processes
 
     def on_ready(url: str) -> None:
@@ -131,7 +133,17 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None) ->
         run_until_signalled(lambda: run_processes(names, data_dir, nats_url, on_ready=on_ready,
                                                   is_up=says_leading, on_line=on_line, echo=echo))
     except Exception as exc:
-        gave_up = [found for found in leaves(exc) if isinstance(found, GaveUp)]
-        if not gave_up:
-            raise
-        raise fail(f"{gave_up[0]}; stopped poolwise up", code=1) from None
+        _fail_on_known(exc)
+        raise
+
+
+def _fail_on_known(exc: BaseException) -> None:
+    """A service that kept failing to start, or the embedded server gone: `poolwise up` stops with
+    one line saying so (exit 1)."""
+    from services.cli.errors import fail, leaves
+    from services.common.supervisor import GaveUp
+    from services.launcher import ServerGone
+
+    known = [found for found in leaves(exc) if isinstance(found, GaveUp | ServerGone)]
+    if known:
+        raise fail(f"{known[0]}; stopped poolwise up", code=1) from None

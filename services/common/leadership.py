@@ -392,6 +392,9 @@ def servers_of(nc: NATS) -> list[str]:
     return [server.geturl() for server in nc.servers]
 
 
+STOP_RETRY = 0.5  # seconds between cancellations sent to a renewals' thread that has not ended
+
+
 class _Renewer:
     """Renews a held lease from a thread of its own, on an event loop and a NATS connection of its
     own, so that a busy event loop (a long fold, rebuild or cycle: seconds at scale) does not cost
@@ -443,14 +446,22 @@ class _Renewer:
                     _log.debug("lease %s: closing the renewals' connection: %r", self._lease.name, exc)
 
     async def stop(self) -> None:
-        """Stop renewing (the lease stays as it is) and wait for the thread to end."""
+        """Stop renewing (the lease stays as it is) and wait for the thread to end.
+
+        The cancellation is sent again until the thread has ended: one can be lost (Python 3.11's
+        `asyncio.wait_for`, under nats-py's requests, swallows a cancellation that arrives as the
+        awaited reply does), and a renewals' thread that never ends would keep the service from
+        ever stopping: a service that failed at start hung instead of exiting, and `poolwise up`
+        waited for it forever."""
         with self._lock:
             self._stopping = True
-            loop, task = self._loop, self._task
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # its loop has ended already
-                loop.call_soon_threadsafe(task.cancel)
-        await anyio.to_thread.run_sync(self._thread.join)
+        while self._thread.is_alive():
+            with self._lock:
+                loop, task = self._loop, self._task
+            if loop is not None and task is not None:
+                with contextlib.suppress(RuntimeError):  # its loop has ended already
+                    loop.call_soon_threadsafe(task.cancel)
+            await anyio.to_thread.run_sync(self._thread.join, STOP_RETRY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,11 @@ class EmbeddedNats:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def exit_code(self) -> int | None:
+        """How the server process ended (negative: killed by that signal); None while it runs, or
+        when it was never started or was stopped by `stop`."""
+        return self._proc.poll() if self._proc is not None else None
+
     def start(self) -> EmbeddedNats:
         """Start the server and wait until JetStream is ready; raise `NatsServerError` otherwise."""
         if self.running:

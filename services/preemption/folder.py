@@ -7,6 +7,7 @@ from datetime import datetime
 from events import Envelope, at_seconds
 from services.admission.domain.state import Outcome
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
+from services.admission.folder import seconds_of
 from services.common.folding import decision_envelope
 from services.preemption.domain.state import SERVICE, PreemptionState
 
@@ -26,8 +27,8 @@ class PreemptionFolder:
     def owns(self, subject: str) -> bool:
         return False  # admission rejects malformed inputs; preemption owns no input subject
 
-    def step(self, envelope: Envelope, seq: int) -> list[Envelope]:
-        outcomes = self.state.apply(envelope.event, seq, envelope.seconds)
+    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
+        outcomes = self.state.apply(envelope.event, seq, seconds_of(envelope))
         if not outcomes:
             return []
         time = at_seconds(self.state.now)

@@ -99,7 +99,8 @@ class TreeView:
             if decoded is not None:
                 decoded[stored.seq] = envelopes
             for envelope in envelopes:
-                self.now = max(self.now, envelope.seconds)
+                # `envelope.seconds`, computed as it is (the aware time less the epoch) in C
+                self.now = max(self.now, envelope.time.timestamp())
                 self.state.apply(envelope.event, stored.seq)
         return rejections
 
@@ -336,7 +337,17 @@ def _projecting_behind(tg: TaskGroup, svc: TreeService, store: ProjectionStore) 
     async def project() -> None:
         async with receive:
             async for batch, decoded in receive:
-                await anyio.to_thread.run_sync(store.apply_decoded, batch, decoded)
+                # the batches folded meanwhile join this one: one transaction for all of them
+                # (each DuckDB statement and commit costs about a millisecond, whatever its size)
+                messages, merged = list(batch), dict(decoded)
+                while True:
+                    try:
+                        more, more_decoded = receive.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    messages.extend(more)
+                    merged.update(more_decoded)
+                await anyio.to_thread.run_sync(store.apply_decoded, messages, merged)
 
     tg.start_soon(project)
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from events import Event, GangEnqueued, InputRejected, TaskSpec, at_seconds, decode, encode
+from events import Event, GangEnqueued, InputRejected, TaskSpec, at_seconds, decode, encode, encode_pack
 from events.envelope import Envelope
 from services.admission.folder import AdmissionFolder
 from services.common.folding import fold_batch
@@ -86,6 +86,42 @@ def test_a_negative_amount_is_refused_by_the_codec_and_the_stream_moves_on() -> 
     assert rejection.input_seq == base + 1
     assert "neg" not in log.rt.gangs  # nothing of it was folded
     assert log.gang("fine").state == "pending" and result.last_seq == base + 2
+
+
+def test_a_pack_of_inputs_is_folded_part_by_part_and_a_refusal_names_its_part() -> None:
+    """A submitter's `enqueue_many` lands as one message (events.encode_pack): each gang is
+    decided on its own; the refusals of parts 1 and 2 name them and get ids of their own."""
+    gangs = [gang("p0", "/a"), gang("p1", "/nope"), gang("p2", "/a", resources={"cpu": 1, "gpu": 1}),
+             gang("p3", "/a")]
+    envelopes = [Envelope(id=f"in-{i}", time=at_seconds(0), source="sdk", event=g) for i, g in enumerate(gangs)]
+    log = world(pool("/a"))
+    folder = AdmissionFolder(log.state)
+    base = log.seq
+    pack = encode_pack([encode(e) for e in envelopes])
+    result = fold_batch(folder, [Stored(base + 1, "poolwise.gang.default", pack)], base)
+    refusals = [d for d in result.decisions if isinstance(d.event, InputRejected)]
+    assert [(r.event.ref, r.event.rule, r.event.input_seq, r.event.input_part) for r in refusals] == [
+        ("p1", "pool_missing", base + 1, 1), ("p2", "unknown_kind", base + 1, 2)]
+    assert len({r.id for r in refusals}) == 2 and all(r.basis == base + 1 for r in refusals)
+    assert [log.gang(g).state for g in ("p0", "p1", "p2", "p3")] == ["pending", "rejected", "rejected", "pending"]
+    # the first part's refusal keeps the id a message of one event gets
+    alone = fold_batch(AdmissionFolder(world(pool("/a")).state),
+                       [Stored(base + 1, "poolwise.gang.default", encode(envelopes[1]))], base).decisions
+    assert alone[0].event.input_part is None and alone[0].id != refusals[0].id
+
+
+def test_a_pack_with_a_malformed_input_is_refused_whole_naming_the_part() -> None:
+    good = Envelope(id="in-0", time=at_seconds(0), source="sdk", event=gang("ok", "/a"))
+    bad = json.loads(encode(Envelope(id="in-1", time=at_seconds(0), source="sdk", event=gang("bad", "/a"))))
+    bad["event"]["size"] = 0
+    log = world(pool("/a"))
+    base = log.seq
+    pack = encode_pack([encode(good), json.dumps(bad, separators=(",", ":")).encode()])
+    result = fold_batch(AdmissionFolder(log.state), [Stored(base + 1, "poolwise.gang.default", pack)], base)
+    (rejection,) = [d.event for d in result.decisions]
+    assert isinstance(rejection, InputRejected)
+    assert (rejection.field, rejection.rule, rejection.input_seq) == ("[1].event.size", "greater_than_equal", base + 1)
+    assert "ok" not in log.rt.gangs and "bad" not in log.rt.gangs  # nothing of the message was folded
 
 
 def test_the_wire_model_refuses_negative_amounts() -> None:

@@ -104,6 +104,25 @@ def test_a_killed_service_process_is_restarted(tmp_path: Path) -> None:
         no_traceback_in(up.stderr)
 
 
+@pytest.mark.parametrize("mode", [(), ("--single-process",)], ids=["processes", "single-process"])
+def test_up_stops_with_one_line_when_its_nats_server_dies(tmp_path: Path, mode: tuple[str, ...]) -> None:
+    """Without its server no service can go on: up says so and stops, instead of waiting forever."""
+    data = tmp_path / "data"
+    with Up(data, tmp_path, *mode) as up:
+        up.start()
+        pids = up.service_pids()
+        server = nats_server_pid(data)
+        assert server is not None
+        os.kill(server, signal.SIGKILL)
+        assert up.proc is not None
+        assert up.proc.wait(WAIT) == 1, up.stderr
+        last = up.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: the embedded nats-server exited (killed by SIGKILL)"), up.stderr
+        assert last.endswith("stopped poolwise up") and "server.log" in last, last
+        no_traceback_in(up.stderr)
+        wait_for(lambda: not any(alive(pid) for pid in pids.values()), "no service process to be left")
+
+
 def test_killing_up_leaves_no_service_process(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with Up(data, tmp_path) as up:

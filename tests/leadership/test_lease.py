@@ -181,3 +181,35 @@ async def test_a_terms_subscriptions_end_with_it(kv: KeyValue, nats_url: str) ->
     finally:
         await a.release()
         await nc.close()
+
+
+async def test_stopping_the_renewals_survives_a_lost_cancellation() -> None:
+    """A cancellation can be swallowed (Python 3.11's `asyncio.wait_for`, under nats-py's requests,
+    loses one that arrives with the reply): stopping sends it again until the renewals' thread
+    has ended. Sent once, a service that failed at start waited for that thread forever."""
+    import asyncio
+    import threading
+    from typing import Any, cast
+
+    from services.common.leadership import _Renewer
+
+    entered = threading.Event()
+    cancelled: list[int] = []
+
+    async def connect() -> Any:
+        for _ in range(2):
+            try:
+                entered.set()
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(1)  # the first one is swallowed
+        raise asyncio.CancelledError
+
+    lease = Lease(cast(KeyValue, None), "lost-cancel", new_holder_id())
+    renewer = _Renewer(lease, connect, "bucket", lambda: None, lambda: True)
+    renewer.start()
+    with anyio.fail_after(WAIT):
+        while not entered.is_set():  # set from the renewals' thread
+            await anyio.sleep(0.01)
+        await renewer.stop()
+    assert len(cancelled) == 2

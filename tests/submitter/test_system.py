@@ -14,7 +14,7 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
-from events import GangAdmitted
+from events import GangAdmitted, InputRejected
 from services.admission.queries import ExplainQuery, GangsQuery
 from services.cli.gangs_cmd import ask
 from services.cli.main import app
@@ -68,6 +68,37 @@ async def test_submit_wait_for_admission_and_explain(fresh_stream: str) -> None:
 
         rows = (await ask(url, GangsQuery(pool="/ATG"))).data["gangs"]
         assert {r["gang"]: r["state"] for r in rows} == {"g1": "admitted", "g2": "pending"}
+        tg.cancel_scope.cancel()
+
+
+async def test_enqueue_many_is_one_message_and_each_gang_is_decided_on_its_own(fresh_stream: str) -> None:
+    url = fresh_stream
+    async with anyio.create_task_group() as tg:
+        await tg.start(serve_system, url)
+        await setup_cluster(url)
+        async with Submitter(url, source="sdk:e2e") as client:
+            receipts = await client.enqueue_many(
+                [{"gang": "m1", "pool": "/ATG", "count": 1, "resources": {"cpu": 1}},
+                 {"gang": "m2", "pool": "/nowhere", "count": 1, "resources": {"cpu": 1}},
+                 {"gang": "m3", "pool": "/ATG", "count": 2, "resources": {"cpu": 1}}])
+            assert len({r.seq for r in receipts}) == 1  # one log message (a pack of inputs)
+            again = await client.enqueue_many(
+                [{"gang": "m1", "pool": "/ATG", "count": 1, "resources": {"cpu": 1}},
+                 {"gang": "m2", "pool": "/nowhere", "count": 1, "resources": {"cpu": 1}},
+                 {"gang": "m3", "pool": "/ATG", "count": 2, "resources": {"cpu": 1}}])
+            assert all(r.duplicate for r in again) and [r.seq for r in again] == [r.seq for r in receipts]
+
+            async def decided() -> dict[str, Any] | None:
+                found = await events(url)
+                refused = [e.event for e in found if isinstance(e.event, InputRejected)]
+                admitted = {e.event.gang for e in found if isinstance(e.event, GangAdmitted)}
+                return {"refused": refused, "admitted": admitted} if refused and len(admitted) == 2 else None
+
+            seen = await wait_until(decided, "m2 refused, m1 and m3 admitted")
+            (refusal,) = seen["refused"]
+            assert (refusal.ref, refusal.rule) == ("m2", "pool_missing")
+            assert (refusal.input_seq, refusal.input_part) == (receipts[0].seq, 1)
+            assert seen["admitted"] == {"m1", "m3"}
         tg.cancel_scope.cancel()
 
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from events import (
     CURRENT_VERSIONS,
     EVENT_TYPES,
+    ClockTicked,
     DecodeError,
     Envelope,
     GangEnqueued,
@@ -167,7 +168,7 @@ def test_a_pack_with_an_input_or_a_bad_event_is_malformed_as_a_whole() -> None:
 
     good = encode(_admitted(1))
     with pytest.raises(DecodeError) as caught:
-        decode_all(encode_pack([good, encode(_env(_gang()))]))
+        decode_all(encode_pack([good, encode(_env(ClockTicked(tree="t")))]))
     assert (caught.value.field, caught.value.rule) == ("[1].event.type", "not_packable")
     with pytest.raises(DecodeError) as caught:
         decode_all(encode_pack([good, good.replace(b'"queue":"pending"', b'"queue":7')]))

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events import GangAdmitted, GangMovedToQueue, PoolEntitlement
+from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
 from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime, _chain
+from services.admission.domain.trusted import gang_admitted
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, fits, fits_free, free, short_of
 from services.tree.domain.effective import EffectivePool, effective_pools
 
@@ -250,11 +251,18 @@ def _admit(rt: TreeRuntime, gang: Gang, queue: str, scratch: Scratch, out: list[
     for pool in _chain(gang.pool):
         scratch.jobs_running(rt, pool).add(gang.job)
     attempt = gang.attempt + 1
-    # One validation of plain values (pydantic's fastest way to a model: faster here than
-    # `model_construct`, and the values are checked as they would be on the wire). The tasks are
-    # the members' `TaskSpec`s as enqueued (the same id and resources, already validated models,
-    # which pydantic takes as they are).
-    out.append(Outcome(GangAdmitted.model_validate({
-        "tree": rt.name, "gang": gang.id, "pool": gang.pool, "queue": queue, "attempt": attempt,
-        "tasks": [t.spec or {"id": t.id, "resources": t.resources} for t in gang.tasks]}),
-        f"admitted:{gang.id}:{attempt}"))
+    # The tasks are the members' `TaskSpec`s as enqueued (the same id and resources, validated
+    # already), the rest plain values of the state: the model is built without validating them
+    # again (`trusted.gang_admitted`). Members made otherwise (no spec) are validated.
+    specs: list[TaskSpec] = []
+    for task in gang.tasks:
+        spec = task.spec
+        if spec is None:
+            admitted = GangAdmitted.model_validate({
+                "tree": rt.name, "gang": gang.id, "pool": gang.pool, "queue": queue, "attempt": attempt,
+                "tasks": [t.spec or {"id": t.id, "resources": t.resources} for t in gang.tasks]})
+            break
+        specs.append(spec)
+    else:
+        admitted = gang_admitted(rt.name, gang.id, gang.pool, queue, specs, attempt)
+    out.append(Outcome(admitted, f"admitted:{gang.id}:{attempt}"))

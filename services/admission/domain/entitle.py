@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
-from events import EntitlementsComputed, PoolEntitlement
+from events import EntitlementsComputed
 from services.admission.domain.entitlement import EntitlementEngine
 from services.admission.domain.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.state import AdmissionState, TreeRuntime
+from services.admission.domain.trusted import pool_entitlement
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain.effective import capacity, effective_pools
 
@@ -113,13 +114,11 @@ def compute_for(state: AdmissionState, tree: str) -> EntitlementsComputed:
     """Every pool's entitlement in `tree`, as the event the cycle publishes."""
     engine, _leaves, given = _engine(state, tree)
     result = engine.compute()
-    # model_construct: the values come from our own engine, already of the right types.
+    # not validated again: the values come from our own engine, already of the right types
     kinds = result.kinds
     pools = [
-        PoolEntitlement.model_construct(
-            path=path, entitlement=_per_kind(kinds, entitlement), non_slack_entitlement=_per_kind(kinds, non_slack),
-            slack_entitlement=_per_kind(kinds, slack), fair_share=_rounded(fair), usage_share=_rounded(usage),
-            demand_share=_rounded(demand), dominant_kind=dominant)
+        pool_entitlement(path, _per_kind(kinds, entitlement), _per_kind(kinds, non_slack), _per_kind(kinds, slack),
+                         _rounded(fair), _rounded(usage), _rounded(demand), dominant)
         for path, entitlement, non_slack, slack, fair, usage, demand, dominant in sorted(result.rows())
     ]
     return EntitlementsComputed(tree=tree, capacity=_r(dict(given.capacity)),

@@ -122,3 +122,57 @@ class GangQueue:
         """The gang just ahead of this one (for `explain`)."""
         at = self.position(gang_id)
         return None if not at else self._gangs[at - 1]
+
+
+class UnorderedQueue(GangQueue):
+    """A queue whose order is seldom read (preemption's copy of the fold keeps one for every pool
+    whose queue order its passes never read): pushing and removing only keep the members, and
+    the order is worked out (sorted by the same keys) when it is read. Every reading method of
+    `GangQueue` answers the same here."""
+
+    __slots__ = ("_members", "_sorted")
+
+    def __init__(self, key_of: Callable[[Gang], SortKey]) -> None:
+        super().__init__(key_of)
+        self._members: dict[str, Gang] = {}
+        self._sorted = True  # the lists of `GangQueue` hold the members in order
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, gang_id: object) -> bool:
+        return gang_id in self._members
+
+    def push(self, gang: Gang) -> None:
+        self._members[gang.id] = gang
+        self._sorted = False
+
+    def remove(self, gang: Gang) -> None:
+        del self._members[gang.id]
+        self._sorted = False
+
+    def _sort(self) -> None:
+        if self._sorted:
+            return
+        key_of = self._key_of
+        pairs = sorted(((key_of(gang), gang) for gang in self._members.values()), key=lambda pair: pair[0])
+        self._keys = [key for key, _ in pairs]
+        self._gangs = [gang for _, gang in pairs]
+        self._index = {gang.id: key for key, gang in pairs}
+        self._sorted = True
+
+    def __iter__(self) -> Iterator[Gang]:
+        self._sort()
+        return super().__iter__()
+
+    def ordered(self) -> list[Gang]:
+        self._sort()
+        return super().ordered()
+
+    def head(self, usage: Callable[[Gang], float] | None = None) -> Gang | None:
+        self._sort()
+        return super().head(usage)
+
+    def position(self, gang_id: str) -> int | None:
+        self._sort()
+        return super().position(gang_id)

@@ -57,11 +57,11 @@ from services.admission.domain.model import (
     Ledger,
     Task,
 )
-from services.admission.domain.queues import GangQueue, fifo_key_of
+from services.admission.domain.queues import GangQueue, UnorderedQueue, fifo_key_of
 from services.admission.domain.timing import gang_timeout
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
-from services.tree.domain.effective import effective_pool
+from services.tree.domain.effective import EffectivePool, effective_pool
 from services.tree.domain.state import TreeState
 
 SERVICE = "admission"
@@ -102,6 +102,11 @@ class AdmissionState:
     now: float = 0.0
     last_seq: int = 0
     due: list[str] = field(default_factory=list)  # trees whose cycle the last tick started
+    # A reader's copy of the fold (preemption's): the same gangs, tasks, ledgers and counts, but
+    # queue order is kept only where preemption reads it (pools with `preempt_lower_priority`;
+    # elsewhere `UnorderedQueue`s sort when asked), and jobs waiting for a running-job slot are
+    # not marked (only the admission cycle and `explain` read `Gang.slot_wait`).
+    reader: bool = False
     _timers: list[tuple[float, str, str, str, int]] = field(default_factory=list)
 
     # --- the fold -----------------------------------------------------------------------------
@@ -218,14 +223,16 @@ class AdmissionState:
         return found
 
     def _new_queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
-        order = self._order(rt, pool)
+        view = effective_pool(self.config, rt.name, pool)
+        order = _order(view)
         rt.orders[pool] = order
         key = fifo_key_of(order)
-        return {name: GangQueue(key) for name in ("non_preemptible", "controller", "revocable", "pending")}
+        kind = UnorderedQueue if self._unordered(view) else GangQueue
+        return {name: kind(key) for name in ("non_preemptible", "controller", "revocable", "pending")}
 
-    def _order(self, rt: TreeRuntime, pool: str) -> tuple[str, ...]:
-        view = effective_pool(self.config, rt.name, pool)
-        return view.fifo_sort if view is not None else ("priority", "arrival")
+    def _unordered(self, view: EffectivePool | None) -> bool:
+        """Whether a pool's queues need not keep their order as they go (see `reader`)."""
+        return self.reader and (view is None or not view.preempt_lower_priority)
 
     def rebuild_queues(self, rt: TreeRuntime, pool: str) -> None:
         """A pool's order options may have changed: re-sort its queues if they did. The queues of a
@@ -234,11 +241,12 @@ class AdmissionState:
         old = rt.queues.get(pool)
         if old is None:
             return
-        if effective_pool(self.config, rt.name, pool) is None and not any(len(q) for q in old.values()):
+        view = effective_pool(self.config, rt.name, pool)
+        if view is None and not any(len(q) for q in old.values()):
             del rt.queues[pool]
             rt.orders.pop(pool, None)
             return
-        if self._order(rt, pool) == rt.orders.get(pool):
+        if _order(view) == rt.orders.get(pool) and self._unordered(view) == isinstance(old["pending"], UnorderedQueue):
             return
         new = self._new_queues(rt, pool)
         for name, queue in old.items():
@@ -259,7 +267,7 @@ class AdmissionState:
 
 def _on_enqueued(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
     assert isinstance(event, GangEnqueued)
-    rt = state.runtime(event.tree)
+    rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None:
         _first_members(state, rt, event, seq, out)
@@ -307,7 +315,8 @@ def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: Gang
     checks added them up, in the same order)."""
     members, tasks, gang_id = gang.tasks, rt.tasks, gang.id
     for spec in event.tasks:
-        task = Task(spec.id, gang_id, dict(spec.resources), "pending", None, False, spec)
+        # The member's resources are the spec's own dict (an immutable event's: nobody changes it).
+        task = Task(spec.id, gang_id, spec.resources, "pending", None, False, spec)
         members.append(task)
         tasks[spec.id] = task
     if not counted:
@@ -315,10 +324,10 @@ def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: Gang
         for spec in event.tasks:
             add_into(resources, spec.resources)
     rt.dirty = True
-    if len(gang.tasks) >= gang.size:
+    if len(members) >= gang.size:
         gang.arrival = seq
         state._enqueue(rt, gang)
-    elif len(gang.tasks) == len(event.tasks):  # first members: start the waiting timer
+    elif len(members) == len(event.tasks):  # first members: start the waiting timer
         state._timer(gang.waiting_deadline, gang, "waiting")
 
 
@@ -385,19 +394,24 @@ def _on_cancelled(state: AdmissionState, event: Event, seq: int, out: list[Outco
 
 def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
     assert isinstance(event, GangAdmitted)
-    rt = state.runtime(event.tree)
+    rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None or gang.state != PENDING or event.attempt != gang.attempt + 1:
         return  # decided on a state that moved on (e.g. cancelled in between): no effect
-    state._dequeue(rt, gang)
-    gang.state, gang.attempt, gang.admitted_at, gang.head_rank, gang.slot_wait = (
-        ADMITTED, event.attempt, state.now, 0, None)
+    pool = gang.pool
+    ledger = rt.ledgers.get(pool) or _ledger(rt, pool)
+    if gang.queue is not None:  # `_dequeue`, with the pool's ledger at hand
+        (rt.queues.get(pool) or state._queues(rt, pool))[gang.queue].remove(gang)
+        ledger.want(gang, -1.0)
+    now = state.now
+    gang.state, gang.queue, gang.attempt, gang.admitted_at, gang.head_rank, gang.slot_wait = (
+        ADMITTED, None, event.attempt, now, 0, None)
     tasks = gang.tasks
     for task in tasks:
         task.state = "ready"
-    (rt.ledgers.get(gang.pool) or _ledger(rt, gang.pool)).hold_all(gang, [task.resources for task in tasks], 1.0)
+    ledger.hold_all(gang, [task.resources for task in tasks], 1.0)
     _count(rt.running, gang, 1)
-    state._timer(state.now + gang.timeout, gang, "placement")
+    heapq.heappush(state._timers, (now + gang.timeout, gang.id, gang.tree, "placement", gang.attempt))
 
 
 def _on_moved(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -446,7 +460,8 @@ def _on_cycle(state: AdmissionState, event: Event, seq: int, out: list[Outcome])
         rt = state.runtime(event.tree)
         if rt.in_flight == event.trigger_seq:
             rt.in_flight = None
-            mark_slot_waiters(state.config, rt)
+            if not state.reader:
+                mark_slot_waiters(state.config, rt)
 
 
 def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
@@ -515,6 +530,11 @@ def _on_config(state: AdmissionState, event: Event, seq: int, out: list[Outcome]
 
 
 # --- small helpers -----------------------------------------------------------------------------
+
+
+def _order(view: EffectivePool | None) -> tuple[str, ...]:
+    """The `fifo_sort` a pool's queues keep their gangs by."""
+    return view.fifo_sort if view is not None else ("priority", "arrival")
 
 
 def _ledger(rt: TreeRuntime, pool: str) -> Ledger:

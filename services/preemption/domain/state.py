@@ -48,7 +48,7 @@ class PreemptionRecord:
 
 @dataclass(slots=True)
 class PreemptionState:
-    admission: AdmissionState = field(default_factory=AdmissionState)
+    admission: AdmissionState = field(default_factory=lambda: AdmissionState(reader=True))
     memory: dict[str, TreeMemory] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)  # tree -> trigger seq of an unread pass
     admitted: dict[str, AdmittedIndex] = field(default_factory=dict)  # tree -> its admitted gangs (a superset)

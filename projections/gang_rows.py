@@ -1,0 +1,75 @@
+"""The `gangs` and `tasks` rows the gangs projection will most likely touch again soon, kept in
+memory as they were last written, so that a fold does not read them back from DuckDB.
+
+A gang waiting for its members or pending admission is touched again by its admission (an
+enqueue and its admission are usually applied in different batches): its row and its tasks' rows
+are kept while it is `waiting` or `pending` (at most `LIMIT` gangs, the oldest forgotten first);
+any other gang is read from the tables when an event names it. What is kept is exactly what the
+tables hold: the rows are kept when written (or read), a task taken over by another gang's row
+(`(tree, task)` is the key of `tasks`) forgets the gang that had it, and the projection forgets
+everything when a transaction is rolled back (`Projection.rolled_back`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+Row = dict[str, Any]
+Key = tuple[str, str]
+
+KEPT_STATES = frozenset({"waiting", "pending"})
+LIMIT = 200_000
+
+
+class RowCache:
+    def __init__(self, limit: int = LIMIT) -> None:
+        self.limit = limit
+        self.gangs: dict[Key, Row] = {}  # (tree, gang) -> its row, oldest first
+        self.members: dict[Key, list[Row]] = {}  # (tree, gang) -> its tasks' rows, in member order
+        self._owners: dict[Key, Key] = {}  # (tree, task) -> (tree, gang) kept with it
+
+    def __len__(self) -> int:
+        return len(self.gangs)
+
+    def clear(self) -> None:
+        self.gangs.clear()
+        self.members.clear()
+        self._owners.clear()
+
+    def forget(self, key: Key) -> None:
+        if self.gangs.pop(key, None) is None:
+            return
+        for task in self.members.pop(key, ()):
+            task_key = (task["tree"], task["task"])
+            if self._owners.get(task_key) == key:
+                del self._owners[task_key]
+
+    def written(self, touched: Iterable[Key], gangs: Mapping[Key, Row], members: Mapping[Key, list[Row]],
+                tasks: Mapping[Key, Row], task_keys: Iterable[Key], taken_over: bool) -> None:
+        """After a fold wrote the `touched` gangs and the `task_keys` tasks (their rows in `gangs`
+        and `tasks`, as the tables have them now): keep the gangs worth keeping, forget the others,
+        and any kept gang one of whose tasks a written row took over (`taken_over`: a task row of
+        the fold replaced another one of the same key)."""
+        owners = self._owners
+        if owners:
+            for task_key in task_keys:
+                owner = owners.get(task_key)
+                if owner is not None:
+                    row = tasks[task_key]
+                    if owner != (row["tree"], row["gang"]):
+                        self.forget(owner)
+        for key in touched:
+            gang = gangs[key]
+            rows = members.get(key, [])
+            if gang["state"] not in KEPT_STATES or (
+                    taken_over and any(tasks.get((t["tree"], t["task"])) is not t for t in rows)):
+                self.forget(key)
+                continue
+            self.gangs.pop(key, None)  # kept again: the newest
+            self.gangs[key] = gang
+            self.members[key] = rows
+            for task in rows:
+                owners[(task["tree"], task["task"])] = key
+        while len(self.gangs) > self.limit:
+            self.forget(next(iter(self.gangs)))

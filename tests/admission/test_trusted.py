@@ -1,0 +1,97 @@
+"""The models admission builds without validating again (`domain/trusted.py`, `envelopes.py`) are
+the models validation builds from the same values: equal, the same fields set and field order,
+encoded to the same bytes; and a model that changes shape stops the import instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from events import (
+    ClockTicked,
+    CycleCompleted,
+    EntitlementsComputed,
+    Envelope,
+    Event,
+    GangAdmitted,
+    GangFinished,
+    InputRejected,
+    PoolEntitlement,
+    TaskSpec,
+    at_seconds,
+    decode,
+    encode,
+)
+from events.base import Frozen
+from services.admission.domain.trusted import REQUIRED, expect_plain, gang_admitted, pool_entitlement
+from services.admission.envelopes import decision_envelope
+from services.admission.folder import seconds_of
+from services.common.folding import decision_envelope as validated_envelope
+
+
+def _same(built: Frozen, validated: Frozen) -> None:
+    assert built == validated
+    assert list(built.__dict__) == list(validated.__dict__)
+    assert built.model_fields_set == validated.model_fields_set
+    assert built.model_dump_json(exclude_none=True) == validated.model_dump_json(exclude_none=True)
+
+
+@pytest.mark.parametrize("attempt", [1, 7])
+def test_gang_admitted_is_what_validation_builds(attempt: int) -> None:
+    specs = [TaskSpec(id="g/0", resources={"cpu": 1.5, "memory": 4}), TaskSpec(id="g/1", resources={})]
+    values: dict[str, Any] = {"tree": "t", "gang": "g", "pool": "/a/b", "queue": "pending", "tasks": list(specs),
+                              "attempt": attempt}
+    _same(gang_admitted("t", "g", "/a/b", "pending", list(specs), attempt), GangAdmitted.model_validate(values))
+
+
+@pytest.mark.parametrize("dominant", [None, "cpu"])
+def test_pool_entitlement_is_what_validation_builds(dominant: str | None) -> None:
+    values: dict[str, Any] = {"path": "/a/b", "entitlement": {"cpu": 2.5, "gpu": 0.0},
+                              "non_slack_entitlement": {"cpu": 2.0, "gpu": 0.0},
+                              "slack_entitlement": {"cpu": 0.5, "gpu": 0.0}, "fair_share": 0.25, "usage_share": 0.0,
+                              "demand_share": 0.125, "dominant_kind": dominant}
+    built = pool_entitlement(**{k: dict(v) if isinstance(v, dict) else v for k, v in values.items()})
+    _same(built, PoolEntitlement.model_validate(values))
+
+
+EVENTS: list[Event] = [
+    gang_admitted("t", "g", "/a", "revocable", [TaskSpec(id="g/0", resources={"cpu": 1})], 2),
+    GangFinished(tree="t", gang="g", pool="/a", outcome="done"),
+    InputRejected(tree="t", ref="g", input_type="GangEnqueued", reason="no", rule="pool_missing", input="{}",
+                  input_seq=4),
+    EntitlementsComputed(tree="t", capacity={"cpu": 4}, pools=[PoolEntitlement(
+        path="/a", entitlement={"cpu": 1}, non_slack_entitlement={"cpu": 1}, slack_entitlement={})]),
+    CycleCompleted(tree="t", service="admission", trigger_seq=9, decisions=3),
+    ClockTicked(),  # no tree: the id leaves it out
+]
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.type)
+def test_a_decision_envelope_is_what_validation_builds(event: Event) -> None:
+    time = at_seconds(1_767_225_600.125)
+    built = decision_envelope("admission", event, "key:1", 42, "cause", time)
+    validated = validated_envelope("admission", event, "key:1", 42, "cause", time)
+    _same(built, validated)
+    assert built.id == validated.id
+    assert decode(encode(built)) == built
+
+
+def test_a_model_of_another_shape_is_refused() -> None:
+    fields = {"type": "GangAdmitted", "version": 1, "tree": REQUIRED, "gang": REQUIRED, "pool": REQUIRED,
+              "queue": REQUIRED, "tasks": REQUIRED, "attempt": 1}
+    expect_plain(GangAdmitted, fields)
+    with pytest.raises(TypeError):
+        expect_plain(GangAdmitted, {**fields, "attempt": REQUIRED})
+    with pytest.raises(TypeError):
+        expect_plain(GangAdmitted, {k: v for k, v in fields.items() if k != "queue"})
+    with pytest.raises(TypeError):
+        expect_plain(GangAdmitted, dict(reversed(fields.items())))
+
+
+@pytest.mark.parametrize("seconds", [0.0, 1_767_225_600.123456, 1e9 + 0.5, 12.000001])
+def test_seconds_of_an_envelope(seconds: float) -> None:
+    envelope = Envelope(id="x", time=at_seconds(seconds), event=ClockTicked())
+    for copy in (envelope, decode(encode(envelope))):
+        assert seconds_of(copy) == copy.seconds
+        assert seconds_of(copy) == copy.seconds  # the kept answer

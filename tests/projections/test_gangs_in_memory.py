@@ -1,0 +1,218 @@
+"""What the gangs projection keeps in memory (the events waiting for admission's answer, the rows of
+waiting and pending gangs) is what the tables hold: however a log is cut into batches, whatever was
+rolled back, the tables come out the same as from one batch. And the cheaper writes (an update of
+the changed columns, `event_log` bodies from the serializer) give the rows the slower ones gave."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from events import GangEnqueued, TaskSpec, TreeConfigured, TreeOptions, decode_all
+from projections import EventLogProjection, Item, PoolTreeProjection, Projection, ProjectionStore
+from projections.base import Connection, update_rows
+from projections.event_log import body
+from projections.gang_rows import RowCache
+from projections.gangs import GangsProjection
+from projections.read_models import TABLES, read_models
+from services.common.log import Stored
+from tests.projections.test_gangs import POOL, History, admitted, enqueue, lifecycle, report
+from tests.projections.test_read_models_scenarios import LIFECYCLE, SHARED_FILES, run
+
+ALL_TABLES = (*TABLES, "gangs_held", "gangs_answered", "event_log")
+
+
+def tables(store: ProjectionStore) -> dict[str, list[tuple[Any, ...]]]:
+    return {table: store.query(f"SELECT * FROM {table} ORDER BY ALL")[1] for table in ALL_TABLES}
+
+
+def full_store(path: str | Path = ":memory:", *extra: Projection) -> ProjectionStore:
+    return ProjectionStore(path, [PoolTreeProjection(), EventLogProjection(), *read_models(), *extra])
+
+
+def cuts(messages: Sequence[Stored], seed: int) -> Iterator[list[Stored]]:
+    """The log in batches of random sizes (1 to 12 messages)."""
+    rng = random.Random(seed)
+    start = 0
+    while start < len(messages):
+        size = rng.randint(1, 12)
+        yield list(messages[start : start + size])
+        start += size
+
+
+@pytest.fixture(scope="module", params=[*SHARED_FILES, "lifecycle"],
+                ids=[*(p.stem for p in SHARED_FILES), "lifecycle"])
+def scenario_log(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[Stored]:
+    path = request.param
+    if path == "lifecycle":
+        path = tmp_path_factory.mktemp("in-memory") / "lifecycle.yaml"
+        path.write_text(LIFECYCLE)
+    return run(path).log
+
+
+def test_any_batches_give_the_tables_of_one_batch(scenario_log: list[Stored]) -> None:
+    with full_store() as whole:
+        whole.apply(scenario_log)
+        expected = tables(whole)
+    for seed in range(3):
+        with full_store() as store:
+            for batch in cuts(scenario_log, seed):
+                store.apply(batch)
+            assert tables(store) == expected, f"seed {seed}"
+    with full_store() as store:  # one message at a time: every row read back, or kept, in turn
+        for message in scenario_log:
+            store.apply([message])
+        assert tables(store) == expected
+
+
+def test_a_restart_in_the_middle_reads_back_what_waits(tmp_path: Path, scenario_log: list[Stored]) -> None:
+    with full_store() as whole:
+        whole.apply(scenario_log)
+        expected = tables(whole)
+    path = tmp_path / "tree.duckdb"
+    middle = len(scenario_log) // 2
+    with full_store(path) as store:
+        for batch in cuts(scenario_log[:middle], 7):
+            store.apply(batch)
+    with full_store(path) as store:  # a new projection: nothing in memory, all from the file
+        for batch in cuts(scenario_log[middle - 3 :], 8):
+            store.apply(batch)
+        assert tables(store) == expected
+
+
+class FailOnce(Projection):
+    """Raises the `n`-th time it is given items: the store rolls the whole batch back."""
+
+    name = "fail_once"
+    schema_version = 1
+
+    def __init__(self, n: int) -> None:
+        self.calls = 0
+        self.n = n
+
+    def create(self, conn: Connection) -> None:
+        pass
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        self.calls += 1
+        if self.calls == self.n:
+            raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("n", [2, 5, 9])
+def test_a_rolled_back_batch_is_forgotten_in_memory_too(scenario_log: list[Stored], n: int) -> None:
+    with full_store() as whole:
+        whole.apply(scenario_log)
+        expected = tables(whole)
+    with full_store(":memory:", FailOnce(n)) as store:
+        for batch in cuts(scenario_log, n):
+            try:
+                store.apply(batch)
+            except RuntimeError:
+                store.apply(batch)  # the consumer delivers the batch again
+        assert tables(store) == expected
+
+
+def test_the_rollback_hook_is_called_and_the_batch_left_no_trace() -> None:
+    h, _ = lifecycle()
+    with ProjectionStore(":memory:", [GangsProjection()]) as clean:
+        clean.apply(h.messages)
+        expected = tables_of(clean)
+    gangs = GangsProjection()
+    with ProjectionStore(":memory:", [gangs, FailOnce(2)]) as store:
+        store.apply(h.messages[:5])
+        before = tables_of(store)
+        assert gangs._held  # inputs wait for admission's answer, in memory
+        with pytest.raises(RuntimeError):
+            store.apply(h.messages[5:])
+        assert gangs._held is None and len(gangs._rows) == 0
+        assert tables_of(store) == before
+        store.apply(h.messages[5:])
+        assert tables_of(store) == expected
+
+
+def tables_of(store: ProjectionStore) -> dict[str, list[tuple[Any, ...]]]:
+    return {t: store.query(f"SELECT * FROM {t} ORDER BY ALL")[1] for t in ("gangs", "tasks", "gangs_held")}
+
+
+def _takeover() -> History:
+    """Gang `a` pending with task `x/0`; gang `b` comes with the same task id (admission forgets
+    the tasks of finished gangs; the projection must not care), then both are admitted."""
+    h = History()
+    h.add(TreeConfigured(tree="default", options=TreeOptions()), source="tree")
+    h.add(enqueue("a", 1, size=1, first=0))
+    h.cycle()  # answered: `a` pending, its rows kept in memory
+    h.add(GangEnqueued(gang="b", pool=POOL, job="job-b", user="bob", size=2,
+                       tasks=[TaskSpec(id="a/0", resources={"cpu": 9.0}),
+                              TaskSpec(id="b/1", resources={"cpu": 1.0})]))
+    h.cycle()
+    h.cycle(admitted("a"), admitted("b"))
+    h.add(report("a/0", "running"))
+    h.cycle()
+    return h
+
+
+def test_a_task_taken_over_by_another_gang_is_read_as_the_table_has_it() -> None:
+    h = _takeover()
+    with ProjectionStore(":memory:", [GangsProjection()]) as whole:
+        whole.apply(h.messages)
+        expected = tables_of(whole)
+    assert [row[:3] for row in expected["tasks"]] == [("default", "a/0", "b"), ("default", "b/1", "b")]
+    for size in (1, 2, 3):
+        with ProjectionStore(":memory:", [GangsProjection()]) as store:
+            for start in range(0, len(h.messages), size):
+                store.apply(h.messages[start : start + size])
+            assert tables_of(store) == expected, f"batches of {size}"
+
+
+def test_the_row_cache_forgets_what_leaves_the_kept_states_and_the_oldest() -> None:
+    cache = RowCache(limit=2)
+    rows = {(("t", g)): {"tree": "t", "gang": g, "state": "pending"} for g in "abc"}
+    tasks = {("t", f"{g}/0"): {"tree": "t", "task": f"{g}/0", "gang": g} for g in "abc"}
+    members = {("t", g): [tasks[("t", f"{g}/0")]] for g in "abc"}
+    cache.written(list(rows), rows, members, tasks, list(tasks), False)
+    assert list(cache.gangs) == [("t", "b"), ("t", "c")]  # the oldest went
+    rows[("t", "b")]["state"] = "admitted"
+    cache.written([("t", "b")], rows, members, tasks, [], False)
+    assert list(cache.gangs) == [("t", "c")]
+    # a written task row of another gang with the key of a kept gang's task: that gang goes
+    taken = {("t", "c/0"): {"tree": "t", "task": "c/0", "gang": "d"}}
+    cache.written([], rows, members, taken, list(taken), True)
+    assert len(cache) == 0
+
+
+def test_update_rows_sets_the_other_columns_by_key() -> None:
+    conn = duckdb.connect()
+    conn.execute("CREATE TABLE t (a VARCHAR, b INTEGER, c VARCHAR, d DOUBLE, PRIMARY KEY (a, b))")
+    conn.execute("INSERT INTO t VALUES ('x', 1, 'old', 1.5), ('x', 2, 'old', 2.5), ('y', 1, 'old', 3.5)")
+    update_rows(conn, "t", ("a", "b"), pa.table({"b": pa.array([2, 1], pa.int32()), "c": ["new2", "new1"],
+                                                 "a": ["x", "y"]}))
+    assert conn.execute("SELECT * FROM t ORDER BY ALL").fetchall() == [
+        ("x", 1, "old", 1.5), ("x", 2, "new2", 2.5), ("y", 1, "new1", 3.5)]
+    update_rows(conn, "t", ("a", "b"), pa.table({"a": pa.array([], pa.string()), "b": pa.array([], pa.int32())}))
+
+
+def test_event_log_bodies_are_the_events_as_dumped(scenario_log: list[Stored]) -> None:
+    for message in scenario_log:
+        for envelope in decode_all(message.data):
+            assert body(envelope.event) == envelope.event.model_dump_json(exclude_none=True)
+
+
+def test_held_events_keep_their_refusal_across_batches() -> None:
+    """An input refused while it waits (its refusal in a later batch than it) is skipped when the
+    inputs before it are answered, in memory as in the table."""
+    h, at = lifecycle()
+    with ProjectionStore(":memory:", [GangsProjection()]) as whole:
+        whole.apply(h.messages)
+        expected = tables_of(whole)
+    cut = at["g7 more"] + 1  # the refusal of g7's second enqueue comes in the next batch
+    with ProjectionStore(":memory:", [GangsProjection()]) as store:
+        store.apply(h.messages[:cut])
+        store.apply(h.messages[cut:])
+        assert tables_of(store) == expected
