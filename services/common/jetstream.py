@@ -316,6 +316,43 @@ class _Delivered:
         self.reply = reply
 
 
+class _Waker:
+    """`asyncio.Event` for one waiter, with a timeout, without the task `asyncio.wait_for` makes
+    for each wait: a consumer under a trickle of messages waits once per message, and every task
+    and loop turn of that path costs (a null fold cost ~350 µs of CPU per message at 500/s)."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Whether it was set (at once, or within `timeout` seconds)."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 class _Puller:
     """Messages of one pull consumer, requested `window` at a time and gathered by a callback."""
 
@@ -337,7 +374,7 @@ class _Puller:
         self._unserved = 0
         self._inbox = ""
         self._sub: Any = None
-        self._wake = asyncio.Event()
+        self._wake = _Waker()
         self._error: Exception | None = None
         self._received = 0  # messages and statuses, for the heartbeat watchdog
         self._reconnects = nc.stats["reconnects"]
@@ -426,9 +463,7 @@ class _Puller:
             self._wake.clear()
             await self._request()
             received = self._received
-            try:
-                await asyncio.wait_for(self._wake.wait(), TICK)
-            except TimeoutError:
+            if not await self._wake.wait(TICK):
                 quiet = quiet + TICK if self._received == received else 0.0
                 if quiet >= 3 * self._heartbeat:  # not even heartbeats: the open request is lost
                     self._current, quiet = 0, 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from opentelemetry import trace
@@ -35,10 +36,18 @@ def configure(service: str = "poolwise") -> None:
     trace.set_tracer_provider(provider)
 
 
+@cache
+def _tracer() -> trace.Tracer:
+    """The poolwise tracer, looked up once: a proxy that follows whatever provider is installed,
+    before or after (looking it up for every span read the environment each time: tens of µs a
+    batch, for nothing when tracing is off)."""
+    return trace.get_tracer("poolwise")
+
+
 @contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Span]:
     """A span on the poolwise tracer (a no-op when no provider is installed)."""
-    with trace.get_tracer("poolwise").start_as_current_span(name, attributes=attributes) as current:
+    with _tracer().start_as_current_span(name, attributes=attributes) as current:
         yield current
 
 

@@ -34,6 +34,7 @@ from events import (
 )
 from events.commands import HostAdd, HostRemove, PoolDelete, PoolUpsert, TreeConfigure
 from services.admission.domain.model import RANK, TERMINAL, Gang
+from services.admission.domain.state import trees_ticked
 from services.admission.domain.views import pool_numbers
 from services.admission.service import serve_admission
 from services.common.log import EventLog
@@ -110,7 +111,6 @@ class Run:
 
     async def settle(self, tick_seq: int) -> list[tuple[int, Envelope]]:
         """Read until, for every tree, preemption closed the pass that follows our tick's cycle."""
-        trees = sorted(set(self.view.admission.config.tree_names()) | set(self.view.admission.trees))
         admission_done: dict[str, int] = {}
         done: set[str] = set()
         read: list[tuple[int, Envelope]] = []
@@ -125,7 +125,8 @@ class Run:
                         admission_done[event.tree] = seq
                     elif event.service == "preemption" and admission_done.get(event.tree) == event.trigger_seq:
                         done.add(event.tree)
-                if done >= set(trees):
+                # the trees our tick (naming none) cycles, as the fold has them once it read the tick
+                if self.read_to >= tick_seq and done >= set(trees_ticked(self.view.admission, None)):
                     return read
                 await anyio.sleep(0.002)
 

@@ -24,7 +24,14 @@ from events import (
     encode,
 )
 from events.base import Frozen
-from services.admission.domain.trusted import REQUIRED, expect_plain, gang_admitted, pool_entitlement
+from services.admission.domain.trusted import (
+    FACTORY,
+    REQUIRED,
+    entitlements_computed,
+    expect_plain,
+    gang_admitted,
+    pool_entitlement,
+)
 from services.admission.envelopes import decision_envelope
 from services.admission.folder import seconds_of
 from services.common.folding import decision_envelope as validated_envelope
@@ -51,8 +58,21 @@ def test_pool_entitlement_is_what_validation_builds(dominant: str | None) -> Non
                               "non_slack_entitlement": {"cpu": 2.0, "gpu": 0.0},
                               "slack_entitlement": {"cpu": 0.5, "gpu": 0.0}, "fair_share": 0.25, "usage_share": 0.0,
                               "demand_share": 0.125, "dominant_kind": dominant}
-    built = pool_entitlement(**{k: dict(v) if isinstance(v, dict) else v for k, v in values.items()})
+    copies: dict[str, Any] = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+    built = pool_entitlement(**copies)
     _same(built, PoolEntitlement.model_validate(values))
+
+
+@pytest.mark.parametrize("alerts", [[], ["reservations exceed capacity"]])
+def test_entitlements_computed_is_what_validation_builds(alerts: list[str]) -> None:
+    pools = [PoolEntitlement(path="/", entitlement={"cpu": 4.0}, non_slack_entitlement={"cpu": 4.0},
+                             slack_entitlement={"cpu": 0.0}, fair_share=1.0),
+             PoolEntitlement(path="/a", entitlement={"cpu": 1.5}, non_slack_entitlement={"cpu": 1.0},
+                             slack_entitlement={"cpu": 0.5}, dominant_kind="cpu")]
+    values: dict[str, Any] = {"tree": "t", "capacity": {"cpu": 4.0}, "slack_capacity": {"cpu": 0.5},
+                              "pools": pools, "alerts": alerts}
+    built = entitlements_computed("t", {"cpu": 4.0}, {"cpu": 0.5}, list(pools), list(alerts))
+    _same(built, EntitlementsComputed.model_validate(values))
 
 
 EVENTS: list[Event] = [
@@ -87,6 +107,11 @@ def test_a_model_of_another_shape_is_refused() -> None:
         expect_plain(GangAdmitted, {k: v for k, v in fields.items() if k != "queue"})
     with pytest.raises(TypeError):
         expect_plain(GangAdmitted, dict(reversed(fields.items())))
+    computed = {"type": "EntitlementsComputed", "version": 1, "tree": REQUIRED, "capacity": REQUIRED,
+                "slack_capacity": FACTORY, "pools": REQUIRED, "alerts": FACTORY}
+    expect_plain(EntitlementsComputed, computed)
+    with pytest.raises(TypeError):  # a default factory is not a default value
+        expect_plain(EntitlementsComputed, {**computed, "alerts": []})
 
 
 @pytest.mark.parametrize("seconds", [0.0, 1_767_225_600.123456, 1e9 + 0.5, 12.000001])

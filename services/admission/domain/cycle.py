@@ -80,12 +80,15 @@ def decide_cycle(state: AdmissionState, tree: str, entitlements: dict[str, PoolE
     scratch = Scratch()
     out: list[Outcome] = []
     _take_waiting_jobs(rt, pools, entitlements, preemption_on, scratch, out)
-    for path in sorted(rt.queues):  # 1. leaf pools in path order
+    queues = rt.queues
+    for path in sorted(queues):  # 1. leaf pools in path order
         view = pools.get(path)
         if view is None:
             continue
-        for name in CYCLE_ORDER:  # 2. queues in cycle order
-            _run_queue(state, rt, view, name, entitlements.get(path), pools, preemption_on, scratch, out)
+        of_pool = queues[path]
+        for name in CYCLE_ORDER:  # 2. queues in cycle order (most are empty under a trickle)
+            if len(of_pool[name]):
+                _run_queue(state, rt, view, name, entitlements.get(path), pools, preemption_on, scratch, out)
     return out
 
 

@@ -84,6 +84,10 @@ class Ledger:
     slack: Vector = field(default_factory=dict)  # revocable tasks
     demand: Vector = field(default_factory=dict)  # non-revocable gangs in the queues
     slack_demand: Vector = field(default_factory=dict)  # revocable gangs in the queues
+    # Bumped by every change made through the methods below (the only way the fold changes a
+    # ledger): a reader that remembers it knows whether the ledger changed since it last looked
+    # (the entitlement engine takes fresh numbers only from leaves whose ledger changed).
+    changes: int = field(default=0, compare=False, repr=False)
 
     @property
     def non_slack(self) -> Vector:
@@ -91,6 +95,7 @@ class Ledger:
 
     def hold(self, gang: Gang, resources: Vector, sign: float) -> None:
         """Add (sign 1) or release (sign -1) what `resources` of `gang` hold."""
+        self.changes += 1
         add_into(self.allocation, resources, sign)
         if not gang.preemptible:
             add_into(self.non_preemptible, resources, sign)
@@ -101,6 +106,7 @@ class Ledger:
 
     def hold_all(self, gang: Gang, vectors: Iterable[Vector], sign: float) -> None:
         """`hold` of each of `vectors` in turn (the same numbers, in one call)."""
+        self.changes += 1
         buckets = [self.allocation]
         if not gang.preemptible:
             buckets.append(self.non_preemptible)
@@ -113,6 +119,7 @@ class Ledger:
     def want(self, gang: Gang, sign: float) -> None:
         """Count the gang's resources in (sign 1) or out of (sign -1) the demand: `add_into`, inline
         (twice per gang, in every service's fold)."""
+        self.changes += 1
         acc = self.slack_demand if gang.revocable else self.demand
         get = acc.get
         for kind, amount in gang.resources.items():

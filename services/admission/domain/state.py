@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from events import (
     ClockTicked,
@@ -473,7 +474,17 @@ def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
     def limit(pool: str) -> int | None:
         return running_limit(config, rt.name, pool)  # memoised per configuration
 
-    if not any(limit(p) is not None for leaf in rt.queues for p in _chain(leaf)):
+    # Whether any pool with queues has a running-job limit on its way up: memoised with the number
+    # of pools with queues (they are only added between configuration changes, which empty the
+    # cache), since the fold asks after every cycle.
+    key = ("admission_queues_limited", rt.name)
+    memo = cast(tuple[int, bool] | None, config.cache.get(key))
+    if memo is not None and memo[0] == len(rt.queues):
+        limited = memo[1]
+    else:
+        limited = any(limit(p) is not None for leaf in rt.queues for p in _chain(leaf))
+        config.cache[key] = (len(rt.queues), limited)
+    if not limited:
         for gang_id in rt.slot_waiters:  # no running-job limit anywhere gangs wait (any more)
             rt.gangs[gang_id].slot_wait = None
         rt.slot_waiters = set()
@@ -512,12 +523,24 @@ def _on_tree_configured(state: AdmissionState, event: Event, seq: int, out: list
         state.rebuild_queues_under(rt, paths.ROOT)
 
 
+def trees_ticked(state: AdmissionState, tree: str | None) -> list[str]:
+    """The trees a tick naming `tree` starts a cycle in: that one; or, for a tick naming none,
+    every tree that holds anything to decide: a pool below its root, or gangs. A tree of a root
+    alone that never had a gang (the default tree, next to named ones) has nothing to entitle,
+    admit or preempt: cycling it made three log messages per tick that every service read."""
+    if tree:
+        return [tree]
+    names = sorted(set(state.config.tree_names()) | set(state.trees))
+    return [name for name in names
+            if len(state.config.tree(name).pools) > 1 or ((rt := state.trees.get(name)) is not None and rt.gangs)]
+
+
 def _on_tick(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    """A tick starts an admission cycle in each tree it names (all, when it names none), unless
-    that tree's previous cycle has not been read back yet (its decisions are still on the way)."""
+    """A tick starts an admission cycle in each tree it names (those holding anything, when it
+    names none: `trees_ticked`), unless that tree's previous cycle has not been read back yet
+    (its decisions are still on the way)."""
     assert isinstance(event, ClockTicked)
-    names = [event.tree] if event.tree else sorted(set(state.config.tree_names()) | set(state.trees))
-    for name in names:
+    for name in trees_ticked(state, event.tree):
         rt = state.runtime(name)
         if rt.in_flight is None:
             rt.in_flight = seq

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from events import GangAdmitted, PoolEntitlement, TaskSpec
+from events import EntitlementsComputed, GangAdmitted, PoolEntitlement, TaskSpec
 from events.base import Frozen
 
 _new = object.__new__
@@ -24,20 +24,27 @@ _set = object.__setattr__
 
 
 REQUIRED = object()  # in `expect_plain`: a field without a default
+FACTORY = object()  # in `expect_plain`: a field with a default factory (which the builder always gives)
 
 
 def expect_plain(cls: type[Frozen], fields: dict[str, Any]) -> None:
-    """`cls` has exactly `fields`, in this order, with these defaults (`REQUIRED`: none), and
-    nothing validation would add (default factories, aliases, validators, post-init, extras)."""
+    """`cls` has exactly `fields`, in this order, with these defaults (`REQUIRED`: none;
+    `FACTORY`: a default factory, never used since the builder gives the field), and nothing
+    validation would add (aliases, validators, post-init, extras)."""
     found = cls.__pydantic_fields__
     decorators = cls.__pydantic_decorators__
     plain = (cls.__pydantic_post_init__ is None and not cls.__pydantic_root_model__
              and cls.model_config.get("extra") == "forbid"
              and not (decorators.validators or decorators.field_validators or decorators.model_validators
                       or decorators.root_validators)
-             and all(f.default_factory is None and f.alias is None and f.validation_alias is None
-                     for f in found.values()))
-    declared = [(name, REQUIRED if f.is_required() else f.default) for name, f in found.items()]
+             and all(f.alias is None and f.validation_alias is None for f in found.values()))
+
+    def default(f: Any) -> Any:
+        if f.default_factory is not None:
+            return FACTORY
+        return REQUIRED if f.is_required() else f.default
+
+    declared = [(name, default(f)) for name, f in found.items()]
     if not plain or declared != list(fields.items()):
         raise TypeError(f"{cls.__name__} changed: update the builder of it in services/admission")
 
@@ -78,6 +85,26 @@ def pool_entitlement(path: str, entitlement: dict[str, float], non_slack_entitle
                              "usage_share": usage_share, "demand_share": demand_share,
                              "dominant_kind": dominant_kind})
     _set(model, "__pydantic_fields_set__", set(_POOL_ENTITLEMENT_SET))
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
+
+
+expect_plain(EntitlementsComputed, {"type": "EntitlementsComputed", "version": 1, "tree": REQUIRED,
+                                    "capacity": REQUIRED, "slack_capacity": FACTORY, "pools": REQUIRED,
+                                    "alerts": FACTORY})
+_ENTITLEMENTS_COMPUTED_SET = frozenset({"tree", "capacity", "slack_capacity", "pools", "alerts"})
+
+
+def entitlements_computed(tree: str, capacity: dict[str, float], slack_capacity: dict[str, float],
+                          pools: list[PoolEntitlement], alerts: list[str]) -> EntitlementsComputed:
+    """`EntitlementsComputed.model_validate({...})` of every field, for values of the declared
+    types (floats, not ints, in the maps; the pools made by `pool_entitlement`; all taken over: do
+    not change them afterwards). An admission cycle makes one per tree."""
+    model = _new(EntitlementsComputed)
+    _set(model, "__dict__", {"type": "EntitlementsComputed", "version": 1, "tree": tree, "capacity": capacity,
+                             "slack_capacity": slack_capacity, "pools": pools, "alerts": alerts})
+    _set(model, "__pydantic_fields_set__", set(_ENTITLEMENTS_COMPUTED_SET))
     _set(model, "__pydantic_extra__", None)
     _set(model, "__pydantic_private__", None)
     return model

@@ -91,15 +91,18 @@ def guarantee(ledger: Ledger, view: EffectivePool | None, entitlement: PoolEntit
 def over_entitlement(rt: TreeRuntime, pools: dict[str, EffectivePool], holdings: Holdings, now: float, grace: float,
                      enabled: bool, memory: TreeMemory) -> list[Preemption]:
     out: list[Preemption] = []
+    over = memory.over
     for pool in sorted(rt.ledgers):
         entitlement = rt.entitlements.get(pool)
         if entitlement is None:
             continue
+        raw = rt.ledgers[pool]
+        if not _over_any(raw, entitlement) and not (over and ((pool, NON_SLACK) in over or (pool, SLACK) in over)):
+            continue  # within both entitlements, and no excess remembered to reset: the usual case
         buckets: tuple[Bucket, ...] = (NON_SLACK, SLACK)
         for bucket in buckets:
             slack = bucket == SLACK
             target = entitlement.slack_entitlement if slack else entitlement.non_slack_entitlement
-            raw = rt.ledgers[pool]
             held: Vector = {}
             excess = exceeds(raw.slack if slack else raw.non_slack, target)  # over even counting requests?
             if excess:
@@ -156,6 +159,23 @@ def _give_back(rt: TreeRuntime, pool: str, bucket: Bucket, excess: Vector, held:
             if _covered(left):
                 break
     return out
+
+
+def _over_any(raw: Ledger, entitlement: PoolEntitlement) -> bool:
+    """Whether `exceeds(raw.non_slack, non-slack entitlement)` or `exceeds(raw.slack, slack
+    entitlement)` is not empty: the same arithmetic, without building either."""
+    target = entitlement.non_slack_entitlement.get
+    slack = raw.slack
+    held = slack.get
+    for kind, amount in raw.allocation.items():
+        if (amount - held(kind, 0.0)) - target(kind, 0.0) >= TOLERANCE:
+            return True
+    if slack:
+        target = entitlement.slack_entitlement.get
+        for kind, amount in slack.items():
+            if amount - target(kind, 0.0) >= TOLERANCE:
+                return True
+    return False
 
 
 def moment(seconds: float) -> str:

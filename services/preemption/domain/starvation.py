@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from events import PoolStarvationChanged, StarvationStatus
 from services.admission.domain.model import Ledger
-from services.admission.domain.state import TreeRuntime, _chain
-from services.admission.domain.vectors import TOLERANCE, Vector, add_into
+from services.admission.domain.state import _CHAINS, TreeRuntime, _chain
+from services.admission.domain.vectors import TOLERANCE, Vector
 from services.preemption.domain.model import Starvation
 from services.tree.domain import paths
 from services.tree.domain.effective import EffectivePool
@@ -27,16 +27,21 @@ ROUND = 9
 
 
 def totals(rt: TreeRuntime) -> dict[str, Ledger]:
-    """Per pool (leaves and their ancestors, root excluded): allocation and demand, summed."""
+    """Per pool (leaves and their ancestors, root excluded): allocation, slack and demand, summed
+    (`add_into` of each leaf's, in ledger order: the same numbers, the loops inline)."""
     out: dict[str, Ledger] = {}
+    get_acc = out.get
     for leaf, ledger in rt.ledgers.items():
-        for path in _chain(leaf):  # the leaf and its ancestors, the root left out
-            acc = out.get(path)
+        allocation, slack, demand = ledger.allocation.items(), ledger.slack.items(), ledger.demand.items()
+        for path in _CHAINS.get(leaf) or _chain(leaf):  # the leaf and its ancestors, the root left out
+            acc = get_acc(path)
             if acc is None:
                 acc = out[path] = Ledger()
-            add_into(acc.allocation, ledger.allocation)
-            add_into(acc.slack, ledger.slack)
-            add_into(acc.demand, ledger.demand)
+            for into, items in ((acc.allocation, allocation), (acc.slack, slack), (acc.demand, demand)):
+                get = into.get
+                for kind, amount in items:
+                    value = get(kind, 0.0) + amount
+                    into[kind] = 0.0 if -1e-9 < value < 1e-9 else value
     return out
 
 
@@ -57,16 +62,23 @@ def starvation(rt: TreeRuntime, pools: dict[str, EffectivePool], tolerance: floa
         entitlement = rt.entitlements.get(path)
         if path == paths.ROOT or entitlement is None:
             continue
-        held = sums.get(path) or Ledger()
-        usage, demand, target = held.non_slack, held.demand, entitlement.non_slack_entitlement
-        kinds = below_on(usage, target, demand, tolerance)
-        before = memory.get(path) or Starvation(since=now)
-        status: StarvationStatus
+        held = sums.get(path) or _NOTHING
+        demand, target = held.demand, entitlement.non_slack_entitlement
+        # the usage is worked out only where some kind is wanted (else no kind is below)
+        wants = _wants(demand)
+        usage = held.non_slack if wants else None
+        kinds = below_on(usage, target, demand, tolerance) if usage is not None else []
+        before = memory.get(path)
         if kinds:
-            below_since = before.below_since if before.below_since is not None else now
-            status = "starving" if now - below_since >= timeout - TOLERANCE else "below_fair_share"
+            below_since = before.below_since if before is not None and before.below_since is not None else now
+            status: StarvationStatus = "starving" if now - below_since >= timeout - TOLERANCE else "below_fair_share"
         else:
             below_since, status = None, "ok"
+        if before is None:
+            before = Starvation(since=now)
+        elif status == before.status:
+            before.below_since = below_since  # the same status: only when it went below may change
+            continue
         if status == before.status:
             memory[path] = Starvation(status, before.since, below_since)
             continue
@@ -76,11 +88,21 @@ def starvation(rt: TreeRuntime, pools: dict[str, EffectivePool], tolerance: floa
         else:
             since = below_since if status == "below_fair_share" and below_since is not None else now
         memory[path] = Starvation(status, since, below_since)
+        if usage is None:
+            usage = held.non_slack
         out.append(PoolStarvationChanged(
             tree=rt.name, pool=path, status=status, previous=before.status, since=round(since, ROUND),
             below_since=None if below_since is None else round(below_since, ROUND), kinds=kinds,
             usage=_r(usage), entitlement=_r(target), demand=_r(demand)))
     return out
+
+
+def _wants(demand: Vector) -> bool:
+    """Whether some kind of `demand` reaches the tolerance (else `below_on` finds no kind)."""
+    return any(wanted >= TOLERANCE for wanted in demand.values())
+
+
+_NOTHING = Ledger()  # read only: a pool that holds and wants nothing
 
 
 def _r(values: Vector) -> dict[str, float]:

@@ -11,7 +11,7 @@ share). A configuration change (pools added, removed, re-optioned) builds a new 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class EntitlementEngine:
 
     def __init__(self, tree: TreeInput) -> None:
         self._arr: TreeArrays = build_arrays(tree)
+        self._leaf_rows = frozenset(i for i in np.flatnonzero(self._arr.is_leaf).tolist() if i)
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -50,6 +51,29 @@ class EntitlementEngine:
         if not self._arr.is_leaf[row] or row == 0:
             raise ValueError(f"{path} is not a leaf pool: only leaves hold and need resources")
         write_usage(self._arr, row, usage)
+
+    def set_usages(self, paths: Sequence[str],
+                   rows: Sequence[tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]]]) -> None:
+        """New numbers for several leaf pools at once, each as written by `write_usage` (per kind
+        of `kinds`: non-negative allocation, demand, revocable allocation, revocable demand; no
+        jobs; distinct paths): `set_usage` of each, in one write per matrix."""
+        arr = self._arr
+        index = arr.index
+        at = [index[path] for path in paths]
+        if not self._leaf_rows.issuperset(at):
+            bad = next(path for path, row in zip(paths, at, strict=True) if row not in self._leaf_rows)
+            raise ValueError(f"{bad} is not a leaf pool: only leaves hold and need resources")
+        if not at:
+            return
+        k = len(arr.kinds)
+        matrix = np.array(rows, dtype=np.float64).reshape(len(at), 4, k)
+        arr.allocation[at] = matrix[:, 0]
+        arr.demand[at] = matrix[:, 1]
+        arr.revocable_allocation[at] = matrix[:, 2]
+        arr.revocable_demand[at] = matrix[:, 3]
+        jobs = arr.jobs
+        for row in at:
+            jobs[row] = None
 
     def set_capacity(
         self, capacity: Mapping[str, float], revocable_capacity: Mapping[str, float] | None = None

@@ -199,6 +199,16 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
     def row_of(self, path: str) -> int:
         return self._index[path]
 
+    @property
+    def shares_matrix(self) -> FloatArray:
+        """(pools, 3): each pool's fair, usage and demand share, in the order of `paths`."""
+        return self._shares
+
+    @property
+    def dominant_index(self) -> IntArray:
+        """Each pool's dominant kind (an index into `kinds`; -1: none), in the order of `paths`."""
+        return self._dominant
+
     def __getitem__(self, path: str) -> PoolEntitlement:
         row = self._index[path]
         if self._lists is None:  # once: plain lists are much faster to read row by row

@@ -49,6 +49,8 @@ def divide_slack_cpu(arr: TreeArrays, total: float) -> FloatArray:
         return out
     c = arr.cpu
     wants = (arr.revocable_allocation[:, c] + arr.revocable_demand[:, c]) * arr.is_leaf
+    if total == 0.0 and not wants.any():
+        return out  # nothing to divide and nobody asking: every pool's gift and share of it is 0.0
     for lv in reversed(arr.levels):
         wants[lv.group_parent] = np.add.reduceat(wants[lv.start : lv.stop], lv.group_starts)
     out[0] = total
