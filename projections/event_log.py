@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from events import Event
-from projections.base import Connection, Item, Malformed, Projection, insert_arrow
+from projections.base import Connection, Item, Malformed, Projection, arrow_of, insert_rows
 
 MALFORMED = "_malformed"
 
@@ -69,11 +69,16 @@ class EventLogProjection(Projection):
         conn.execute(_DDL)
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
-        insert_arrow(conn, "event_log", rows(items))
+        insert_rows(conn, "event_log", SCHEMA, row_tuples(items))
 
 
 def rows(items: Sequence[Item]) -> pa.Table:
     """The `event_log` rows of `items` as one Arrow table."""
+    return arrow_of(SCHEMA, row_tuples(items))
+
+
+def row_tuples(items: Sequence[Item]) -> list[tuple[Any, ...]]:
+    """The `event_log` rows of `items`, each a tuple of values in the order of `SCHEMA`."""
     out: list[tuple[Any, ...]] = []
     append = out.append
     for item in items:
@@ -86,10 +91,7 @@ def rows(items: Sequence[Item]) -> pa.Table:
         append((item.seq, item.part, envelope.id, event.type, event.version, envelope.time, envelope.source,
                 item.subject, getattr(event, "tree", None), envelope.basis, envelope.causation, body(event),
                 None, None))
-    columns = list(zip(*out, strict=True)) if out else [()] * len(SCHEMA)
-    return pa.Table.from_arrays(
-        [pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)], schema=SCHEMA
-    )
+    return out
 
 
 def body(event: Event) -> str:

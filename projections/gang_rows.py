@@ -8,11 +8,15 @@ any other gang is read from the tables when an event names it. What is kept is e
 tables hold: the rows are kept when written (or read), a task taken over by another gang's row
 (`(tree, task)` is the key of `tasks`) forgets the gang that had it, and the projection forgets
 everything when a transaction is rolled back (`Projection.rolled_back`).
+
+It also keeps the keys of every row (`Keys`, hashed), up to `KEYS_LIMIT` rows: most gangs a fold
+touches are new (enqueued), and these tell it so without asking DuckDB.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Row = dict[str, Any]
@@ -20,6 +24,18 @@ Key = tuple[str, str]
 
 KEPT_STATES = frozenset({"waiting", "pending"})
 LIMIT = 200_000
+KEYS_LIMIT = 1_000_000  # rows of gangs and tasks up to which their keys are kept (about 80 bytes each)
+
+
+@dataclass(slots=True)
+class Keys:
+    """hash((tree, gang)) of every `gangs` row and hash((tree, task)) of every `tasks` row: a key
+    whose hash is not here has no row, so a fold need neither look for it nor delete it before
+    inserting it (rows are replaced, never deleted). A hash that is here may be another key's:
+    then the tables are asked, as without these."""
+
+    gangs: set[int]
+    tasks: set[int]
 
 
 class RowCache:
@@ -28,11 +44,15 @@ class RowCache:
         self.gangs: dict[Key, Row] = {}  # (tree, gang) -> its row, oldest first
         self.members: dict[Key, list[Row]] = {}  # (tree, gang) -> its tasks' rows, in member order
         self._owners: dict[Key, Key] = {}  # (tree, task) -> (tree, gang) kept with it
+        self.keys: Keys | None = None  # None: not read yet (or off)
+        self.keys_off = False  # the tables grew beyond KEYS_LIMIT rows: look keys up in them
 
     def __len__(self) -> int:
         return len(self.gangs)
 
     def clear(self) -> None:
+        self.keys = None
+        self.keys_off = False
         self.gangs.clear()
         self.members.clear()
         self._owners.clear()
@@ -51,6 +71,12 @@ class RowCache:
         and `tasks`, as the tables have them now): keep the gangs worth keeping, forget the others,
         and any kept gang one of whose tasks a written row took over (`taken_over`: a task row of
         the fold replaced another one of the same key)."""
+        keys = self.keys
+        if keys is not None:
+            keys.gangs.update(hash(key) for key in touched)
+            keys.tasks.update(hash(key) for key in task_keys)
+            if len(keys.gangs) + len(keys.tasks) > KEYS_LIMIT:
+                self.keys, self.keys_off = None, True
         owners = self._owners
         if owners:
             for task_key in task_keys:

@@ -90,8 +90,19 @@ from events import (
     decode,
     encode,
 )
-from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, registered, update_rows
-from projections.gang_rows import RowCache
+from projections.base import (
+    Connection,
+    Item,
+    Projection,
+    delete_rows,
+    insert_arrow,
+    insert_rows,
+    registered,
+    small_write,
+    update_rows,
+    update_rows_of,
+)
+from projections.gang_rows import KEYS_LIMIT, Keys, RowCache
 
 Row = dict[str, Any]
 
@@ -159,6 +170,7 @@ HELD = pa.schema(
     [("seq", pa.int64()), ("part", pa.int32()), ("type", _STR), ("message", pa.binary()), ("refused", _STR),
      ("timer", pa.int64())]
 )
+HELD_KEY = pa.schema([("seq", pa.int64()), ("part", pa.int32())])
 
 _DDL = (
     """CREATE TABLE gangs (
@@ -323,9 +335,7 @@ def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[in
                   newly_refused: list[Held]) -> None:
     """`gangs_held` after this call: what was applied leaves it; what was not stays (with its
     refusal, if one came) or comes in. `queue[:held]` is what it held before."""
-    gone = [queue[i] for i in ready if i < held]
-    delete_keys(conn, "gangs_held", pa.table({"seq": pa.array([h.seq for h in gone], pa.int64()),
-                                              "part": pa.array([h.part for h in gone], pa.int32())}))
+    delete_rows(conn, "gangs_held", HELD_KEY, [(queue[i].seq, queue[i].part) for i in ready if i < held])
     stay = {id(queue[i]) for i in waiting if i < held} if newly_refused else set()
     refused = [h for h in newly_refused if id(h) in stay]
     if refused:
@@ -336,17 +346,24 @@ def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[in
             conn.execute(f"UPDATE gangs_held SET refused = m.refused FROM {view} AS m WHERE gangs_held.seq = m.seq "
                          "AND gangs_held.part = m.part")
     new = [(h, h.envelope) for h in (queue[i] for i in waiting if i >= held) if h.envelope is not None]
-    rows = {
-        "seq": [h.seq for h, _ in new],
-        "part": [h.part for h, _ in new],
-        "type": [h.type for h, _ in new],
-        "message": [h.raw if h.raw is not None else encode(e) for h, e in new],
-        "refused": [h.refused for h, _ in new],
-        "timer": [h.timer for h, _ in new],
-    }
-    insert_arrow(conn, "gangs_held", pa.Table.from_pydict(rows, schema=HELD))
+    insert_rows(conn, "gangs_held", HELD, [
+        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.timer) for h, e in new])
     for h, _ in new:
         h.raw = None  # stored: what waits is kept decoded, not twice
+
+
+def _keys(conn: Connection, cache: RowCache) -> Keys | None:
+    """The keys of every `gangs` and `tasks` row (`RowCache.keys`), read once and then kept in
+    step with every write; None when the tables hold more rows than `KEYS_LIMIT`."""
+    if cache.keys is None and not cache.keys_off:
+        ((count,),) = conn.execute("SELECT (SELECT count(*) FROM gangs) + (SELECT count(*) FROM tasks)").fetchall()
+        if count > KEYS_LIMIT:
+            cache.keys_off = True
+            return None
+        gangs = conn.execute("SELECT tree, gang FROM gangs").fetchall()
+        tasks = conn.execute("SELECT tree, task FROM tasks").fetchall()
+        cache.keys = Keys({hash((str(t), str(g))) for t, g in gangs}, {hash((str(t), str(k))) for t, k in tasks})
+    return cache.keys
 
 
 def _gang_key(envelope: Envelope) -> tuple[str, str]:
@@ -385,6 +402,7 @@ class _Fold:
         self.gang_columns: set[str] = {"updated_seq", "updated_at"}  # the columns changed (in any row)
         self.task_columns: set[str] = {"updated_seq", "updated_at"}
         self.taken_over = False  # a new task row replaced one of the same key read before
+        self.keys = _keys(conn, cache)
         envelopes = [(h.seq, h.envelope, h.refused) for h in events if h.envelope is not None]
         self._load({_gang_key(e) for _, e, _ in envelopes})
         for seq, envelope, refused in envelopes:
@@ -403,6 +421,9 @@ class _Fold:
                 self.members[key] = rows
                 for task in rows:
                     self._loaded_task(task)
+        if wanted and self.keys is not None:
+            present = self.keys.gangs
+            wanted = [key for key in wanted if hash(key) in present]  # the others have no row
         if not wanted:
             return
         table = pa.table({"tree": [k[0] for k in wanted], "gang": [k[1] for k in wanted]})
@@ -641,12 +662,26 @@ class _Fold:
                 replaced.append(row)
         if updated:
             columns = [f for f in schema if f.name in key or (f.name in changed and f.name != "resources")]
-            update_rows(self.conn, table, key, pa.table([pa.array([r[f.name] for r in updated], type=f.type)
-                                                         for f in columns], schema=pa.schema(columns)))
+            names = [f.name for f in columns]
+            changes = pa.schema(columns)
+            if small_write(changes, len(updated)):
+                update_rows_of(self.conn, table, key, changes, [tuple(r[n] for n in names) for r in updated])
+            else:
+                update_rows(self.conn, table, key, pa.table(
+                    [pa.array([r[f.name] for r in updated], type=f.type) for f in columns], schema=changes))
         if replaced:
-            if table != "gangs" or any((r["tree"], r["gang"]) in stored for r in replaced):
-                delete_keys(self.conn, table, pa.table({name: [r[name] for r in replaced] for name in key}))
-            insert_arrow(self.conn, table, pa.Table.from_pylist(replaced, schema=schema))
+            if table == "gangs":  # a gang that was not read has no row (`_load`)
+                exists = any((r["tree"], r["gang"]) in stored for r in replaced)
+            else:  # a new task may take over a task id of a gang that was not read
+                present = None if self.keys is None else self.keys.tasks
+                exists = present is None or any(hash((r["tree"], r["task"])) in present for r in replaced)
+            if exists:
+                delete_rows(self.conn, table, pa.schema([schema.field(name) for name in key]),
+                            [tuple(r[name] for name in key) for r in replaced])
+            if small_write(schema, len(replaced)):
+                insert_rows(self.conn, table, schema, [tuple(r[n] for n in schema.names) for r in replaced])
+            else:
+                insert_arrow(self.conn, table, pa.Table.from_pylist(replaced, schema=schema))
 
 
 __all__ = ["GANGS", "TASKS", "GangsProjection", "fetch_rows"]

@@ -24,6 +24,10 @@ entitlement of a pool at any instant is its latest history row at or before it:
     SELECT * FROM entitlement_history WHERE path = '/a' AND computed_at <= TIMESTAMPTZ '2024-05-01 12:00:30+00'
     ORDER BY seq DESC LIMIT 1;
 
+What a computation is compared with is kept in memory: each tree's pools as `pool_entitlements`
+holds them, read once, then kept in step with every write and forgotten on a rollback. A
+batch writes each tree's `pool_entitlements` rows once, from the last computation it holds.
+
 `pool_starvation` is each pool's latest `PoolStarvationChanged` (status ok, below_fair_share or
 starving; `since` when it entered that status, `below_since` when its current stretch below fair
 share began); a deleted pool's row goes with it.
@@ -31,14 +35,14 @@ share began); a deleted pool's row goes with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
-from events import EntitlementsComputed, Envelope, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds
-from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, registered
+from events import EntitlementsComputed, Envelope, PoolDeleted, PoolStarvationChanged, at_seconds
+from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, insert_rows, registered
 from projections.gangs import fetch_rows
 
 Row = dict[str, Any]
@@ -125,9 +129,19 @@ class PoolStatusProjection(Projection):
     schema_version = 1
     tables = ("pool_entitlements", "entitlement_history", "pool_starvation")
 
+    def __init__(self) -> None:
+        # Each tree's pools as `pool_entitlements` holds them (what a history row is compared
+        # with): read from the table once per tree, then kept in step with every write; forgotten
+        # on a rollback (the store is the only writer).
+        self._last: dict[str, dict[str, Values]] = {}
+
     def create(self, conn: Connection) -> None:
         for ddl in _DDL:
             conn.execute(ddl)
+        self.rolled_back()
+
+    def rolled_back(self) -> None:
+        self._last = {}
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         computed: list[tuple[int, datetime, EntitlementsComputed]] = []
@@ -144,80 +158,116 @@ class PoolStatusProjection(Projection):
             elif isinstance(event, PoolDeleted):
                 starvation[(event.tree, event.path)] = None
         if computed:
-            _entitlements(conn, computed)
+            self._entitlements(conn, computed)
         if starvation:
             keys = list(starvation)
             delete_keys(conn, "pool_starvation", pa.table({"tree": [k[0] for k in keys], "pool": [k[1] for k in keys]}))
             rows = [row for row in starvation.values() if row is not None]
             insert_arrow(conn, "pool_starvation", pa.Table.from_pylist(rows, schema=POOL_STARVATION))
 
+    def _entitlements(self, conn: Connection, computed: list[tuple[int, datetime, EntitlementsComputed]]) -> None:
+        """History rows for what changed, then each touched tree's latest computation as its rows."""
+        trees = sorted({event.tree for _, _, event in computed})
+        missing = [tree for tree in trees if tree not in self._last]
+        if missing:
+            self._last.update(_stored(conn, missing))
+        last = {tree: self._last[tree] for tree in trees}  # tree -> path -> values, as last computed
+        history: list[tuple[Any, ...]] = []
+        latest: dict[str, tuple[int, datetime, EntitlementsComputed]] = {}
+        for seq, time, event in computed:
+            tree = event.tree
+            before = last[tree]
+            now: dict[str, Values] = {
+                pool.path: (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement, pool.fair_share,
+                            pool.usage_share, pool.demand_share, pool.dominant_kind)
+                for pool in event.pools}
+            for path, values in now.items():
+                previous = before.get(path)
+                if previous is None or (previous != values and not _same(previous, values)):
+                    history.append((tree, path, seq, time, dict(values[0]), dict(values[1]), dict(values[2]),
+                                    *values[3:]))
+            for path in sorted(before.keys() - now.keys()):
+                history.append((tree, path, seq, time, None, None, None, None, None, None, None))
+            last[tree] = now
+            latest[tree] = (seq, time, event)
+        insert_rows(conn, "entitlement_history", ENTITLEMENT_HISTORY, history)
+        conn.execute(f"DELETE FROM pool_entitlements WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
+        columns: list[list[Any]] = [[] for _ in POOL_ENTITLEMENTS]
+        for seq, time, event in latest.values():
+            _kind_columns(columns, event, seq, time)
+        if columns[0]:
+            insert_arrow(conn, "pool_entitlements", pa.Table.from_arrays(
+                [pa.array(values, type=field.type) for values, field in zip(columns, POOL_ENTITLEMENTS, strict=True)],
+                schema=POOL_ENTITLEMENTS))
+        for tree, (_, _, event) in latest.items():
+            self._last[tree] = _kept(event, last[tree])
 
-def _entitlements(conn: Connection, computed: list[tuple[int, datetime, EntitlementsComputed]]) -> None:
-    """History rows for what changed, then each touched tree's latest computation as its rows."""
-    trees = sorted({event.tree for _, _, event in computed})
-    last: dict[str, dict[str, Row]] = {tree: {} for tree in trees}  # tree -> path -> values, as last computed
+
+# A pool's values as last computed: entitlement, non_slack_entitlement, slack_entitlement (maps),
+# fair_share, usage_share, demand_share, dominant_kind.
+Values = tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float], float | None, float | None,
+               float | None, str | None]
+
+
+def _stored(conn: Connection, trees: list[str]) -> dict[str, dict[str, Values]]:
+    """The pools of `trees` as `pool_entitlements` holds them (a tree without rows: no pools)."""
+    found: dict[str, dict[str, Values]] = {tree: {} for tree in trees}
     with registered(conn, pa.table({"tree": trees})) as view:
-        for row in fetch_rows(conn, f"SELECT e.* FROM pool_entitlements e JOIN {view} USING (tree) "
-                                    "ORDER BY e.tree, e.path, e.kind"):
-            values = last[row["tree"]].setdefault(row["path"], {m: {} for m in _MAPS})
-            for name in _MAPS:
-                values[name][row["kind"]] = row[name]
-            values.update({name: row[name] for name in _SHARES})
-    history: list[Row] = []
-    latest: dict[str, tuple[int, datetime, EntitlementsComputed]] = {}
-    for seq, time, event in computed:
-        before = last[event.tree]
-        now = {pool.path: _values(pool) for pool in event.pools}
-        for path, values in now.items():
-            if path not in before or not _same(before[path], values):
-                history.append({"tree": event.tree, "path": path, "seq": seq, "computed_at": time, **values})
-        for path in sorted(set(before) - set(now)):
-            history.append({"tree": event.tree, "path": path, "seq": seq, "computed_at": time})
-        last[event.tree] = now
-        latest[event.tree] = (seq, time, event)
-    insert_arrow(conn, "entitlement_history", pa.Table.from_pylist(history, schema=ENTITLEMENT_HISTORY))
-    conn.execute(f"DELETE FROM pool_entitlements WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
-    rows = [row for seq, time, event in latest.values() for row in _kind_rows(event, seq, time)]
-    insert_arrow(conn, "pool_entitlements", pa.Table.from_pylist(rows, schema=POOL_ENTITLEMENTS))
+        rows = fetch_rows(conn, f"SELECT e.* FROM pool_entitlements e JOIN {view} USING (tree) "
+                                "ORDER BY e.tree, e.path, e.kind")
+    maps: dict[tuple[str, str], tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
+    for row in rows:
+        key = (row["tree"], row["path"])
+        kinds = maps.get(key)
+        if kinds is None:
+            kinds = maps[key] = ({}, {}, {})
+        for values, name in zip(kinds, _MAPS, strict=True):
+            values[row["kind"]] = row[name]
+        found[key[0]][key[1]] = (*kinds, row["fair_share"], row["usage_share"], row["demand_share"],
+                                 row["dominant_kind"])
+    return found
 
 
-def _values(pool: PoolEntitlement) -> Row:
-    return {
-        "entitlement": dict(pool.entitlement),
-        "non_slack_entitlement": dict(pool.non_slack_entitlement),
-        "slack_entitlement": dict(pool.slack_entitlement),
-        "fair_share": pool.fair_share,
-        "usage_share": pool.usage_share,
-        "demand_share": pool.demand_share,
-        "dominant_kind": pool.dominant_kind,
-    }
+def _kept(event: EntitlementsComputed, now: dict[str, Values]) -> dict[str, Values]:
+    """What `pool_entitlements` holds of `now` once `event` is written: a pool with no kind (no
+    capacity and empty maps) has no row there, so it counts as not computed before."""
+    if event.capacity:
+        return now
+    return {path: values for path, values in now.items() if values[0] or values[1] or values[2]}
 
 
-def _same(a: Row, b: Row) -> bool:
+def _same(a: Values, b: Values) -> bool:
     """Equal values (a kind missing from a map counts as 0)."""
-    if any(a.get(name) != b.get(name) for name in _SHARES):
+    if a[3:] != b[3:]:
         return False
-    for name in _MAPS:
-        x, y = a.get(name) or {}, b.get(name) or {}
-        if any(x.get(k, 0.0) != y.get(k, 0.0) for k in set(x) | set(y)):
+    for x, y in zip(a[:3], b[:3], strict=True):
+        if any(x.get(k, 0.0) != y.get(k, 0.0) for k in x.keys() | y.keys()):
             return False
     return True
 
 
-def _kind_rows(event: EntitlementsComputed, seq: int, time: datetime) -> list[Row]:
-    rows: list[Row] = []
+def _kind_columns(columns: list[list[Any]], event: EntitlementsComputed, seq: int, time: datetime) -> None:
+    """Append the `pool_entitlements` rows of `event` to `columns` (one list per column of
+    `POOL_ENTITLEMENTS`, in its order)."""
+    (trees, paths, kinds_, entitlements, non_slacks, slacks, capacities, fairs, usages, demands, dominants, seqs,
+     times) = columns
+    tree, capacity = event.tree, event.capacity
     for pool in event.pools:
-        maps = {name: getattr(pool, name) for name in _MAPS}
-        kinds = sorted(set(event.capacity).union(*maps.values()))
-        for kind in kinds:
-            rows.append({
-                "tree": event.tree, "path": pool.path, "kind": kind,
-                **{name: float(values.get(kind, 0.0)) for name, values in maps.items()},
-                "capacity": float(event.capacity.get(kind, 0.0)), "fair_share": pool.fair_share,
-                "usage_share": pool.usage_share, "demand_share": pool.demand_share,
-                "dominant_kind": pool.dominant_kind, "computed_seq": seq, "computed_at": time,
-            })
-    return rows
+        maps = (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement)
+        kinds = sorted(capacity.keys() | maps[0].keys() | maps[1].keys() | maps[2].keys())
+        n = len(kinds)
+        trees.extend([tree] * n)
+        paths.extend([pool.path] * n)
+        kinds_.extend(kinds)
+        for out, values in zip((entitlements, non_slacks, slacks), maps, strict=True):
+            out.extend([float(values.get(kind, 0.0)) for kind in kinds])
+        capacities.extend([float(capacity.get(kind, 0.0)) for kind in kinds])
+        fairs.extend([pool.fair_share] * n)
+        usages.extend([pool.usage_share] * n)
+        demands.extend([pool.demand_share] * n)
+        dominants.extend([pool.dominant_kind] * n)
+        seqs.extend([seq] * n)
+        times.extend([time] * n)
 
 
 def _starvation_row(event: PoolStarvationChanged, seq: int, time: datetime) -> Row:
