@@ -44,6 +44,7 @@ from bench.workload import Workload, config_events, envelope, gang_payload_size
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
 from services.common.packs import PACK_EVENTS
+from services.common.supervisor import PARENT_ENV
 from services.launcher import start_services
 
 # Every service `poolwise up` runs: the tree service projects the gangs, tasks and event_log read models
@@ -123,11 +124,13 @@ def cpu_seconds(pid: int | None = None) -> float:
 
 @contextlib.asynccontextmanager
 async def serve_process(name: str, url: str, data_dir: Path, timeout: float) -> AsyncIterator[int]:
-    """`poolwise serve NAME` in a child process, as an operator runs a service on its own: yields
-    once it says it is ready (its pid), stops it (SIGTERM, then kill) on the way out."""
+    """`poolwise serve NAME` in a child process, as `poolwise up` runs it (supervised: the same CPU
+    priorities, and it dies with this process): yields once it leads (its pid), stops it (SIGTERM,
+    then kill) on the way out."""
     command = [sys.executable, "-m", "services.cli.main", "serve", name, "--nats-url", url,
                "--data-dir", str(data_dir)]
-    process = await anyio.open_process(command, env=_child_env(), stdout=subprocess.DEVNULL)
+    env = {**_child_env(), PARENT_ENV: str(os.getpid())}  # supervised, as `up`'s children: the same priorities
+    process = await anyio.open_process(command, env=env, stdout=subprocess.DEVNULL)
     said: list[str] = []
     try:
         assert process.stderr is not None
@@ -136,7 +139,7 @@ async def serve_process(name: str, url: str, data_dir: Path, timeout: float) -> 
             async for chunk in process.stderr:
                 buffered += chunk
                 said.append(chunk.decode(errors="replace"))
-                if b" ready on " in buffered:
+                if f"poolwise: {name} leading (".encode() in buffered:  # as `up` sees its children ready
                     break
             else:
                 raise RuntimeError(f"`poolwise serve {name}` ended before it was ready: {''.join(said)[-2000:]}")

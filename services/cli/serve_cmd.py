@@ -13,6 +13,7 @@ before: one process, one core. Changes of role are told on stderr (`poolwise: ad
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
@@ -57,6 +58,8 @@ def serve(
     supervised = die_with_parent()  # a child of `poolwise up`: goes when up goes, even killed
     if service not in SERVICES:
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
+    if supervised and service in YIELDING:  # next to the deciding services, under `poolwise up`
+        yield_cpu()
     if nats_url is None:
         from services.common.natsserver import resolve_nats_url
 
@@ -64,6 +67,23 @@ def serve(
         if nats_url is None:
             raise InputError("no NATS server: set NATS_URL or start `poolwise up` first")
     _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised)
+
+
+# Services off the decision path: the tree service's read models (and pool commands) may wait a
+# moment; admission's and preemption's decisions should not. On a saturated machine the kernel
+# then gives the CPU to the deciding services first (measured: p99 enqueue -> decision at 5,000
+# gangs/s 30-55 ms instead of 53-71 ms on the 2-core machine); with a core to spare it changes
+# nothing.
+YIELDING: tuple[str, ...] = ("tree",)
+YIELD_NICENESS = 10
+
+
+def yield_cpu(niceness: int = YIELD_NICENESS) -> None:
+    """Lower this process's CPU priority by `niceness` (where the platform allows; else nothing)."""
+    import os
+
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(niceness)
 
 
 def role_line(lease: str, state: str, holder: str | None) -> str:

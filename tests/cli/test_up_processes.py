@@ -61,6 +61,9 @@ def test_up_runs_each_service_in_a_process_of_its_own(tmp_path: Path) -> None:
         assert up.proc is not None
         pids = up.service_pids()
         assert set(pids) == set(SERVICES), pids  # one child per service ...
+        # the tree service (read models, off the decision path) yields the CPU to the deciders
+        deciding = os.getpriority(os.PRIO_PROCESS, pids["admission"])
+        assert os.getpriority(os.PRIO_PROCESS, pids["tree"]) == min(19, deciding + 10)
         assert len(set(pids.values())) == len(SERVICES) and up.proc.pid not in pids.values()
         assert {name: found[-1] for name, found in up.started_pids().items()} == pids  # ... as up told
         for name in SERVICES:
