@@ -14,6 +14,7 @@ import numpy as np
 
 from events import EntitlementsComputed, PoolEntitlement
 from services.admission.domain.entitlement import EntitlementEngine
+from services.admission.domain.entitlement.arrays import positive_amounts
 from services.admission.domain.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.rounding import round_matrix
@@ -127,12 +128,7 @@ def _usage_rows(ledger: Ledger, kinds: tuple[str, ...]) -> tuple[list[float], li
 def _positive(values: Vector, kinds: tuple[str, ...]) -> list[float]:
     if not values:
         return _EMPTY_ROWS[kinds][0]  # read only
-    get = values.get
-    out: list[float] = []
-    for kind in kinds:
-        v = get(kind)
-        out.append(float(v) if v is not None and v > 0.0 else 0.0)
-    return out
+    return positive_amounts(values, kinds)
 
 
 class _EmptyRows(dict[tuple[str, ...], tuple[list[float], list[float], list[float], list[float]]]):

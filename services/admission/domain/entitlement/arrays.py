@@ -218,7 +218,7 @@ def _names_cpu_only(reservation: Amounts) -> bool:
     return CPU in reservation and all((v <= 0) == (kd != CPU) for kd, v in reservation.items())
 
 
-def _vector(values: Amounts, kinds: tuple[str, ...]) -> list[float]:
+def positive_amounts(values: Amounts, kinds: tuple[str, ...]) -> list[float]:
     """`[max(0.0, amount(values, kind, 0.0)) for kind in kinds]`, the same numbers, without the
     calls (a missing, NaN or non-positive amount reads 0.0)."""
     get = values.get
@@ -232,8 +232,8 @@ def _vector(values: Amounts, kinds: tuple[str, ...]) -> list[float]:
 def write_usage(arr: TreeArrays, row: int, usage: LeafUsage) -> None:
     """Write a leaf's numbers into the arrays (internal pools hold nothing: callers skip them)."""
     kinds = arr.kinds
-    arr.allocation[row] = _vector(usage.allocation, kinds)
-    arr.demand[row] = _vector(usage.demand, kinds)
-    arr.revocable_allocation[row] = _vector(usage.revocable_allocation, kinds)
-    arr.revocable_demand[row] = _vector(usage.revocable_demand, kinds)
+    arr.allocation[row] = positive_amounts(usage.allocation, kinds)
+    arr.demand[row] = positive_amounts(usage.demand, kinds)
+    arr.revocable_allocation[row] = positive_amounts(usage.revocable_allocation, kinds)
+    arr.revocable_demand[row] = positive_amounts(usage.revocable_demand, kinds)
     arr.jobs[row] = usage.jobs
