@@ -8,7 +8,7 @@ from events import Envelope, InputRejected, at_seconds
 from events.subjects import PREFIX
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
-from services.admission.envelopes import decision_envelope
+from services.admission.envelopes import decision_envelopes
 
 # What admission and preemption fold (preemption keeps a copy of admission's fold).
 SUBJECTS: tuple[str, ...] = (
@@ -26,7 +26,9 @@ OWNED_PREFIXES: tuple[str, ...] = (f"{PREFIX}.gang.", f"{PREFIX}.task.", f"{PREF
 class _Seconds:
     """`Envelope.seconds`, cheaper: `time.timestamp()` is the same number for an aware datetime
     (the time since the epoch, in seconds), and the decisions of one cycle share one time
-    object, so the last answer is kept for it."""
+    object, so the last answer is kept for it. Consecutive inputs (a pack from one submitter)
+    often carry equal times in objects of their own: an equal time (the same instant) reuses the
+    answer too, since comparing costs less than `timestamp()` with pydantic's `TzInfo` (0.44 µs)."""
 
     __slots__ = ("seconds", "time")
 
@@ -36,7 +38,7 @@ class _Seconds:
 
     def __call__(self, envelope: Envelope) -> float:
         time = envelope.time
-        if time is not self.time:
+        if time is not self.time and time != self.time:
             self.time, self.seconds = time, time.timestamp()
         return self.seconds
 
@@ -65,16 +67,10 @@ class AdmissionFolder:
             return []
         if part:
             outcomes = [naming_part(o, seq, part) for o in outcomes]
-        due = state.take_due()
+        for tree in state.take_due():
+            outcomes.extend(decide_tree(state, tree, seq))
         time = at_seconds(state.now)  # the cycles change nothing, the clock neither
-        decided = [self._wrap(o, seq, envelope.id, time) for o in outcomes]
-        for tree in due:
-            decided.extend(self._wrap(o, seq, envelope.id, time) for o in decide_tree(state, tree, seq))
-        return decided
-
-    @staticmethod
-    def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
-        return decision_envelope(SERVICE, outcome.event, outcome.key, basis, causation, time)  # not validated again
+        return decision_envelopes(SERVICE, outcomes, seq, envelope.id, time)  # not validated again
 
 
 def naming_part(outcome: Outcome, seq: int, part: int) -> Outcome:

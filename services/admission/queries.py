@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import Field
 
-from events import Envelope
+from events import Envelope, GangAdmitted
 from events.base import Frozen
 from events.commands import Reply
 from services.admission.domain.explain import GANG_STATES, OBSERVED, TIMED, History, explain, gang_rows
@@ -74,10 +74,16 @@ class ExplainingFolder:
         return self.inner.owns(subject)
 
     def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
+        """The inner step; the history observes the event folded and the decisions made, but for
+        the cycle's admissions: a `GangAdmitted` takes effect (and is observed) when it is read
+        back, and `explain` reads the queue a gang was admitted from only once it is admitted."""
         decided = self.inner.step(envelope, seq, part)
-        self._observe(envelope)
+        if type(envelope.event) in OBSERVED:
+            self._observe(envelope)
         for made in decided:
-            self._observe(made)
+            kind = type(made.event)
+            if kind is not GangAdmitted and kind in OBSERVED:
+                self._observe(made)
         return decided
 
     def _observe(self, envelope: Envelope) -> None:

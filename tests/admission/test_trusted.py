@@ -21,9 +21,11 @@ from events import (
     TaskSpec,
     at_seconds,
     decode,
+    derived_id,
     encode,
 )
 from events.base import Frozen
+from services.admission.domain.state import Outcome
 from services.admission.domain.trusted import (
     FACTORY,
     REQUIRED,
@@ -32,7 +34,7 @@ from services.admission.domain.trusted import (
     gang_admitted,
     pool_entitlement,
 )
-from services.admission.envelopes import decision_envelope
+from services.admission.envelopes import DerivedIds, decision_envelope, decision_envelopes
 from services.admission.folder import seconds_of
 from services.common.folding import decision_envelope as validated_envelope
 
@@ -95,6 +97,27 @@ def test_a_decision_envelope_is_what_validation_builds(event: Event) -> None:
     _same(built, validated)
     assert built.id == validated.id
     assert decode(encode(built)) == built
+
+
+def test_decision_envelopes_are_decision_envelopes_in_order() -> None:
+    """The envelopes of many decisions (ids hashed from a prefix kept per tree) are those made one
+    by one: events of several trees and of none, in their order."""
+    time = at_seconds(1_767_225_600.5)
+    others = [gang_admitted("u", "g", "/a", "pending", [TaskSpec(id="g/0", resources={"cpu": 1.0})], 1),
+              gang_admitted("t", "h", "/b", "pending", [TaskSpec(id="h/0", resources={"cpu": 2.0})], 3)]
+    decided = [Outcome(event, f"key:{i}") for i, event in enumerate([*EVENTS, *others])]
+    built = decision_envelopes("admission", decided, 42, "cause", time)
+    one_by_one = [decision_envelope("admission", o.event, o.key, 42, "cause", time) for o in decided]
+    assert [e.id for e in built] == [e.id for e in one_by_one]
+    for made, expected in zip(built, one_by_one, strict=True):
+        _same(made, expected)
+
+
+@pytest.mark.parametrize("parts", [(), ("admission", 7), ("admission", 7, "tr\u00e9e"), ("preemption", 0, "t")])
+def test_derived_ids_are_derived_id(parts: tuple[object, ...]) -> None:
+    ids = DerivedIds(*parts)
+    for key in ("cycle", "admitted:g:1", "x\x1fy", "\u00fcber"):
+        assert ids(key) == derived_id(*parts, key)
 
 
 def test_a_model_of_another_shape_is_refused() -> None:

@@ -39,9 +39,10 @@ class Scratch:
     """What the cycle has admitted so far, on top of the state (which it does not touch)."""
 
     held: dict[str, Ledger] = field(default_factory=dict)
-    running: dict[str, set[str]] = field(default_factory=dict)
+    running: dict[str, set[str]] = field(default_factory=dict)  # read only where a running-job limit is
     kept: dict[str, set[str]] = field(default_factory=dict)  # pool -> jobs first in line for a slot there
     admitted: set[str] = field(default_factory=set)  # gangs admitted by this cycle
+    limits: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # memo of `slot_limits`
 
     def ledger(self, rt: TreeRuntime, pool: str) -> Ledger:
         found = self.held.get(pool)
@@ -57,9 +58,20 @@ class Scratch:
             found = self.running[pool] = set(rt.running.get(pool, {}))
         return found
 
-    def keep_slots(self, rt: TreeRuntime, gang: Gang) -> None:
+    def slot_limits(self, pools: dict[str, EffectivePool], leaf: str) -> tuple[tuple[str, int], ...]:
+        """(pool, max_running_jobs) of the leaf and its ancestors that have a running-job limit,
+        nearest first: the only pools where check d looks at running jobs (a scratch serves one
+        cycle, so one `pools`)."""
+        found = self.limits.get(leaf)
+        if found is None:
+            found = self.limits[leaf] = tuple(
+                (pool, view.max_running_jobs) for pool in _chain(leaf)
+                if (view := pools.get(pool)) is not None and view.max_running_jobs is not None)
+        return found
+
+    def keep_slots(self, rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool]) -> None:
         """The gang's job is first in line for a slot wherever it needs one: nobody later takes it."""
-        for pool in _chain(gang.pool):
+        for pool, _ in self.slot_limits(pools, gang.pool):
             if gang.job not in self.jobs_running(rt, pool):
                 self.kept.setdefault(pool, set()).add(gang.job)
 
@@ -104,7 +116,7 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
             continue  # taken first, as a waiting job's
         verdict = judge(rt, gang, view, entitlement, pools, preemption_on, scratch)
         if verdict is None:  # 3. fits: admitted
-            _admit(rt, gang, name, scratch, out)
+            _admit(rt, gang, name, pools, scratch, out)
             continue
         if not verdict.movable:
             continue  # held by a job limit: waits without blocking the queue
@@ -131,9 +143,9 @@ def _take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitle
         verdict = judge(rt, gang, view, entitlements.get(gang.pool), pools, preemption_on, scratch)
         if verdict is None:
             assert gang.queue is not None
-            _admit(rt, gang, gang.queue, scratch, out)
+            _admit(rt, gang, gang.queue, pools, scratch, out)
         elif verdict.movable and _job_limits(rt, gang, pools, scratch) is None:
-            scratch.keep_slots(rt, gang)  # its turn has come; it waits for resources, not for a slot
+            scratch.keep_slots(rt, gang, pools)  # its turn has come; it waits for resources, not for a slot
 
 
 def in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: Vector) -> list[Gang]:
@@ -215,11 +227,7 @@ def _non_slack_fits(need: Vector, limit: Vector, held: Ledger) -> bool:
 def _job_limits(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], scratch: Scratch) -> Verdict | None:
     """Check d: a job with nothing running needs a slot at its pool and every ancestor; slots kept
     for jobs ahead of it in line count as taken."""
-    for pool in _chain(gang.pool):
-        view = pools.get(pool)
-        limit = view.max_running_jobs if view is not None else None
-        if limit is None:
-            continue
+    for pool, limit in scratch.slot_limits(pools, gang.pool):
         running = scratch.jobs_running(rt, pool)
         if gang.job in running:
             continue
@@ -248,10 +256,11 @@ def _move_target(gang: Gang, preemption_on: bool) -> str | None:
     return None
 
 
-def _admit(rt: TreeRuntime, gang: Gang, queue: str, scratch: Scratch, out: list[Outcome]) -> None:
+def _admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePool], scratch: Scratch,
+           out: list[Outcome]) -> None:
     scratch.admitted.add(gang.id)
     scratch.ledger(rt, gang.pool).hold(gang, gang.resources, 1.0)
-    for pool in _chain(gang.pool):
+    for pool, _ in scratch.slot_limits(pools, gang.pool):
         scratch.jobs_running(rt, pool).add(gang.job)
     attempt = gang.attempt + 1
     # The tasks are the members' `TaskSpec`s as enqueued (the same id and resources, validated

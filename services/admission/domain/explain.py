@@ -302,7 +302,7 @@ def _pending(state: AdmissionState, rt: TreeRuntime, gang: Gang,
             continue
         key = (event.pool, CYCLE_ORDER.index(event.queue) if event.queue in CYCLE_ORDER else len(CYCLE_ORDER))
         if key < ours:
-            _admit(rt, other, event.queue, scratch, [])
+            _admit(rt, other, event.queue, pools, scratch, [])
 
     findings: list[Finding] = []
     if gang.id in admitted_ids:
@@ -338,11 +338,11 @@ def _verdicts(state: AdmissionState, rt: TreeRuntime, gang: Gang, view: Effectiv
         if other.id in scratch.admitted or other.id in moved:
             continue
         if other.id in admitted:
-            _admit(rt, other, queue_name, scratch, [])
+            _admit(rt, other, queue_name, pools, scratch, [])
             continue
         verdict = judge(rt, other, view, entitlement, pools, preemption_on, scratch)
         if verdict is None:  # fits on these numbers: taken as the cycle would take it
-            _admit(rt, other, queue_name, scratch, [])
+            _admit(rt, other, queue_name, pools, scratch, [])
         elif verdict.movable:
             blocker = (other, verdict)
             break
