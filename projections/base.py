@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -188,9 +188,22 @@ def arrow_of(schema: pa.Schema, rows: Sequence[tuple[Any, ...]]) -> pa.Table:
         [pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)], schema=schema)
 
 
+def arrow_of_dicts(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Rows given as mappings with (at least) the names of `schema`'s fields, as an Arrow table
+    of `schema` (the same as `pa.Table.from_pylist(rows, schema=schema)`, about a sixth cheaper)."""
+    columns = [[row[name] for row in rows] for name in schema.names]
+    return pa.Table.from_arrays(
+        [pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)], schema=schema)
+
+
 def insert_arrow(conn: Connection, table: str, data: pa.Table) -> None:
     """Insert every row of `data` into `table`, matching columns by name (one statement)."""
     if data.num_rows == 0:
+        return
+    if data.column_names == conn.table(quote(table)).columns:
+        # the table's columns, in order: inserted from a relation, with no view to register
+        # (registering and unregistering one costs more than the insert of a few hundred rows)
+        conn.from_arrow(data).insert_into(quote(table))
         return
     with registered(conn, data) as view:
         conn.execute(f"INSERT INTO {quote(table)} BY NAME SELECT * FROM {view}")

@@ -73,8 +73,8 @@ class RowCache:
         the fold replaced another one of the same key)."""
         keys = self.keys
         if keys is not None:
-            keys.gangs.update(hash(key) for key in touched)
-            keys.tasks.update(hash(key) for key in task_keys)
+            keys.gangs.update(map(hash, touched))
+            keys.tasks.update(map(hash, task_keys))
             if len(keys.gangs) + len(keys.tasks) > KEYS_LIMIT:
                 self.keys, self.keys_off = None, True
         owners = self._owners

@@ -70,6 +70,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -94,6 +95,7 @@ from projections.base import (
     Connection,
     Item,
     Projection,
+    arrow_of_dicts,
     delete_rows,
     insert_arrow,
     insert_rows,
@@ -113,6 +115,7 @@ INPUTS = frozenset({"GangEnqueued", "TaskStateChanged", "GangCancelled"})
 DECISIONS = frozenset(
     {"GangAdmitted", "GangMovedToQueue", "GangRequeued", "GangTimedOut", "GangFinished", "PreemptionRequested"}
 )
+HELD_TYPES = INPUTS | DECISIONS
 TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a timer may announce
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
@@ -249,12 +252,12 @@ class GangsProjection(Projection):
             event = envelope.event
             if envelope.source == ADMISSION and envelope.basis is not None:
                 answered = max(answered, envelope.basis)
-            if isinstance(event, InputRejected):
-                if event.input_seq is not None and event.input_type in INPUTS:
-                    refusals[(event.input_seq, event.input_part or 0)] = f"{event.rule}: {event.reason}"
-            elif event.type in INPUTS or event.type in DECISIONS:
-                timer = _timer_basis(envelope) if event.type in TIMERS else None
-                fresh.append(Held(item.seq, event.type, envelope, None, timer, item.part, item.raw))
+            kind = event.type
+            if kind in HELD_TYPES:
+                timer = _timer_basis(envelope) if kind in TIMERS else None
+                fresh.append(Held(item.seq, kind, envelope, None, timer, item.part, item.raw))
+            elif isinstance(event, InputRejected) and event.input_seq is not None and event.input_type in INPUTS:
+                refusals[(event.input_seq, event.input_part or 0)] = f"{event.rule}: {event.reason}"
         if not fresh and not refusals and not answered:
             return
         if self._held is None:
@@ -454,12 +457,12 @@ class _Fold:
             self._enqueued(event, seq, time, refused)
         elif refused is not None:
             return  # a refused input changes nothing
+        elif isinstance(event, GangAdmitted):  # the most common decision first
+            self._admitted(event, seq, time)
         elif isinstance(event, TaskStateChanged):
             self._reported(event, seq, time)
         elif isinstance(event, GangCancelled):
             self._cancelled(event, seq, time)
-        elif isinstance(event, GangAdmitted):
-            self._admitted(event, seq, time)
         elif isinstance(event, GangMovedToQueue):
             gang = self.gangs.get((event.tree, event.gang))
             if gang is not None and gang["state"] == "pending" and gang["queue"] != event.queue:
@@ -494,18 +497,21 @@ class _Fold:
             return  # cannot be: admission takes members only for a waiting gang
         tasks = self.members.setdefault(key, [])
         resources = dict(gang["resources"] or {})
+        tree, job, pool = event.tree, gang["job"], gang["pool"]
         for spec in event.tasks:
+            amounts = spec.resources
             task = {
-                "tree": event.tree, "task": spec.id, "gang": event.gang, "job": gang["job"], "pool": gang["pool"],
-                "member": len(tasks), "resources": dict(spec.resources), "state": "pending",
+                "tree": tree, "task": spec.id, "gang": event.gang, "job": job, "pool": pool,
+                "member": len(tasks), "resources": dict(amounts), "state": "pending",
                 "preemption_requested": False, "started_at": None, "updated_seq": seq, "updated_at": time,
             }
             tasks.append(task)
-            if (event.tree, spec.id) in self.tasks:
+            task_key = (tree, spec.id)
+            if task_key in self.tasks:
                 self.taken_over = True
-            self.tasks[(event.tree, spec.id)] = task
-            self.touched_tasks[(event.tree, spec.id)] = None
-            for kind, amount in spec.resources.items():
+            self.tasks[task_key] = task
+            self.touched_tasks[task_key] = None
+            for kind, amount in amounts.items():
                 resources[kind] = resources.get(kind, 0.0) + amount
         changes: Row = {"members": len(tasks), "resources": resources}
         if len(tasks) >= gang["size"]:
@@ -661,14 +667,11 @@ class _Fold:
             else:
                 replaced.append(row)
         if updated:
-            columns = [f for f in schema if f.name in key or (f.name in changed and f.name != "resources")]
-            names = [f.name for f in columns]
-            changes = pa.schema(columns)
+            changes = pa.schema([f for f in schema if f.name in key or (f.name in changed and f.name != "resources")])
             if small_write(changes, len(updated)):
-                update_rows_of(self.conn, table, key, changes, [tuple(r[n] for n in names) for r in updated])
+                update_rows_of(self.conn, table, key, changes, list(map(itemgetter(*changes.names), updated)))
             else:
-                update_rows(self.conn, table, key, pa.table(
-                    [pa.array([r[f.name] for r in updated], type=f.type) for f in columns], schema=changes))
+                update_rows(self.conn, table, key, arrow_of_dicts(changes, updated))
         if replaced:
             if table == "gangs":  # a gang that was not read has no row (`_load`)
                 exists = any((r["tree"], r["gang"]) in stored for r in replaced)
@@ -677,11 +680,11 @@ class _Fold:
                 exists = present is None or any(hash((r["tree"], r["task"])) in present for r in replaced)
             if exists:
                 delete_rows(self.conn, table, pa.schema([schema.field(name) for name in key]),
-                            [tuple(r[name] for name in key) for r in replaced])
+                            list(map(itemgetter(*key), replaced)))
             if small_write(schema, len(replaced)):
-                insert_rows(self.conn, table, schema, [tuple(r[n] for n in schema.names) for r in replaced])
+                insert_rows(self.conn, table, schema, list(map(itemgetter(*schema.names), replaced)))
             else:
-                insert_arrow(self.conn, table, pa.Table.from_pylist(replaced, schema=schema))
+                insert_arrow(self.conn, table, arrow_of_dicts(schema, replaced))
 
 
 __all__ = ["GANGS", "TASKS", "GangsProjection", "fetch_rows"]

@@ -100,10 +100,14 @@ class TreeView:
                 continue
             if decoded is not None:
                 decoded[stored.seq] = envelopes
+            # the latest time of the message as `envelope.seconds` (the aware time less the epoch,
+            # in C), converted once: aware times compare as the instants they are
+            latest = max((envelope.time for envelope in envelopes), default=None)
+            if latest is not None:
+                self.now = max(self.now, latest.timestamp())
+            apply, seq = self.state.apply, stored.seq
             for envelope in envelopes:
-                # `envelope.seconds`, computed as it is (the aware time less the epoch) in C
-                self.now = max(self.now, envelope.time.timestamp())
-                self.state.apply(envelope.event, stored.seq)
+                apply(envelope.event, seq)
         return rejections
 
 
