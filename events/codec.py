@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from events.envelope import CURRENT_VERSIONS, Envelope
+from events.fastencode import encode_envelope
 from events.upcasters import UPCASTERS, Upcaster, upcast
 
 
@@ -31,7 +32,10 @@ class DecodeError(Exception):
 
 
 def encode(envelope: Envelope) -> bytes:
-    return envelope.model_dump_json(exclude_none=True).encode()
+    """`envelope.model_dump_json(exclude_none=True)`, the same bytes written by msgspec where
+    `events.fastencode` handles the envelope (the gang events and decisions: about half the cost)."""
+    fast = encode_envelope(envelope)
+    return fast if fast is not None else envelope.model_dump_json(exclude_none=True).encode()
 
 
 # -- packs: several events in one log message ----------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from events import Event
+from events.fastencode import encode_event_body
 from projections.base import Connection, Item, Malformed, Projection, arrow_of, insert_rows
 
 MALFORMED = "_malformed"
@@ -95,6 +96,10 @@ def row_tuples(items: Sequence[Item]) -> list[tuple[Any, ...]]:
 
 
 def body(event: Event) -> str:
-    """The event as the `data` column holds it: `event.model_dump_json(exclude_none=True)`, from
-    its serializer without the method's keyword handling."""
-    return str(type(event).__pydantic_serializer__.to_json(event, exclude_none=True).decode())
+    """The event as the `data` column holds it: `event.model_dump_json(exclude_none=True)`, written
+    by `events.fastencode` where it handles the event, else from pydantic's serializer without the
+    method's keyword handling."""
+    fast = encode_event_body(event)
+    if fast is None:
+        fast = type(event).__pydantic_serializer__.to_json(event, exclude_none=True)
+    return fast.decode()
