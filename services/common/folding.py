@@ -192,10 +192,11 @@ async def run_folder(
     store: ProjectionStore | None = None,
     on_batch: OnBatch | None = None,
     max_batch: int = 2000,
+    linger: float = 0.0,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
-    its decisions are in the log (the service's clock uses it)."""
+    its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
     folded = await rebuild(log, folder, subjects)
     start = folded if store is None else min(folded, store.lowest_checkpoint)
     task_status.started(folded)
@@ -238,6 +239,6 @@ async def run_folder(
         with SHARED.user():
             async with anyio.create_task_group() as tg:
                 tg.start_soon(publish)
-                await log.consume(durable, subjects, start, handle, max_batch=max_batch)
+                await log.consume(durable, subjects, start, handle, max_batch=max_batch, linger=linger)
     finally:
         gc.unfreeze()

@@ -691,10 +691,11 @@ class JetStreamLog:
         handler: BatchHandler,
         *,
         max_batch: int = 1000,
+        linger: float = 0.0,
     ) -> None:
         """A durable pull consumer (ack policy all) from `after_seq + 1`; each batch is acknowledged
         (its last message) after the handler returns. A raising handler's error propagates and
-        nothing of that batch is acknowledged."""
+        nothing of that batch is acknowledged. `linger`: see `EventLog.consume`."""
         window = max(2 * max_batch, 1024)
         position = after_seq
         losses = 0
@@ -711,6 +712,8 @@ class JetStreamLog:
                     await handler([item.stored for item in items])
                     position = items[-1].stored.seq
                     await self.nc.publish(items[-1].reply, b"")
+                    if linger and len(items) < max_batch:
+                        await asyncio.sleep(linger)
             except ConsumerLost:
                 losses = 1 if position > before else losses + 1
                 if losses >= MAX_LOSSES:

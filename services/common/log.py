@@ -91,10 +91,13 @@ class EventLog(Protocol):
         handler: BatchHandler,
         *,
         max_batch: int = 1000,
+        linger: float = 0.0,
     ) -> None:
         """Deliver events after `after_seq` matching `subjects` to `handler`, in order, in batches
         of up to `max_batch`, forever (until cancelled). The batch is acknowledged only after the
         handler returns (its effects are committed); a handler that raises gets the batch again.
         `after_seq` is the consumer's own committed checkpoint: the durable consumer is moved to it
-        when they disagree, so nothing at or below it is delivered again."""
+        when they disagree, so nothing at or below it is delivered again. With `linger` (seconds),
+        a batch smaller than `max_batch` is followed by that pause before the next is taken, so
+        that what arrives meanwhile comes as one batch (see `LINGER` of the preemption service)."""
         ...

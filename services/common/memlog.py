@@ -148,9 +148,11 @@ class MemoryLog:
         handler: BatchHandler,
         *,
         max_batch: int = 1000,
+        linger: float = 0.0,
     ) -> None:
         """Deliver matching events after `after_seq` in batches, forever. A raising handler's error
-        propagates; the next `consume` from the same checkpoint gets the same events again."""
+        propagates; the next `consume` from the same checkpoint gets the same events again.
+        `linger`: see `EventLog.consume`."""
         wanted = subject_filter(tuple(subjects))
         scanned = max(after_seq, 0)  # every event at or below this was looked at
         while True:
@@ -162,7 +164,10 @@ class MemoryLog:
                     batch.append(stored)
             if batch:
                 await handler(batch)
-                await anyio.lowlevel.checkpoint()
+                if linger and len(batch) < max_batch:
+                    await anyio.sleep(linger)
+                else:
+                    await anyio.lowlevel.checkpoint()
             elif scanned >= len(self._events):
                 if self._appended is None:
                     self._appended = anyio.Event()

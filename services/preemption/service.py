@@ -18,6 +18,13 @@ from services.common.requests import parse_request, serve_requests
 from services.preemption.commands import COMMANDS, SERVICE, PreemptionList
 from services.preemption.folder import SUBJECTS, PreemptionFolder
 
+# Seconds the consumer pauses after a short batch, so that a trickle of messages (an admission
+# cycle's tick, entitlements, admissions and completion; a submitter's packs) is folded in fewer,
+# larger batches: each batch has a fixed cost (a wake-up, a fold, an acknowledgement). At 5,000
+# gangs/s this took preemption from about 96 to 75 µs of CPU per gang. Preemption's decisions are
+# not on the path from enqueue to admission; they come up to this much later.
+LINGER = 0.01
+
 
 def answer(folder: PreemptionFolder, op: str, data: bytes) -> Reply:
     """One request, as it comes over NATS: the op from the subject, the command as JSON."""
@@ -42,7 +49,7 @@ async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: Pree
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="preemption", store=store,
-                                                          task_status=task_status))
+                                                          linger=LINGER, task_status=task_status))
             nc = getattr(log, "nc", None)
             if nc is not None:
                 await serve_requests(nc, SERVICE, partial(answer, folder))

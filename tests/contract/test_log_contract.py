@@ -237,6 +237,29 @@ async def test_consume_waits_for_new_events(log: EventLog) -> None:
     assert seqs(flat(batches)) == [1, 2, 3, 4, 5, 6]
 
 
+async def test_a_lingering_consumer_takes_what_came_during_its_pause_as_one_batch(log: EventLog) -> None:
+    # one event, then five appended one by one (five messages, 10 ms apart) while the consumer
+    # pauses after its short first batch: they come as one batch (without the pause, as they come)
+    await log.append([task(0)])
+    batches: list[list[Stored]] = []
+    with anyio.fail_after(SAFETY):
+        async with anyio.create_task_group() as tg:
+            arrived = anyio.Event()
+
+            async def handler(batch: Sequence[Stored]) -> None:
+                batches.append(list(batch))
+                arrived.set()
+                if sum(map(len, batches)) >= 6:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(partial(log.consume, "c1", [], 0, handler, linger=2.0))
+            await arrived.wait()
+            for i in range(1, 6):
+                await log.append([task(i)])
+                await anyio.sleep(0.01)
+    assert [seqs(b) for b in batches] == [[1], [2, 3, 4, 5, 6]]
+
+
 async def test_consume_resumes_after_the_checkpoint(log: EventLog) -> None:
     await log.append([task(i) for i in range(30)])
     first = flat(await collect(log, "c1", [], 0, 10, max_batch=10))

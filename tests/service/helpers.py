@@ -84,5 +84,5 @@ class RacingLog:
         return await self.log.read(start_seq, subjects, end_seq)
 
     async def consume(self, durable: str, subjects: Sequence[str], after_seq: int, handler: BatchHandler, *,
-                      max_batch: int = 1000) -> None:
-        await self.log.consume(durable, subjects, after_seq, handler, max_batch=max_batch)
+                      max_batch: int = 1000, linger: float = 0.0) -> None:
+        await self.log.consume(durable, subjects, after_seq, handler, max_batch=max_batch, linger=linger)
