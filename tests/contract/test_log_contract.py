@@ -4,7 +4,7 @@ nats-server (a fresh stream per test). Whatever one adapter does, the other must
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -218,8 +218,10 @@ async def test_consume_filters_subjects(log: EventLog) -> None:
     assert {s.subject for s in got} == {subj.gang("t1"), subj.HOSTS}
 
 
-async def test_consume_waits_for_new_events(log: EventLog) -> None:
-    await log.append([task(0)])
+async def batches_around(log: EventLog, then: Callable[[], Awaitable[None]], total: int,
+                         linger: float = 0.0) -> list[list[Stored]]:
+    """The batches a consumer from the start gets of the log's events: once the first batch has
+    come, `then()` runs (appending more); it stops after `total` events."""
     batches: list[list[Stored]] = []
     with anyio.fail_after(SAFETY):
         async with anyio.create_task_group() as tg:
@@ -228,12 +230,22 @@ async def test_consume_waits_for_new_events(log: EventLog) -> None:
             async def handler(batch: Sequence[Stored]) -> None:
                 batches.append(list(batch))
                 arrived.set()
-                if sum(map(len, batches)) >= 6:
+                if sum(map(len, batches)) >= total:
                     tg.cancel_scope.cancel()
 
-            tg.start_soon(log.consume, "c1", [], 0, handler)
+            tg.start_soon(partial(log.consume, "c1", [], 0, handler, linger=linger))
             await arrived.wait()
-            await log.append([task(i) for i in range(1, 6)])
+            await then()
+    return batches
+
+
+async def test_consume_waits_for_new_events(log: EventLog) -> None:
+    await log.append([task(0)])
+
+    async def five_more() -> None:
+        await log.append([task(i) for i in range(1, 6)])
+
+    batches = await batches_around(log, five_more, 6)
     assert seqs(flat(batches)) == [1, 2, 3, 4, 5, 6]
 
 
@@ -241,22 +253,13 @@ async def test_a_lingering_consumer_takes_what_came_during_its_pause_as_one_batc
     # one event, then five appended one by one (five messages, 10 ms apart) while the consumer
     # pauses after its short first batch: they come as one batch (without the pause, as they come)
     await log.append([task(0)])
-    batches: list[list[Stored]] = []
-    with anyio.fail_after(SAFETY):
-        async with anyio.create_task_group() as tg:
-            arrived = anyio.Event()
 
-            async def handler(batch: Sequence[Stored]) -> None:
-                batches.append(list(batch))
-                arrived.set()
-                if sum(map(len, batches)) >= 6:
-                    tg.cancel_scope.cancel()
+    async def one_by_one() -> None:
+        for i in range(1, 6):
+            await log.append([task(i)])
+            await anyio.sleep(0.01)
 
-            tg.start_soon(partial(log.consume, "c1", [], 0, handler, linger=2.0))
-            await arrived.wait()
-            for i in range(1, 6):
-                await log.append([task(i)])
-                await anyio.sleep(0.01)
+    batches = await batches_around(log, one_by_one, 6, linger=2.0)
     assert [seqs(b) for b in batches] == [[1], [2, 3, 4, 5, 6]]
 
 
