@@ -54,24 +54,32 @@ def _priority_arrival_key(gang: Gang) -> SortKey:
 
 
 class GangQueue:
-    """Gangs kept sorted by a precomputed key (bisect insert: O(log n) search, memmove insert)."""
+    """Gangs kept sorted by a precomputed key (bisect insert: O(log n) search, memmove insert).
 
-    __slots__ = ("_gangs", "_index", "_key_of", "_keys")
+    The head leaves by moving a start index (`_start`): the lists keep the departed gangs in front
+    of it until they make up half of them (then they are cut off at once), so admitting the head
+    of a queue of 100k gangs does not move the other 100k each time."""
+
+    __slots__ = ("_gangs", "_index", "_key_of", "_keys", "_start")
+
+    COMPACT_AFTER = 64  # departed heads kept before cutting them off (when also half the lists)
 
     def __init__(self, key_of: Callable[[Gang], SortKey]) -> None:
         self._keys: list[SortKey] = []
         self._gangs: list[Gang] = []
         self._index: dict[str, SortKey] = {}
         self._key_of = key_of
+        self._start = 0  # the gangs before it have left
 
     def __len__(self) -> int:
-        return len(self._gangs)
+        return len(self._gangs) - self._start
 
     def __iter__(self) -> Iterator[Gang]:
-        return iter(list(self._gangs))
+        return iter(self._gangs[self._start:])
 
     def ordered(self) -> list[Gang]:
         """The gangs in order, for reading only (not a copy: do not change the queue meanwhile)."""
+        self._compact()
         return self._gangs
 
     def __contains__(self, gang_id: object) -> bool:
@@ -80,28 +88,40 @@ class GangQueue:
     def push(self, gang: Gang) -> None:
         key = self._key_of(gang)
         keys = self._keys
-        if not keys or keys[-1] < key:  # the usual case: a new gang goes last
+        if len(keys) == self._start or keys[-1] < key:  # the usual case: a new gang goes last
             keys.append(key)
             self._gangs.append(gang)
         else:
-            at = bisect.bisect_left(keys, key)
+            at = bisect.bisect_left(keys, key, self._start)
             keys.insert(at, key)
             self._gangs.insert(at, gang)
         self._index[gang.id] = key
 
     def remove(self, gang: Gang) -> None:
         key = self._index.pop(gang.id)
-        # The usual case: the head leaves (admitted); else find its place by its key.
-        at = 0 if self._gangs[0] is gang else bisect.bisect_left(self._keys, key)
+        start = self._start
+        if self._gangs[start] is gang:  # the usual case: the head leaves (admitted)
+            self._start = start + 1
+            if self._start >= self.COMPACT_AFTER and 2 * self._start >= len(self._gangs):
+                self._compact()
+            return
+        at = bisect.bisect_left(self._keys, key, start)  # else find its place by its key
         del self._keys[at]
         del self._gangs[at]
 
+    def _compact(self) -> None:
+        if self._start:
+            del self._keys[:self._start]
+            del self._gangs[:self._start]
+            self._start = 0
+
     def head(self, usage: Callable[[Gang], float] | None = None) -> Gang | None:
         """The first gang; with `usage` (fair_share), the first gang of the least-using job."""
-        if not self._gangs:
+        if len(self._gangs) == self._start:
             return None
         if usage is None:
-            return self._gangs[0]
+            return self._gangs[self._start]
+        self._compact()
         best: Gang | None = None
         best_key: SortKey = ()
         seen_jobs: set[str] = set()
@@ -116,12 +136,12 @@ class GangQueue:
 
     def position(self, gang_id: str) -> int | None:
         key = self._index.get(gang_id)
-        return None if key is None else bisect.bisect_left(self._keys, key)
+        return None if key is None else bisect.bisect_left(self._keys, key, self._start) - self._start
 
     def ahead_of(self, gang_id: str) -> Gang | None:
         """The gang just ahead of this one (for `explain`)."""
         at = self.position(gang_id)
-        return None if not at else self._gangs[at - 1]
+        return None if not at else self._gangs[self._start + at - 1]
 
 
 class UnorderedQueue(GangQueue):
@@ -159,6 +179,7 @@ class UnorderedQueue(GangQueue):
         self._keys = [key for key, _ in pairs]
         self._gangs = [gang for _, gang in pairs]
         self._index = {gang.id: key for key, gang in pairs}
+        self._start = 0
         self._sorted = True
 
     def __iter__(self) -> Iterator[Gang]:
