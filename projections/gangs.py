@@ -322,7 +322,9 @@ def _timer_basis(envelope: Envelope) -> int | None:
 def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
     """`gangs_held`, decoded, in log order (a message that no longer decodes is skipped when its
     turn comes), and `gangs_answered`."""
-    (answered,) = conn.execute("SELECT answered FROM gangs_answered").fetchone() or (0,)
+    # fetchall: this DuckDB leaves a result read with fetchone open (a later `register` fails)
+    rows = conn.execute("SELECT answered FROM gangs_answered").fetchall()
+    answered = int(rows[0][0]) if rows else 0
     held: list[Held] = []
     for seq, part, kind, message, refused, timer in conn.execute(
             "SELECT seq, part, type, message, refused, timer FROM gangs_held ORDER BY seq, part").fetchall():

@@ -339,7 +339,8 @@ class _Waker:
         if self._set:
             return True
         loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
         timer = loop.call_later(timeout, _expire, waiter)
         try:
             return await waiter
@@ -725,7 +726,7 @@ class JetStreamLog:
     async def _durable_at(self, durable: str, subjects: Sequence[str], after_seq: int) -> ConsumerInfo:
         """The durable consumer, positioned right after `after_seq` (recreated when it is not)."""
         try:
-            info = await self.jsm.consumer_info(self.stream, durable)
+            info: ConsumerInfo | None = await self.jsm.consumer_info(self.stream, durable)
         except NotFoundError:
             info = None
         if info is not None:
@@ -737,16 +738,17 @@ class JetStreamLog:
                 and sorted(filters) == sorted(subjects)
                 and info.num_ack_pending == 0
                 and not info.num_waiting
-                and info.delivered.stream_seq == after_seq
-                and info.ack_floor.stream_seq == after_seq
+                and info.delivered is not None and info.delivered.stream_seq == after_seq
+                and info.ack_floor is not None and info.ack_floor.stream_seq == after_seq
             ):
                 return info
             await self.jsm.delete_consumer(self.stream, durable)
-        return await self.jsm.add_consumer(self.stream, ConsumerConfig(
+        created: ConsumerInfo = await self.jsm.add_consumer(self.stream, ConsumerConfig(
             name=durable, durable_name=durable, ack_policy=AckPolicy.ALL,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1,
             filter_subjects=list(subjects) or None, ack_wait=300.0, max_ack_pending=-1,
         ))  # fmt: skip
+        return created
 
 
 async def connect(url: str, **options: Any) -> JetStreamLog:
