@@ -21,7 +21,7 @@ from events.decisions import (
     PreemptionRequested,
     StarvationStatus,
 )
-from events.envelope import CURRENT_VERSIONS, EVENT_TYPES, AnyEvent, Envelope, at_seconds, derived_id
+from events.envelope import CURRENT_VERSIONS, EVENT_TYPES, AnyEvent, DerivedIds, Envelope, at_seconds, derived_id
 from events.inputs import (
     TERMINAL_TASK_STATES,
     ClockTicked,
@@ -50,6 +50,7 @@ __all__ = [
     "ClockTicked",
     "CycleCompleted",
     "DecodeError",
+    "DerivedIds",
     "EntitlementsComputed",
     "Envelope",
     "Event",

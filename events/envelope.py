@@ -118,9 +118,25 @@ class Envelope(Frozen):
 
 
 def derived_id(*parts: object) -> str:
-    """A deterministic event id from the parts that identify a decision (no clock, no random)."""
+    """A deterministic event id from the parts that identify a decision (no clock, no random):
+    the first 32 hex digits of the SHA-256 of the parts joined with `\x1f`."""
     text = "\x1f".join(str(p) for p in parts)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class DerivedIds:
+    """`derived_id(*parts, key)` for many keys after the same `parts` (a cycle's decisions share
+    service, basis and tree): the parts are hashed once and the hash copied for each key."""
+
+    __slots__ = ("_prefix",)
+
+    def __init__(self, *parts: object) -> None:
+        self._prefix = hashlib.sha256("".join(f"{part}\x1f" for part in parts).encode())
+
+    def __call__(self, key: object) -> str:
+        digest = self._prefix.copy()
+        digest.update(str(key).encode())
+        return digest.hexdigest()[:32]
 
 
 def at_seconds(seconds: float) -> datetime:

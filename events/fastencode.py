@@ -323,11 +323,6 @@ def _converter(cls: type[Frozen]) -> _Converter:
     return converter
 
 
-def converter_source(cls: type[Frozen]) -> str:
-    """The source of the converter of `cls` (to read, or to debug)."""
-    return "\n".join([f"def _M_{cls.__name__}(m):", *_body(cls, "    ", "return {}")])
-
-
 _EVENTS: Final[dict[type, _Converter]] = {}
 _NAMESPACE["_EVENTS"] = _EVENTS
 for _name in _EXPECTED:

@@ -21,7 +21,6 @@ from events import (
     TaskSpec,
     at_seconds,
     decode,
-    derived_id,
     encode,
 )
 from events.base import Frozen
@@ -34,7 +33,7 @@ from services.admission.domain.trusted import (
     gang_admitted,
     pool_entitlement,
 )
-from services.admission.envelopes import DerivedIds, decision_envelope, decision_envelopes
+from services.admission.envelopes import decision_envelope, decision_envelopes
 from services.admission.folder import seconds_of
 from services.common.folding import decision_envelope as validated_envelope
 
@@ -111,13 +110,6 @@ def test_decision_envelopes_are_decision_envelopes_in_order() -> None:
     assert [e.id for e in built] == [e.id for e in one_by_one]
     for made, expected in zip(built, one_by_one, strict=True):
         _same(made, expected)
-
-
-@pytest.mark.parametrize("parts", [(), ("admission", 7), ("admission", 7, "tr\u00e9e"), ("preemption", 0, "t")])
-def test_derived_ids_are_derived_id(parts: tuple[object, ...]) -> None:
-    ids = DerivedIds(*parts)
-    for key in ("cycle", "admitted:g:1", "x\x1fy", "\u00fcber"):
-        assert ids(key) == derived_id(*parts, key)
 
 
 def test_a_model_of_another_shape_is_refused() -> None:

@@ -13,6 +13,7 @@ from events import (
     EVENT_TYPES,
     ClockTicked,
     DecodeError,
+    DerivedIds,
     Envelope,
     GangEnqueued,
     PoolConfig,
@@ -178,3 +179,10 @@ def test_a_pack_with_an_input_or_a_bad_event_is_malformed_as_a_whole() -> None:
     assert caught.value.rule == "json"
     with pytest.raises(DecodeError):
         decode_all(b"[1, 2")
+
+
+@pytest.mark.parametrize("parts", [(), ("admission", 7), ("admission", 7, "tr\u00e9e"), ("preemption", 0, "t")])
+def test_derived_ids_are_derived_id(parts: tuple[object, ...]) -> None:
+    ids = DerivedIds(*parts)
+    for key in ("cycle", "admitted:g:1", "x\x1fy", "\u00fcber"):
+        assert ids(key) == derived_id(*parts, key)

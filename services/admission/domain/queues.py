@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
 
 from services.admission.domain.model import Gang
 
@@ -121,11 +122,11 @@ class GangQueue:
             return None
         if usage is None:
             return self._gangs[self._start]
-        self._compact()
         best: Gang | None = None
         best_key: SortKey = ()
         seen_jobs: set[str] = set()
-        for key, gang in zip(self._keys, self._gangs, strict=True):
+        start = self._start
+        for key, gang in zip(islice(self._keys, start, None), islice(self._gangs, start, None), strict=True):
             if gang.job in seen_jobs:
                 continue  # a job's first gang in fifo order stands for the job
             seen_jobs.add(gang.job)
