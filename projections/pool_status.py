@@ -15,18 +15,32 @@ Tables:
 capacity of that kind then. The shares are fractions of the tree's capacity, per pool (the same on
 each of its kind rows), with the kind that dominates.
 
-`entitlement_history` keeps one row per pool per computation *that changed something for that
-pool* (an admission cycle recomputes every pool at every tick; most of them change nothing):
-a pool's first computation, then every one whose maps or shares differ from the pool's previous
-row. A pool that leaves the computation (deleted) gets a last row with NULL maps and shares. So the
-entitlement of a pool at any instant is its latest history row at or before it:
+`entitlement_history` samples each pool's entitlement once per second of log time (`HISTORY_WINDOW`;
+windows aligned to whole epoch seconds of the computations' envelope time). For each second in
+which a tree had computations, the *last* of them gives a pool a row if the pool's values then
+differ from its previous row (a kind missing from a map counts as 0) or it has no row yet; a pool
+of a previous (non-NULL) row that is not in that computation (deleted) gets a row with NULL maps
+and shares. A row carries that computation's seq, time and values; the computations before it in
+the second leave no row (an admission cycle recomputes every pool many times a second). Maps hold
+every kind of the pool's `pool_entitlements` rows (0 where the computation gives none); a pool
+with no such row (no kind at all: a tree without capacity and empty maps) counts as not in the
+computation. A second's rows are written once the projection applies an event at or after its end
+(any event: the next computation, a tick, a gang event), not before: the latest values reach the
+history at the latest with the first event of a later second (`pool_entitlements` is the exact
+now). So the entitlement of a pool at any instant, to the second, is its latest history row at or
+before it:
 
     SELECT * FROM entitlement_history WHERE path = '/a' AND computed_at <= TIMESTAMPTZ '2024-05-01 12:00:30+00'
     ORDER BY seq DESC LIMIT 1;
 
-What a computation is compared with is kept in memory: each tree's pools as `pool_entitlements`
-holds them, read once, then kept in step with every write and forgotten on a rollback. A
-batch writes each tree's `pool_entitlements` rows once, from the last computation it holds.
+Kept in memory: each tree's open second (a reference to its latest computation: nothing else is
+done per computation) and, once a second of the tree was closed, each pool's last history row.
+Both are in the tables, read back after a start or a rollback: a tree's latest computation is what
+`pool_entitlements` holds (closing its second again, if it was closed already, writes nothing);
+the last history row of each pool is what the next second is compared with. (A tree whose latest
+computation has no pool with a kind has no `pool_entitlements` row: if the store stops, or a batch
+rolls back, while that second is open, the NULL rows it would give are not written.) A batch
+writes each tree's `pool_entitlements` rows once, from the last computation it holds.
 
 `pool_starvation` is each pool's latest `PoolStarvationChanged` (status ok, below_fair_share or
 starving; `since` when it entered that status, `below_since` when its current stretch below fair
@@ -36,13 +50,14 @@ share began); a deleted pool's row goes with it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
 from events import EntitlementsComputed, Envelope, PoolDeleted, PoolStarvationChanged, at_seconds
-from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, insert_rows, registered
+from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, insert_rows
 from projections.gangs import fetch_rows
 
 Row = dict[str, Any]
@@ -119,21 +134,27 @@ _DDL = (
 )
 
 _MAPS = ("entitlement", "non_slack_entitlement", "slack_entitlement")
-_SHARES = ("fair_share", "usage_share", "demand_share", "dominant_kind")
+
+HISTORY_WINDOW = 1.0  # seconds of log time: at most one entitlement_history row per pool per window
+_WINDOW = timedelta(seconds=HISTORY_WINDOW)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class PoolStatusProjection(Projection):
     """`pool_entitlements`, `entitlement_history` and `pool_starvation`."""
 
     name = "pool_status"
-    schema_version = 1
+    schema_version = 2  # 2: entitlement_history sampled per second of log time
     tables = ("pool_entitlements", "entitlement_history", "pool_starvation")
 
     def __init__(self) -> None:
-        # Each tree's pools as `pool_entitlements` holds them (what a history row is compared
-        # with): read from the table once per tree, then kept in step with every write; forgotten
-        # on a rollback (the store is the only writer).
-        self._last: dict[str, dict[str, Values]] = {}
+        # Each tree's open window (its latest computation); None: not read back yet (after a start
+        # or a rollback). `_due`: the earliest end of an open window.
+        self._open: dict[str, _Open] | None = None
+        self._due: datetime | None = None
+        # Per tree, once it closed a window: each pool's values as its last history row has them
+        # (a pool whose last row is NULL, or that has none: absent). The store is the only writer.
+        self._rows: dict[str, dict[str, Values]] = {}
 
     def create(self, conn: Connection) -> None:
         for ddl in _DDL:
@@ -141,56 +162,78 @@ class PoolStatusProjection(Projection):
         self.rolled_back()
 
     def rolled_back(self) -> None:
-        self._last = {}
+        self._open = None
+        self._due = None
+        self._rows = {}
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
-        computed: list[tuple[int, datetime, EntitlementsComputed]] = []
+        windows = self._open
+        if windows is None:
+            windows = self._open = _latest_stored(conn)
+            self._due = min((window.end for window in windows.values()), default=None)
+        history: list[tuple[Any, ...]] = []
+        latest: dict[str, tuple[int, datetime, EntitlementsComputed]] = {}
         starvation: dict[tuple[str, str], Row | None] = {}  # None: the pool was deleted
         for item in items:
             envelope = item.event
             if not isinstance(envelope, Envelope):
                 continue
+            time = envelope.time
+            due = self._due
+            if due is not None and time >= due:
+                self._close(conn, [tree for tree, window in windows.items() if window.end <= time], history)
             event = envelope.event
             if isinstance(event, EntitlementsComputed):
-                computed.append((item.seq, envelope.time, event))
+                tree = event.tree
+                latest[tree] = (item.seq, time, event)
+                window = windows.get(tree)
+                if window is not None:
+                    if time >= window.start:  # its window (open: the time is before its end)
+                        window.seq, window.time, window.pools = item.seq, time, event
+                        continue
+                    self._close(conn, [tree], history)  # the log's time went back: a window before it
+                start = _EPOCH + (time - _EPOCH) // _WINDOW * _WINDOW
+                window = windows[tree] = _Open(item.seq, time, start, start + _WINDOW, event)
+                if self._due is None or window.end < self._due:
+                    self._due = window.end
             elif isinstance(event, PoolStarvationChanged):
-                starvation[(event.tree, event.pool)] = _starvation_row(event, item.seq, envelope.time)
+                starvation[(event.tree, event.pool)] = _starvation_row(event, item.seq, time)
             elif isinstance(event, PoolDeleted):
                 starvation[(event.tree, event.path)] = None
-        if computed:
-            self._entitlements(conn, computed)
+        insert_rows(conn, "entitlement_history", ENTITLEMENT_HISTORY, history)
+        if latest:
+            self._entitlements(conn, latest)
         if starvation:
             keys = list(starvation)
             delete_keys(conn, "pool_starvation", pa.table({"tree": [k[0] for k in keys], "pool": [k[1] for k in keys]}))
             rows = [row for row in starvation.values() if row is not None]
             insert_arrow(conn, "pool_starvation", pa.Table.from_pylist(rows, schema=POOL_STARVATION))
 
-    def _entitlements(self, conn: Connection, computed: list[tuple[int, datetime, EntitlementsComputed]]) -> None:
-        """History rows for what changed, then each touched tree's latest computation as its rows."""
-        trees = sorted({event.tree for _, _, event in computed})
-        missing = [tree for tree in trees if tree not in self._last]
+    def _close(self, conn: Connection, trees: list[str], history: list[tuple[Any, ...]]) -> None:
+        """Close the open windows of `trees`: append their history rows to `history`."""
+        windows = self._open
+        assert windows is not None
+        missing = [tree for tree in trees if tree not in self._rows]
         if missing:
-            self._last.update(_stored(conn, missing))
-        last = {tree: self._last[tree] for tree in trees}  # tree -> path -> values, as last computed
-        history: list[tuple[Any, ...]] = []
-        latest: dict[str, tuple[int, datetime, EntitlementsComputed]] = {}
-        for seq, time, event in computed:
-            tree = event.tree
-            before = last[tree]
-            now: dict[str, Values] = {
-                pool.path: (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement, pool.fair_share,
-                            pool.usage_share, pool.demand_share, pool.dominant_kind)
-                for pool in event.pools}
+            self._rows.update(_last_rows(conn, missing))
+        for tree in sorted(trees):
+            window = windows.pop(tree)
+            rows = self._rows[tree]
+            seq, time, pools = window.seq, window.time, window.pools
+            now = _values(pools) if isinstance(pools, EntitlementsComputed) else pools
             for path, values in now.items():
-                previous = before.get(path)
+                previous = rows.get(path)
                 if previous is None or (previous != values and not _same(previous, values)):
-                    history.append((tree, path, seq, time, dict(values[0]), dict(values[1]), dict(values[2]),
-                                    *values[3:]))
-            for path in sorted(before.keys() - now.keys()):
+                    history.append((tree, path, seq, time, *values))
+                    rows[path] = values
+            for path in sorted(rows.keys() - now.keys()):
                 history.append((tree, path, seq, time, None, None, None, None, None, None, None))
-            last[tree] = now
-            latest[tree] = (seq, time, event)
-        insert_rows(conn, "entitlement_history", ENTITLEMENT_HISTORY, history)
+                del rows[path]
+        self._due = min((window.end for window in windows.values()), default=None)
+
+    def _entitlements(self, conn: Connection, latest: dict[str, tuple[int, datetime, EntitlementsComputed]]) -> None:
+        """Each tree's latest computation as its `pool_entitlements` rows."""
+        trees = sorted(latest)
         conn.execute(f"DELETE FROM pool_entitlements WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
         columns: list[list[Any]] = [[] for _ in POOL_ENTITLEMENTS]
         for seq, time, event in latest.values():
@@ -199,41 +242,77 @@ class PoolStatusProjection(Projection):
             insert_arrow(conn, "pool_entitlements", pa.Table.from_arrays(
                 [pa.array(values, type=field.type) for values, field in zip(columns, POOL_ENTITLEMENTS, strict=True)],
                 schema=POOL_ENTITLEMENTS))
-        for tree, (_, _, event) in latest.items():
-            self._last[tree] = _kept(event, last[tree])
 
 
-# A pool's values as last computed: entitlement, non_slack_entitlement, slack_entitlement (maps),
-# fair_share, usage_share, demand_share, dominant_kind.
+# A pool's values as a history row has them: entitlement, non_slack_entitlement, slack_entitlement
+# (maps), fair_share, usage_share, demand_share, dominant_kind.
 Values = tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float], float | None, float | None,
                float | None, str | None]
 
 
-def _stored(conn: Connection, trees: list[str]) -> dict[str, dict[str, Values]]:
-    """The pools of `trees` as `pool_entitlements` holds them (a tree without rows: no pools)."""
-    found: dict[str, dict[str, Values]] = {tree: {} for tree in trees}
-    with registered(conn, pa.table({"tree": trees})) as view:
-        rows = fetch_rows(conn, f"SELECT e.* FROM pool_entitlements e JOIN {view} USING (tree) "
-                                "ORDER BY e.tree, e.path, e.kind")
-    maps: dict[tuple[str, str], tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
-    for row in rows:
-        key = (row["tree"], row["path"])
-        kinds = maps.get(key)
-        if kinds is None:
-            kinds = maps[key] = ({}, {}, {})
-        for values, name in zip(kinds, _MAPS, strict=True):
-            values[row["kind"]] = row[name]
-        found[key[0]][key[1]] = (*kinds, row["fair_share"], row["usage_share"], row["demand_share"],
-                                 row["dominant_kind"])
+@dataclass(slots=True)
+class _Open:
+    """A tree's window of log time [start, end) whose history rows are not written yet, and the
+    latest computation of the tree in it (its pools: the event, or as read back from
+    `pool_entitlements`)."""
+
+    seq: int
+    time: datetime
+    start: datetime
+    end: datetime
+    pools: EntitlementsComputed | dict[str, Values]
+
+
+def _values(event: EntitlementsComputed) -> dict[str, Values]:
+    """The pools of `event` as `pool_entitlements` holds them: each map with every kind of the
+    pool's rows (the tree's capacity and the map's kinds, 0 where missing); a pool with no kind
+    (no capacity and empty maps) has no row there, and is left out."""
+    capacity = event.capacity
+    found: dict[str, Values] = {}
+    for pool in event.pools:
+        maps = (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement)
+        kinds = sorted(capacity.keys() | maps[0].keys() | maps[1].keys() | maps[2].keys())
+        if kinds:
+            entitlement, non_slack, slack = ({kind: float(values.get(kind, 0.0)) for kind in kinds} for values in maps)
+            found[pool.path] = (entitlement, non_slack, slack, pool.fair_share, pool.usage_share, pool.demand_share,
+                                pool.dominant_kind)
     return found
 
 
-def _kept(event: EntitlementsComputed, now: dict[str, Values]) -> dict[str, Values]:
-    """What `pool_entitlements` holds of `now` once `event` is written: a pool with no kind (no
-    capacity and empty maps) has no row there, so it counts as not computed before."""
-    if event.capacity:
-        return now
-    return {path: values for path, values in now.items() if values[0] or values[1] or values[2]}
+def _latest_stored(conn: Connection) -> dict[str, _Open]:
+    """Each tree's latest computation as `pool_entitlements` holds it, as an open window (it may
+    have been closed already: closing it again writes nothing)."""
+    found: dict[str, _Open] = {}
+    maps: dict[tuple[str, str], tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
+    for row in fetch_rows(conn, "SELECT * FROM pool_entitlements ORDER BY tree, path, kind"):
+        tree, path = row["tree"], row["path"]
+        window = found.get(tree)
+        if window is None:
+            time = row["computed_at"]
+            start = _EPOCH + (time - _EPOCH) // _WINDOW * _WINDOW
+            window = found[tree] = _Open(row["computed_seq"], time, start, start + _WINDOW, {})
+        kinds = maps.get((tree, path))
+        if kinds is None:
+            kinds = maps[(tree, path)] = ({}, {}, {})
+        for values, name in zip(kinds, _MAPS, strict=True):
+            values[row["kind"]] = row[name]
+        assert isinstance(window.pools, dict)
+        window.pools[path] = (*kinds, row["fair_share"], row["usage_share"], row["demand_share"], row["dominant_kind"])
+    return found
+
+
+def _last_rows(conn: Connection, trees: list[str]) -> dict[str, dict[str, Values]]:
+    """Each pool of `trees` as its last `entitlement_history` row has it (NULL maps: left out)."""
+    found: dict[str, dict[str, Values]] = {tree: {} for tree in trees}
+    marks = ", ".join("?" for _ in trees)
+    rows = fetch_rows(conn, f"""SELECT h.* FROM entitlement_history h JOIN (
+            SELECT tree, path, max(seq) AS seq FROM entitlement_history WHERE tree IN ({marks}) GROUP BY tree, path
+        ) USING (tree, path, seq) WHERE h.entitlement IS NOT NULL""", trees)
+    for row in rows:
+        found[row["tree"]][row["path"]] = (row["entitlement"], row["non_slack_entitlement"], row["slack_entitlement"],
+                                           row["fair_share"], row["usage_share"], row["demand_share"],
+                                           row["dominant_kind"])
+    return found
 
 
 def _same(a: Values, b: Values) -> bool:

@@ -29,7 +29,7 @@ def sql(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Tables: event_log (every event), trees, pools, pool_resources, hosts, host_resources; gangs, tasks;
-    pool_entitlements (latest per pool and kind), entitlement_history (changes only), pool_starvation;
+    pool_entitlements (latest per pool and kind), entitlement_history (changes, per second), pool_starvation;
     preemptions (one row per task), rejections (refused inputs); checkpoints.
 
     Example: SELECT pool, state, count(*) FROM gangs GROUP BY ALL ORDER BY pool"""
