@@ -56,7 +56,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from events import EntitlementsComputed, Envelope, PoolDeleted, PoolStarvationChanged, at_seconds
+from events import EntitlementsComputed, Envelope, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds
 from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, insert_rows
 from projections.gangs import fetch_rows
 
@@ -270,8 +270,7 @@ def _values(event: EntitlementsComputed) -> dict[str, Values]:
     capacity = event.capacity
     found: dict[str, Values] = {}
     for pool in event.pools:
-        maps = (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement)
-        kinds = sorted(capacity.keys() | maps[0].keys() | maps[1].keys() | maps[2].keys())
+        maps, kinds = _maps_and_kinds(capacity, pool)
         if kinds:
             entitlement, non_slack, slack = ({kind: float(values.get(kind, 0.0)) for kind in kinds} for values in maps)
             found[pool.path] = (entitlement, non_slack, slack, pool.fair_share, pool.usage_share, pool.demand_share,
@@ -325,6 +324,14 @@ def _same(a: Values, b: Values) -> bool:
     return True
 
 
+def _maps_and_kinds(capacity: Mapping[str, float], pool: PoolEntitlement
+                    ) -> tuple[tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float]], list[str]]:
+    """A pool's three maps and the kinds of its `pool_entitlements` rows: the tree's capacity's
+    and the maps', sorted (none: the pool has no row)."""
+    maps = (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement)
+    return maps, sorted(capacity.keys() | maps[0].keys() | maps[1].keys() | maps[2].keys())
+
+
 def _kind_columns(columns: list[list[Any]], event: EntitlementsComputed, seq: int, time: datetime) -> None:
     """Append the `pool_entitlements` rows of `event` to `columns` (one list per column of
     `POOL_ENTITLEMENTS`, in its order)."""
@@ -332,8 +339,7 @@ def _kind_columns(columns: list[list[Any]], event: EntitlementsComputed, seq: in
      times) = columns
     tree, capacity = event.tree, event.capacity
     for pool in event.pools:
-        maps = (pool.entitlement, pool.non_slack_entitlement, pool.slack_entitlement)
-        kinds = sorted(capacity.keys() | maps[0].keys() | maps[1].keys() | maps[2].keys())
+        maps, kinds = _maps_and_kinds(capacity, pool)
         n = len(kinds)
         trees.extend([tree] * n)
         paths.extend([pool.path] * n)

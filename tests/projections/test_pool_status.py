@@ -23,7 +23,7 @@ from events import (
 )
 from events.subjects import for_event
 from projections import ProjectionStore
-from projections.pool_status import HISTORY_WINDOW, PoolStatusProjection
+from projections.pool_status import PoolStatusProjection
 from services.common.log import Stored
 from tests.projections.make import T0, gang, stored
 
@@ -204,10 +204,6 @@ def rows_of(store: ProjectionStore, path: str = "/a", tree: str = "default") -> 
     _, rows = store.query("SELECT seq, computed_at, entitlement['cpu'] FROM entitlement_history "
                           "WHERE tree = ? AND path = ? ORDER BY seq", [tree, path])
     return [(seq, (time - T0).total_seconds(), cpu) for seq, time, cpu in rows]
-
-
-def test_the_window_is_a_second_of_log_time() -> None:
-    assert HISTORY_WINDOW == 1.0
 
 
 def test_a_pool_gets_one_row_per_second_from_the_last_computation_in_it() -> None:
