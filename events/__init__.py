@@ -36,6 +36,7 @@ from events.inputs import (
     TaskStateChanged,
     TreeConfigured,
 )
+from events.views import as_model, event_class, read_envelope, with_views
 
 POOLWISE_EVENTS = True  # marker the smoke test looks for
 
@@ -78,12 +79,16 @@ __all__ = [
     "TaskStateChanged",
     "TreeConfigured",
     "TreeOptions",
+    "as_model",
     "at_seconds",
     "decode",
     "decode_all",
     "derived_id",
     "encode",
     "encode_pack",
+    "event_class",
     "is_pack",
     "peek_type",
+    "read_envelope",
+    "with_views",
 ]

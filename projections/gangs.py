@@ -71,7 +71,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -90,10 +90,12 @@ from events import (
     TaskStateChanged,
     decode,
     encode,
+    event_class,
 )
 from projections.base import (
     Connection,
     Item,
+    Malformed,
     Projection,
     arrow_of_dicts,
     delete_rows,
@@ -247,7 +249,7 @@ class GangsProjection(Projection):
         answered = 0
         for item in items:
             envelope = item.event
-            if not isinstance(envelope, Envelope):
+            if isinstance(envelope, Malformed):
                 continue
             event = envelope.event
             if envelope.source == ADMISSION and envelope.basis is not None:
@@ -455,17 +457,19 @@ class _Fold:
     def _apply(self, seq: int, envelope: Envelope, refused: str | None) -> None:
         event = envelope.event
         time = envelope.time
-        if isinstance(event, GangEnqueued):
-            self._enqueued(event, seq, time, refused)
+        kind = event_class(event)  # gang events may be views of their models (events.views)
+        if kind is GangEnqueued:
+            self._enqueued(cast(GangEnqueued, event), seq, time, refused)
         elif refused is not None:
             return  # a refused input changes nothing
-        elif isinstance(event, GangAdmitted):  # the most common decision first
-            self._admitted(event, seq, time)
+        elif kind is GangAdmitted:  # the most common decision first
+            self._admitted(cast(GangAdmitted, event), seq, time)
         elif isinstance(event, TaskStateChanged):
             self._reported(event, seq, time)
         elif isinstance(event, GangCancelled):
             self._cancelled(event, seq, time)
-        elif isinstance(event, GangMovedToQueue):
+        elif kind is GangMovedToQueue:
+            event = cast(GangMovedToQueue, event)
             gang = self.gangs.get((event.tree, event.gang))
             if gang is not None and gang["state"] == "pending" and gang["queue"] != event.queue:
                 self._touch(gang, seq, time, queue=event.queue, last_reason=event.reason)

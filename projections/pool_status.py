@@ -56,8 +56,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from events import EntitlementsComputed, Envelope, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds
-from projections.base import Connection, Item, Projection, delete_keys, insert_arrow, insert_rows
+from events import EntitlementsComputed, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds
+from projections.base import Connection, Item, Malformed, Projection, delete_keys, insert_arrow, insert_rows
 from projections.gangs import fetch_rows
 
 Row = dict[str, Any]
@@ -176,7 +176,7 @@ class PoolStatusProjection(Projection):
         starvation: dict[tuple[str, str], Row | None] = {}  # None: the pool was deleted
         for item in items:
             envelope = item.event
-            if not isinstance(envelope, Envelope):
+            if isinstance(envelope, Malformed):  # (gang events may be views of envelopes: events.views)
                 continue
             time = envelope.time
             due = self._due

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import TaskStatus
 from pydantic import Field
 
-from events import Envelope, GangAdmitted
+from events import Envelope, GangAdmitted, event_class
 from events.base import Frozen
 from events.commands import Reply
 from services.admission.domain.explain import GANG_STATES, OBSERVED, TIMED, History, explain, gang_rows
@@ -78,7 +78,7 @@ class ExplainingFolder:
         the cycle's admissions: a `GangAdmitted` takes effect (and is observed) when it is read
         back, and `explain` reads the queue a gang was admitted from only once it is admitted."""
         decided = self.inner.step(envelope, seq, part)
-        if type(envelope.event) in OBSERVED:
+        if event_class(envelope.event) in OBSERVED:
             self._observe(envelope)
         for made in decided:
             kind = type(made.event)
@@ -87,7 +87,7 @@ class ExplainingFolder:
         return decided
 
     def _observe(self, envelope: Envelope) -> None:
-        kind = type(envelope.event)
+        kind = event_class(envelope.event)
         if kind in OBSERVED:
             self.history.observe(envelope.event, envelope.seconds if kind in TIMED else 0.0)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from events import Envelope, decode, encode
+from events import Envelope, encode, read_envelope
 
 
 class SharedDecodes:
@@ -33,8 +33,9 @@ class SharedDecodes:
         self._found: dict[bytes, tuple[Envelope, list[int]]] = {}  # data -> (envelope, [takes left])
 
     def decode(self, data: bytes) -> Envelope:
-        """`events.decode(data)`, or the envelope another reader of this process decoded (or this
-        process encoded) from the same bytes."""
+        """`events.read_envelope(data)` (a view of a gang event, else `events.decode(data)`), or
+        the envelope another reader of this process decoded (or this process encoded) from the
+        same bytes."""
         found = self._found.get(data) if self._found else None
         if found is not None:
             envelope, left = found
@@ -42,7 +43,7 @@ class SharedDecodes:
             if left[0] <= 0:
                 del self._found[data]
             return envelope
-        envelope = decode(data)
+        envelope = read_envelope(data)
         if self.users >= 2:
             self._keep(data, envelope, self.users - 1)
         return envelope

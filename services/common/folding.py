@@ -31,7 +31,18 @@ from typing import Protocol
 
 import anyio
 
-from events import DecodeError, Envelope, Event, InputRejected, at_seconds, decode, decode_all, derived_id, is_pack
+from events import (
+    DecodeError,
+    Envelope,
+    Event,
+    InputRejected,
+    at_seconds,
+    decode,
+    decode_all,
+    derived_id,
+    is_pack,
+    read_envelope,
+)
 from events.subjects import PREFIX
 from projections.store import ProjectionStore
 from services.common.decodes import SHARED
@@ -176,7 +187,7 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
                 with suppress(DecodeError):
                     present.update(e.id for e in decode_all(s.data))
     with gc_paused():
-        result = fold_batch(folder, history, 0)
+        result = fold_batch(folder, history, 0, read_envelope)
     missing = [d for d in result.decisions if d.id not in present]
     if missing:
         await log.append(missing)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec
+from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec, as_model
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
 from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime, _chain
 from services.admission.domain.trusted import gang_admitted
@@ -274,7 +274,7 @@ def _admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePo
                 "tree": rt.name, "gang": gang.id, "pool": gang.pool, "queue": queue, "attempt": attempt,
                 "tasks": [t.spec or {"id": t.id, "resources": t.resources} for t in gang.tasks]})
             break
-        specs.append(spec)
+        specs.append(as_model(spec))  # a view of it, read from the log, made into the model
     else:
         admitted = gang_admitted(rt.name, gang.id, gang.pool, queue, specs, attempt)
     out.append(Outcome(admitted, f"admitted:{gang.id}:{attempt}"))

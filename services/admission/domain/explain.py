@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from events import (
     Event,
@@ -34,6 +35,7 @@ from events import (
     InputRejected,
     PoolEntitlement,
     PreemptionRequested,
+    event_class,
 )
 from services.admission.domain.cycle import (
     Scratch,
@@ -193,8 +195,9 @@ class History:
 
     def observe(self, event: Event, time: float) -> None:
         """Note what `event` (stamped `time`, seconds) tells about a gang; other events are ignored."""
-        if isinstance(event, GangAdmitted):
-            self.admitted[(event.tree, event.gang)] = event.queue
+        if event_class(event) is GangAdmitted:  # read back: the model, or its view (events.views)
+            admitted = cast(GangAdmitted, event)
+            self.admitted[(admitted.tree, admitted.gang)] = admitted.queue
         elif isinstance(event, GangCancelled):
             self._of(event.tree, event.gang).cancel_reason = event.reason
         elif isinstance(event, GangRequeued):

@@ -40,6 +40,7 @@ from events import (
     PreemptionRequested,
     TaskStateChanged,
     TreeConfigured,
+    with_views,
 )
 from services.admission.domain import rules
 from services.admission.domain.facts import running_limit
@@ -267,7 +268,7 @@ class AdmissionState:
 
 
 def _on_enqueued(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    assert isinstance(event, GangEnqueued)
+    event = cast(GangEnqueued, event)  # the model or its view (events.views): the same attributes
     rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None:
@@ -394,7 +395,7 @@ def _on_cancelled(state: AdmissionState, event: Event, seq: int, out: list[Outco
 
 
 def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    assert isinstance(event, GangAdmitted)
+    event = cast(GangAdmitted, event)  # the model or its view (events.views)
     rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None or gang.state != PENDING or event.attempt != gang.attempt + 1:
@@ -416,7 +417,7 @@ def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcom
 
 
 def _on_moved(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    assert isinstance(event, GangMovedToQueue)
+    event = cast(GangMovedToQueue, event)  # the model or its view (events.views)
     rt = state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None or gang.state != PENDING or gang.queue == event.queue:
@@ -622,7 +623,7 @@ def gangs_of(rt: TreeRuntime, states: Iterable[str]) -> list[Gang]:
 _Handler = Callable[[AdmissionState, Event, int, list[Outcome]], None]
 
 # The one table that wires event types to their handlers.
-_HANDLERS: dict[type[Event], _Handler] = {
+_HANDLERS: dict[type[Event], _Handler] = with_views({
     GangEnqueued: _on_enqueued,
     TaskStateChanged: _on_task,
     GangCancelled: _on_cancelled,
@@ -637,4 +638,4 @@ _HANDLERS: dict[type[Event], _Handler] = {
     PoolDeleted: _on_config,
     HostRegistered: _on_config,
     HostRemoved: _on_config,
-}
+})  # the views of gang events (events.views) as their models

@@ -5,9 +5,9 @@ for and how they ended), and the pass each admission cycle triggers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from events import CycleCompleted, Event, GangAdmitted, GangRequeued, PreemptionRequested
+from events import CycleCompleted, Event, GangAdmitted, GangRequeued, PreemptionRequested, event_class
 from services.admission.domain.model import ADMITTED, CANCELLED, DONE, PENDING, TERMINAL
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState, Outcome
@@ -62,7 +62,7 @@ class PreemptionState:
 
     def apply(self, event: Event, seq: int, time: float) -> list[Outcome]:
         """Fold one event; after an admission cycle completes, run one preemption pass."""
-        kind = type(event)  # events come off the wire as exactly these types
+        kind = event_class(event)  # events come off the wire as exactly these types, or views of them
         before = self._attempt_of(event) if kind is PreemptionRequested else None
         admission = self.admission
         announced = admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
@@ -111,7 +111,8 @@ class PreemptionState:
         return gang.attempt if gang is not None and gang.state == ADMITTED else None
 
     def _track(self, event: Event, seq: int, attempt: int | None) -> None:
-        if isinstance(event, GangAdmitted):
+        if event_class(event) is GangAdmitted:
+            event = cast(GangAdmitted, event)
             gang = self.admission.runtime(event.tree).gangs.get(event.gang)
             if gang is not None and gang.state == ADMITTED:
                 self._admitted(event.tree).add(gang)

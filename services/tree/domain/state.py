@@ -33,6 +33,7 @@ from events import (
     PoolConfigChanged,
     PoolDeleted,
     TreeConfigured,
+    event_class,
 )
 from services.tree.domain import paths
 from services.tree.domain.placement import fixed_placement, place_gang
@@ -77,7 +78,7 @@ class TreeState:
         """Fold one event read at log position `seq`."""
         if seq > self.last_seq:
             self.last_seq = seq
-        kind = type(event)
+        kind = event_class(event)  # the model's class, or the model a view stands for (events.views)
         if kind not in _FOLDED:  # most of the log: decisions, task reports, ticks
             return
         if kind is GangEnqueued:

@@ -1,0 +1,341 @@
+"""`events.views`: msgspec views of the gang events. Whenever `read_envelope` gives a view, pydantic
+must accept the same bytes and build a model of equal values (`view.to_model() == decode(data)`),
+for valid envelopes of every shape and for mutated ones; whatever pydantic refuses, reading refuses
+with pydantic's error; and what folds or projects a view must come out as it does from the model."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import Field
+
+from bench.workload import Workload, config_events, envelope, gang_event
+from events import (
+    ClockTicked,
+    DecodeError,
+    Envelope,
+    GangAdmitted,
+    GangEnqueued,
+    GangMovedToQueue,
+    TaskSpec,
+    decode,
+    decode_all,
+    encode,
+    encode_pack,
+    event_class,
+    read_envelope,
+    with_views,
+)
+from events import views as views_module
+from events.inputs import GangCancelled
+from events.views import (
+    EnvelopeView,
+    GangAdmittedView,
+    GangEnqueuedView,
+    GangMovedToQueueView,
+    SchemaChanged,
+    TaskSpecView,
+    _fields_of_model,
+    _fields_of_view,
+    as_model,
+    view_body,
+)
+from projections.event_log import body
+
+TIME = datetime(2026, 1, 1, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+def _decoded_or_error(data: bytes) -> Envelope | DecodeError:
+    try:
+        return decode(data)
+    except DecodeError as exc:
+        return exc
+
+
+def _read_or_error(data: bytes) -> Envelope | DecodeError:
+    try:
+        return read_envelope(data)
+    except DecodeError as exc:
+        return exc
+
+
+def _same_as_pydantic(data: bytes) -> bool:
+    """Reading `data` gives what pydantic gives: a view of equal values, the model itself, or the
+    same refusal. Returns whether a view was given."""
+    expected = _decoded_or_error(data)
+    found = _read_or_error(data)
+    if isinstance(expected, DecodeError):
+        assert isinstance(found, DecodeError), f"a view of what pydantic refuses: {data!r}"
+        assert (found.field, found.rule, found.message) == (expected.field, expected.rule, expected.message)
+        return False
+    assert not isinstance(found, DecodeError), f"refused what pydantic reads: {data!r}"
+    if not isinstance(found, EnvelopeView):
+        assert found == expected
+        return False
+    assert found.to_model() == expected, data
+    # attribute by attribute, as the folds read them
+    for name in Envelope.model_fields:
+        if name != "event":
+            assert getattr(found, name) == getattr(expected, name), name
+    assert found.type == expected.type and found.seconds == expected.seconds
+    for name in type(expected.event).model_fields:
+        value, wanted = getattr(found.event, name), getattr(expected.event, name)
+        if name == "tasks":
+            assert [(t.id, t.resources) for t in value] == [(t.id, t.resources) for t in wanted]
+        else:
+            assert value == wanted and type(value) is type(wanted), name
+    assert event_class(found.event) is type(expected.event)
+    fast = view_body(found.event)
+    assert fast is None or fast == body(expected.event).encode()
+    return True
+
+
+# --- valid envelopes ---------------------------------------------------------------------------------
+
+ids = st.text(min_size=1, max_size=12)
+amounts = st.floats(min_value=0, max_value=1e300, allow_nan=False) | st.integers(0, 10**6).map(float)
+specs = st.builds(TaskSpec, id=ids, resources=st.dictionaries(st.text(max_size=6), amounts, max_size=4))
+ints = st.integers(-(2**63), 2**63 - 1)
+enqueued = st.builds(
+    GangEnqueued, tree=st.text(max_size=8), gang=ids, pool=st.text(max_size=10), job=st.text(max_size=6),
+    user=st.text(max_size=6), size=st.integers(1, 2**62), priority=ints, preemptible=st.booleans(),
+    revocable=st.booleans(), controller=st.booleans(),
+    timeout=st.none() | st.floats(min_value=0, max_value=1e300, allow_nan=False),
+    tasks=st.lists(specs, min_size=1, max_size=3))
+admitted = st.builds(GangAdmitted, tree=st.text(max_size=8), gang=st.text(max_size=8), pool=st.text(max_size=8),
+                     queue=st.text(max_size=8), tasks=st.lists(specs, max_size=3), attempt=ints)
+moved = st.builds(GangMovedToQueue, tree=st.text(max_size=8), gang=st.text(max_size=8), pool=st.text(max_size=8),
+                  queue=st.sampled_from(["non_preemptible", "controller", "revocable", "pending"]),
+                  reason=st.text(max_size=20))
+times = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
+                     timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
+                                                timezone(timedelta(hours=-8))]))
+envelopes = st.builds(Envelope, id=st.text(min_size=1, max_size=40), time=times, source=st.text(max_size=10),
+                      causation=st.none() | st.text(max_size=8), basis=st.none() | ints,
+                      trace=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
+                      event=enqueued | admitted | moved)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(envelopes)
+def test_a_valid_gang_envelope_reads_as_a_view_of_the_model_pydantic_reads(env: Envelope) -> None:
+    data = encode(env)
+    assert _same_as_pydantic(data)
+    assert read_envelope(data).to_model() == env
+
+
+def test_the_bench_workload_reads_as_views_with_one_time_per_pack() -> None:
+    w = Workload(leaves=10)
+    parts = [encode(envelope(gang_event(w, i), f"id{i}", 1_767_225_600.5, source="sdk:bench")) for i in range(50)]
+    read = decode_all(encode_pack(parts), read_envelope)
+    assert [type(e) for e in read] == [EnvelopeView] * 50
+    assert len({id(e.time) for e in read}) == 1  # the pack's events share one datetime
+    assert [e.to_model() for e in read] == decode_all(encode_pack(parts))
+    assert read[7].event.tasks[1].resources == {"cpu": 1.0, "memory": 4.0}
+    assert read[7].seconds == 1_767_225_600.5
+
+
+def test_other_events_are_pydantic_models() -> None:
+    for event in (ClockTicked(tree="t"), GangCancelled(gang="g")):
+        data = encode(Envelope(id="x", time=TIME, event=event))
+        found = read_envelope(data)
+        assert type(found) is Envelope and found == decode(data)
+
+
+# --- mutated envelopes: a view only where pydantic reads the same values ------------------------------
+
+ODD_VALUES: list[Any] = [None, "", "1", "x", 0, 1, -1, 2, 1.0, 2.5, -0.0, 1e300, True, False, [], {}, [1], {"a": 1},
+                         2**63, 2**64 + 1, -(2**63) - 1, 10**30, "2026-01-01T00:00:00Z", "pending", "GangEnqueued"]
+
+
+def _mutants(value: Any, rng: random.Random) -> list[Any]:
+    """Copies of the JSON value `value` with one thing changed somewhere in it."""
+    out: list[Any] = []
+    if isinstance(value, dict):
+        for key in list(value):
+            for _ in range(2):
+                changed = dict(value)
+                changed[key] = rng.choice(ODD_VALUES)
+                out.append(changed)
+            dropped = dict(value)
+            del dropped[key]
+            out.append(dropped)
+            out += [{**value, key: inner} for inner in _mutants(value[key], rng)]
+        out.append({**value, "unknown": 1})
+    elif isinstance(value, list):
+        if value:
+            out.append(value[1:])
+            out += [[inner, *value[1:]] for inner in _mutants(value[0], rng)]
+        out.append([*value, rng.choice(ODD_VALUES)])
+    return out
+
+
+def _samples() -> list[dict[str, Any]]:
+    tasks = [TaskSpec(id="t0", resources={"cpu": 1.5, "gpu": 0.0}), TaskSpec(id="t1", resources={})]
+    events = [GangEnqueued(gang="g", pool="/a", job="j", size=3, timeout=30.0, tasks=tasks),
+              GangEnqueued(tree="t", gang="g", pool="/a", job="j", user="u", size=1, priority=-5, tasks=tasks[:1]),
+              GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=tasks, attempt=2),
+              GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=[]),
+              GangMovedToQueue(tree="t", gang="g", pool="/a", queue="controller", reason="why")]
+    return [json.loads(encode(Envelope(id="e", time=TIME, source="s", causation="c", basis=4, trace={"a": "b"},
+                                       event=e))) for e in events]
+
+
+def test_mutated_envelopes_read_as_pydantic_reads_them() -> None:
+    rng = random.Random(7)
+    views = refusals = 0
+    for sample in _samples():
+        for mutant in _mutants(sample, rng):
+            data = json.dumps(mutant).encode()
+            if _same_as_pydantic(data):
+                views += 1
+            elif isinstance(_decoded_or_error(data), DecodeError):
+                refusals += 1
+    assert views > 60 and refusals > 200, (views, refusals)  # both sides of the line were walked
+
+
+@pytest.mark.parametrize("text", [
+    '"2026-01-01T00:00:00.1234567Z"',  # pydantic truncates a 7th decimal, msgspec would round
+    '"2026-01-01T00:00:00.9999999Z"', '"2026-01-01T00:00Z"', '"2026-01-01T00:00:00,5Z"', '"2026-01-01 00:00:00Z"',
+    '"2026-01-01t00:00:00z"', '"2026-01-01T00:00:00"', '"2026-02-30T00:00:00Z"', '"2026-01-01T00:00:60Z"',
+    '"2026-01-01T00:00:00+05:30"', '"2026-01-01T00:00:00-00:00"', '"2026-01-01T00:00:00+23:59"', "1767225600",
+    '"2026-01-01T00:00:00.000001Z"', '"2026-01-01T00:00:00.5Z"', '"0001-01-01T00:00:00Z"'])
+def test_times_read_as_pydantic_reads_them(text: str) -> None:
+    data = ('{"id":"e","time":' + text + ',"event":{"type":"GangMovedToQueue","tree":"t","gang":"g","pool":"/a",'
+            '"queue":"pending","reason":"r"}}').encode()
+    _same_as_pydantic(data)
+
+
+@pytest.mark.parametrize("raw", [
+    b'"gang":"a","gang":"b"',  # duplicate keys: the last, in both
+    b'"gang":"\\ud800"',  # a lone surrogate
+    b'"gang":"\\u0067"',
+    b'"size":1e999', b'"size":2.0', b'"size":"2"', b'"size":true', b'"size":18446744073709551616',
+    b'"timeout":1e999', b'"timeout":-0.0', b'"timeout":1e16', b'"timeout":NaN', b'"timeout":Infinity',
+    b'"priority":-9223372036854775809', b'"preemptible":1', b'"version":1.0', b'"version":2',
+])
+def test_odd_json_reads_as_pydantic_reads_it(raw: bytes) -> None:
+    head = b'{"id":"e","time":"2026-01-01T00:00:00Z","event":{"type":"GangEnqueued","pool":"/a","job":"j",'
+    tail = b',"tasks":[{"id":"t","resources":{"cpu":1e17}}]}}'
+    fields = {b'"gang"': b'"gang":"g"', b'"size"': b'"size":1'}
+    body_ = b",".join([raw, *(v for k, v in fields.items() if not raw.startswith(k))])
+    _same_as_pydantic(head + body_ + tail)
+
+
+def test_amounts_msgspec_writes_otherwise_are_written_by_pydantic() -> None:
+    event = GangEnqueued(gang="g", pool="/a", job="j", size=1, tasks=[TaskSpec(id="t", resources={"mem": 2e16})])
+    view = read_envelope(encode(Envelope(id="e", time=TIME, event=event)))
+    assert isinstance(view, EnvelopeView)
+    assert view_body(view.event) is None  # msgspec writes 2e16, pydantic 2e+16
+    assert body(view.event) == body(event) == event.model_dump_json(exclude_none=True)
+    assert view.event.model_dump_json() == event.model_dump_json()
+
+
+def test_views_off_reads_pydantic_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = encode(Envelope(id="e", time=TIME, event=GangMovedToQueue(tree="t", gang="g", pool="/a", queue="pending",
+                                                                       reason="r")))
+    assert isinstance(read_envelope(data), EnvelopeView)
+    monkeypatch.setattr(views_module, "ENABLED", False)
+    assert type(read_envelope(data)) is Envelope
+
+
+# --- what the rest of poolwise needs of a view -----------------------------------------------------------
+
+def test_tables_keyed_by_model_find_views_and_task_views_become_specs() -> None:
+    table = with_views({GangEnqueued: "enq", ClockTicked: "tick"})
+    assert table[GangEnqueuedView] == "enq" and table[ClockTicked] == "tick" and GangAdmittedView not in table
+    view = TaskSpecView(id="t", resources={"cpu": 2.0})
+    spec = as_model(view)
+    assert type(spec) is TaskSpec and spec == TaskSpec(id="t", resources={"cpu": 2.0})
+    assert spec.model_dump_json() == '{"id":"t","resources":{"cpu":2.0}}'
+    assert as_model(spec) is spec
+    assert event_class(ClockTicked()) is ClockTicked
+    moved = GangMovedToQueueView(tree="t", gang="g", pool="/a", queue="pending", reason="r")
+    assert event_class(moved) is GangMovedToQueue and moved.type == "GangMovedToQueue"
+
+
+def test_a_changed_model_fails_its_view() -> None:
+    class Wider(GangMovedToQueue):
+        extra: int = Field(default=0)
+
+    assert _fields_of_model(GangMovedToQueue) == _fields_of_view(GangMovedToQueueView)
+    assert _fields_of_model(Wider) != _fields_of_view(GangMovedToQueueView)
+    assert issubclass(SchemaChanged, TypeError)
+
+
+def _log(w: Workload) -> list[bytes]:
+    """A log as the services write it: config, then rounds of an enqueue pack (with refused gangs
+    in it), a tick, and the cycle's decisions (packed as `services.common.packs` packs them)."""
+    from services.admission.domain.decide import decide_tree
+    from services.admission.domain.state import AdmissionState
+    from services.admission.envelopes import decision_envelope
+    from services.common.packs import outgoing
+
+    state = AdmissionState()
+    out: list[bytes] = []
+
+    def add(data: bytes) -> None:
+        out.append(data)
+        for env in decode_all(data):
+            state.apply(env.event, len(out), env.seconds)
+
+    for i, event in enumerate(config_events(w)):
+        add(encode(envelope(event, f"c{i}", 1_767_225_600.0, source="tree")))
+    for r in range(4):
+        now = 1_767_225_601.0 + r
+        events: list[Any] = [gang_event(w, r * 60 + i) for i in range(60)]
+        events.append(GangEnqueued(tree=w.tree, gang=f"bad{r}", pool=w.leaf(0), job="j", size=1,
+                                   tasks=[TaskSpec(id=f"bad{r}.0", resources={"tpu": 1.0})]))  # unknown kind
+        add(encode_pack([encode(envelope(e, f"g{r}.{i}", now, source="sdk")) for i, e in enumerate(events)]))
+        add(encode(envelope(ClockTicked(tree=w.tree), f"t{r}", now, source="admission:clock")))
+        tick = len(out)
+        assert state.take_due() == [w.tree]
+        decisions = [decision_envelope("admission", o.event, o.key, tick, "tick", env_time(now))
+                     for o in decide_tree(state, w.tree, tick)]
+        for message in outgoing(decisions, lambda e: "poolwise.decision", encode):
+            add(message.data)
+    return out
+
+
+def env_time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def test_folding_views_decides_as_folding_models() -> None:
+    """Admission (its fold, refusals and cycles) and preemption fold the same log read both ways:
+    the same announcements, cycles, passes and gang states."""
+    from services.admission.domain.decide import decide_tree
+    from services.admission.domain.state import AdmissionState
+    from services.preemption.domain.state import PreemptionState
+
+    w = Workload(gangs=240, leaves=8, fill=0.6)
+    log = _log(w)
+
+    def fold(reader: Any) -> tuple[list[str], list[str], list[str], list[Any]]:
+        admission, preemption = AdmissionState(), PreemptionState()
+        announced: list[str] = []
+        cycles: list[str] = []
+        passes: list[str] = []
+        for seq, data in enumerate(log, start=1):
+            for env in decode_all(data, reader):
+                announced += [o.event.model_dump_json() for o in admission.apply(env.event, seq, env.seconds)]
+                passes += [o.event.model_dump_json() for o in preemption.apply(env.event, seq, env.seconds)]
+                cycles += [o.event.model_dump_json() for tree in admission.take_due()
+                           for o in decide_tree(admission, tree, seq)]
+        gangs = sorted((g.id, g.state, g.attempt, [t.state for t in g.tasks])
+                       for g in admission.runtime(w.tree).gangs.values())
+        return announced, cycles, passes, gangs
+
+    by_models = fold(decode)
+    by_views = fold(read_envelope)
+    assert by_views == by_models
+    announced, cycles, passes, gangs = by_views
+    assert sum('"rule":"unknown_kind"' in a for a in announced) == 4  # a refusal quotes a view's model
+    assert sum('"type":"GangAdmitted"' in c for c in cycles) > 50 and passes
+    assert {state for _, state, _, _ in gangs} >= {"admitted", "pending", "rejected"}
