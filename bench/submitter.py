@@ -13,8 +13,12 @@ Times are `time.perf_counter()` of this process, from the first publish:
 - `publish_s`: every publish acknowledged by JetStream;
 - `decided_s`: the last gang's `GangAdmitted` or `GangMovedToQueue` seen on the decision subject
   (a core NATS subscription: a message reaches it when JetStream stores it);
-- `projected_s`: the consumers have nothing pending nor unacknowledged (a service acknowledges
-  a batch after its decisions are published and its projections committed).
+- `projected_s`: the consumers have nothing pending nor unacknowledged (admission and preemption
+  acknowledge a batch after its decisions are published and their projections committed), and
+  the tree service's read models have committed the whole log (it acknowledges a batch once
+  folded and writes its projections behind: its `checkpoints` table is asked, over
+  `poolwise.cmd.tree.sql`, until every projection's checkpoint reaches the stream's last
+  sequence). `projection_lag_s`: how much of `projected_s` came after the consumers drained.
 Per gang, latency = its decision's arrival - the moment its publish was handed to the client,
 split in two: `cycle` = its decision's arrival - the last clock tick seen before it (the cycle that
 decided it: tick stored, read back, cycle run, decisions stored), and `wait` = the rest (until a
@@ -37,7 +41,7 @@ from nats.aio.msg import Msg
 
 from bench.workload import Workload, envelope, gang_events
 from events.codec import pack_parts
-from events.subjects import STREAM, clock, decision
+from events.subjects import STREAM, clock, command, decision
 from services.common.jetstream import JetStreamLog, new_client
 
 _DECIDED = re.compile(rb'"type":"(GangAdmitted|GangMovedToQueue)"')
@@ -125,6 +129,20 @@ async def _drained(js: Any, consumers: list[str], deadline: float) -> bool:
     return False
 
 
+async def _projected(nc: Any, last_seq: int, deadline: float) -> bool:
+    """The tree service's projections have committed everything up to `last_seq` (False at the
+    deadline)."""
+    query = json.dumps({"sql": "SELECT min(last_seq) FROM checkpoints"}).encode()
+    while time.perf_counter() < deadline:
+        with contextlib.suppress(Exception):  # no answer yet (starting, busy): ask again
+            reply = json.loads((await nc.request(command("tree", "sql"), query, timeout=1.0)).data)
+            rows = reply.get("data", {}).get("rows") or [[None]]
+            if rows[0][0] is not None and int(rows[0][0]) >= last_seq:
+                return True
+        await asyncio.sleep(0.005)
+    return False
+
+
 async def submit(spec: dict[str, Any]) -> dict[str, Any]:
     w = Workload(**spec["workload"])
     prefix, start, count = spec["prefix"], int(spec["start"]), int(spec["count"])
@@ -167,8 +185,12 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(watcher.done.wait(), timeout)
         decided_s = (max(watcher.seen.values()) - t0) if watcher.seen else 0.0
-        drained = await _drained(js, list(spec.get("consumers", ["admission", "preemption"])),
-                                 time.perf_counter() + timeout)
+        consumers = list(spec.get("consumers", ["admission", "preemption"]))
+        drained = await _drained(js, consumers, time.perf_counter() + timeout)
+        drained_s = time.perf_counter() - t0
+        if "tree" in consumers:
+            stream_seq = (await js.stream_info(STREAM)).state.last_seq
+            drained = await _projected(nc, stream_seq, time.perf_counter() + timeout) and drained
         projected_s = time.perf_counter() - t0
         await sub.unsubscribe()
         await ticks.unsubscribe()
@@ -180,6 +202,7 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
             "mode": spec["mode"], "count": count, "publish_s": publish_s, "offered_s": offered_s,
             "decided": len(watcher.seen), "missing": count - len(watcher.seen), "moved": watcher.moved,
             "decided_s": decided_s, "projected_s": projected_s, "drained": drained,
+            "projection_lag_s": projected_s - drained_s,
             "p50_ms": percentile(latencies, 0.50) * 1e3, "p90_ms": percentile(latencies, 0.90) * 1e3,
             "p99_ms": percentile(latencies, 0.99) * 1e3, "max_ms": max(latencies, default=0.0) * 1e3,
             "wait_p50_ms": percentile(waits, 0.50) * 1e3, "wait_p99_ms": percentile(waits, 0.99) * 1e3,
