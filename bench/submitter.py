@@ -139,7 +139,7 @@ async def _projected(nc: Any, last_seq: int, deadline: float) -> bool:
             rows = reply.get("data", {}).get("rows") or [[None]]
             if rows[0][0] is not None and int(rows[0][0]) >= last_seq:
                 return True
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)  # each question costs the tree service a query: not too often
     return False
 
 
