@@ -151,7 +151,7 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
     events = list(gang_events(w, prefix=prefix, start=start, count=count))
     envelopes = [envelope(e, f"{prefix}-{start + i}", now, source="sdk:bench") for i, e in enumerate(events)]
     ids = [e.gang for e in events]
-    nc = new_client()  # as the submitter SDK connects (services.submitter.connection)
+    nc = new_client()  # as the submitter SDK connects (services.common.connection)
     await nc.connect(spec["url"], name="poolwise-bench-submitter")
     try:
         log = JetStreamLog(nc)

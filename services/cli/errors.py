@@ -59,7 +59,7 @@ def guarded(main: Callable[..., object]) -> None:
     as if raised alone."""
     try:
         code = main(standalone_mode=False) if isinstance(main, typer.Typer) else main()
-    except (InputError, ServiceError) as exc:
+    except (InputError, ServiceError, ConnectionError) as exc:  # ConnectionError: NATS out of reach
         typer.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(2)
     except Exception as exc:  # the last line of defence: a person never sees a traceback
@@ -73,7 +73,7 @@ def guarded(main: Callable[..., object]) -> None:
         if os.environ.get("POOLWISE_DEBUG"):
             traceback.print_exc()
         found = leaves(exc)
-        bad_input = [e for e in found if isinstance(e, InputError | ServiceError)]
+        bad_input = [e for e in found if isinstance(e, InputError | ServiceError | ConnectionError)]
         if bad_input:
             typer.echo(f"error: {one_line(bad_input[0])}", err=True)
             sys.exit(2)

@@ -28,7 +28,7 @@ from services.cli.client import ServiceError, find_url
 from services.cli.errors import run_async
 from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
 from services.cli.render import console
-from services.submitter.connection import connect_nats
+from services.common.connection import connect_nats
 
 Opt = typer.Option
 REQUEST_TIMEOUT = 10.0

@@ -157,6 +157,9 @@ async def _unsubscribe(nc: NATS, sub: Any) -> None:
     await sub.unsubscribe()
 
 
+CONNECT_WITHIN = 10.0  # seconds a service waits for NATS at start before it gives up with one line
+
+
 def new_client() -> NATS:
     """A nats-py client with the log's shortcuts (`_Client`), not yet connected: for connections
     that carry a log (services, the submitter SDK), so that its PubAcks and consumed messages take
@@ -509,10 +512,14 @@ class JetStreamLog:
         self._publisher = _Publisher(nc, window, timeout, retries)
 
     @classmethod
-    async def connect(cls, url: str, *, name: str = "poolwise", **options: Any) -> JetStreamLog:
-        """Connect to NATS at `url` (the log closes the connection on `close()`)."""
-        nc = _Client()
-        await nc.connect(url, name=name, max_reconnect_attempts=-1)
+    async def connect(cls, url: str, *, name: str = "poolwise", within: float = CONNECT_WITHIN,
+                      **options: Any) -> JetStreamLog:
+        """Connect to NATS at `url` (the log closes the connection on `close()`): `ConnectionError`
+        naming it if it cannot be reached `within` seconds; once connected, a lost connection is
+        re-established for as long as it takes, quietly (`services.common.connection`)."""
+        from services.common.connection import connect_nats  # (it makes its client here)
+
+        nc = await connect_nats(url, name=name, timeout=within)
         return cls(nc, owns_connection=True, **options)
 
     async def close(self) -> None:

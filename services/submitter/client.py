@@ -18,10 +18,10 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from events import Envelope, subjects
+from services.common.connection import CONNECT_TIMEOUT, connect_nats
 from services.common.jetstream import JetStreamLog
 from services.common.log import AppendRefused, EventLog
 from services.submitter.build import TaskLike, cancel_event, enqueue_event, envelope, task_state_event
-from services.submitter.connection import CONNECT_TIMEOUT, connect_nats
 
 
 class PublishError(RuntimeError):

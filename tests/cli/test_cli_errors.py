@@ -77,6 +77,23 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
     assert "cannot reach NATS at nats://127.0.0.1:9" in one_error_line(result)
 
 
+@pytest.mark.parametrize("args", [["up"], ["serve", "admission"]], ids=["up", "serve"])
+def test_services_given_an_unreachable_server_stop_with_one_line(args: list[str], tmp_path: Path) -> None:
+    """They wait `CONNECT_WITHIN` (10 s) for NATS, quietly (nats-py would log a traceback per
+    attempt, forever), then stop: one line naming the URL, exit 2."""
+    result = run(*args, "--nats-url", "nats://127.0.0.1:9", "--data-dir", str(tmp_path / "data"), cwd=tmp_path,
+                 timeout=60)
+    assert "cannot reach NATS at nats://127.0.0.1:9 within 10 s" in one_error_line(result)
+
+
+@pytest.mark.anyio
+async def test_a_log_gives_up_on_an_unreachable_server_with_the_url() -> None:
+    from services.common.jetstream import JetStreamLog
+
+    with pytest.raises(ConnectionError, match=r"cannot reach NATS at nats://127.0.0.1:9 within 0.5 s"):
+        await JetStreamLog.connect("nats://127.0.0.1:9", within=0.5)
+
+
 def test_a_service_that_is_not_running_is_one_line(tmp_path: Path) -> None:
     from services.common.natsserver import EmbeddedNats
 

@@ -1,6 +1,10 @@
 """A NATS connection that gives up on an unreachable server (nats-py, asked to reconnect forever,
 also retries the first connect forever; asked not to, it loops in its server selection), and
-that then reconnects forever, quietly (nats-py logs each failed attempt with a traceback)."""
+that then reconnects forever, quietly (nats-py logs each failed attempt with a traceback).
+
+The services' logs (`JetStreamLog.connect`), the submitter SDK and the CLI connect this way: an
+operator who gives `poolwise up` or `poolwise serve` a wrong `--nats-url` gets one line naming
+it, not a traceback a second forever."""
 
 from __future__ import annotations
 
