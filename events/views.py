@@ -46,7 +46,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from events.base import Event, Frozen
-from events.codec import DecodeError, decode
+from events.codec import decode
 from events.decisions import GangAdmitted, GangMovedToQueue
 from events.envelope import EPOCH, Envelope
 from events.inputs import GangEnqueued, TaskSpec
@@ -301,7 +301,6 @@ def view_body(event: object) -> bytes | None:
 __all__ = [
     "ENABLED",
     "VIEWS",
-    "DecodeError",
     "EnvelopeView",
     "GangAdmittedView",
     "GangEnqueuedView",

@@ -180,12 +180,12 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
         present = set()
         for s in everything:
             with suppress(DecodeError):
-                present.update(e.id for e in decode_all(s.data))
+                present.update(e.id for e in decode_all(s.data, read_envelope))
     else:  # a pack's message id is not its events' ids
         for s in everything:
             if is_pack(s.data):
                 with suppress(DecodeError):
-                    present.update(e.id for e in decode_all(s.data))
+                    present.update(e.id for e in decode_all(s.data, read_envelope))
     with gc_paused():
         result = fold_batch(folder, history, 0, read_envelope)
     missing = [d for d in result.decisions if d.id not in present]
