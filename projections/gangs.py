@@ -26,7 +26,9 @@ order the fold applies them, and never show a refused input. Three things make t
    input's position (`input_seq`). So an input is *held* until admission has answered it: until
    its refusal has been read (it is then skipped), or an admission decision based on a later
    position (`basis` > its seq; then it was accepted: admission publishes what it decides in the
-   order it folds the log, so a refusal would have come first).
+   order it folds the log, so a refusal would have come first). For a cycle's decisions, that
+   decision is the cycle's `CycleCompleted`: the cycle's admissions are then applied with the
+   inputs they admit (a gang's rows are written once, as admitted, instead of twice).
 2. What comes after a held input waits behind it (the events are applied in order).
 3. What admission's timers do (`GangTimedOut`, `GangFinished(timed_out)`, `GangRequeued` after a
    placement timeout) happens in its fold *before* the event whose time fired them, the event at
@@ -119,6 +121,10 @@ DECISIONS = frozenset(
 )
 HELD_TYPES = INPUTS | DECISIONS
 TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a timer may announce
+# A cycle's decisions answer the inputs before it once the cycle is complete (its CycleCompleted,
+# same basis, comes after them): the inputs and the cycle's admissions are then applied together,
+# and an admitted gang's rows are written once, not written pending and then updated.
+CYCLE_DECISIONS = frozenset({"EntitlementsComputed", "GangAdmitted", "GangMovedToQueue"})
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
 
@@ -252,9 +258,9 @@ class GangsProjection(Projection):
             if isinstance(envelope, Malformed):
                 continue
             event = envelope.event
-            if envelope.source == ADMISSION and envelope.basis is not None:
-                answered = max(answered, envelope.basis)
             kind = event.type
+            if envelope.source == ADMISSION and envelope.basis is not None and kind not in CYCLE_DECISIONS:
+                answered = max(answered, envelope.basis)
             if kind in HELD_TYPES:
                 timer = _timer_basis(envelope) if kind in TIMERS else None
                 fresh.append(Held(item.seq, kind, envelope, None, timer, item.part, item.raw))
