@@ -75,9 +75,6 @@ class _View(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=Fa
         """`to_model().model_dump_json(**options)`: the model's JSON (a rare path: refusals)."""
         return cast(str, self.to_model().model_dump_json(**options))
 
-    def model_dump(self, **options: Any) -> dict[str, Any]:
-        return cast(dict[str, Any], self.to_model().model_dump(**options))
-
 
 class TaskSpecView(_View, frozen=True, kw_only=True):
     model = TaskSpec
@@ -196,10 +193,15 @@ def _fields_of_model(model: type[Frozen]) -> list[tuple[str, Any]]:
     return out
 
 
+def expect_view(model: type[Frozen], view: type[_View]) -> None:
+    """`view` has `model`'s fields, in order, with its defaults (else SchemaChanged)."""
+    if _fields_of_view(view) != _fields_of_model(model):
+        raise SchemaChanged(f"{model.__name__} changed: its fields are {_fields_of_model(model)}, its view in "
+                            f"events/views.py has {_fields_of_view(view)}; update the view (and its tests)")
+
+
 for _model, _view in VIEWS.items():
-    if _fields_of_view(_view) != _fields_of_model(_model):
-        raise SchemaChanged(f"{_model.__name__} changed: its fields are {_fields_of_model(_model)}, its view in "
-                            f"events/views.py has {_fields_of_view(_view)}; update the view (and its tests)")
+    expect_view(_model, _view)
 
 
 # -- reading ------------------------------------------------------------------------------------------
