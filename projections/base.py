@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 import duckdb
@@ -182,18 +183,46 @@ def _append(conn: Connection, spec: _AppenderKey, rows: Sequence[tuple[Any, ...]
 
 
 def arrow_of(schema: pa.Schema, rows: Sequence[tuple[Any, ...]]) -> pa.Table:
-    """Rows given as tuples in the order of `schema`'s fields, as an Arrow table."""
+    """Rows given as tuples (or lists) in the order of `schema`'s fields, as an Arrow table."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-    return pa.Table.from_arrays(
-        [pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)], schema=schema)
+    arrays = [column_array(values, field.type) for values, field in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def arrow_of_dicts(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """Rows given as mappings with (at least) the names of `schema`'s fields, as an Arrow table
     of `schema` (the same as `pa.Table.from_pylist(rows, schema=schema)`, about a sixth cheaper)."""
     columns = [[row[name] for row in rows] for name in schema.names]
-    return pa.Table.from_arrays(
-        [pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)], schema=schema)
+    arrays = [column_array(values, field.type) for values, field in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_micros_of: dict[datetime, int] = {}  # a batch's events share a few instants: each converted once
+
+
+def _micros(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    micros = _micros_of.get(value)
+    if micros is None:
+        if len(_micros_of) >= 4096:
+            _micros_of.clear()
+        micros = _micros_of[value] = (value - _EPOCH) // _MICROSECOND
+    return micros
+
+
+def column_array(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    """`pa.array(values, type_)`; an aware `datetime` column of microseconds goes through their
+    integers, each distinct instant converted once (the events of a batch share a few instants;
+    Arrow converts every value, about 0.1 µs each)."""
+    if pa.types.is_timestamp(type_) and type_.unit == "us" and type_.tz is not None:
+        try:
+            return pa.array(list(map(_micros, values)), pa.int64()).view(type_)
+        except TypeError:  # a naive datetime (or not a datetime): as Arrow reads it
+            return pa.array(values, type_)
+    return pa.array(values, type_)
 
 
 def insert_arrow(conn: Connection, table: str, data: pa.Table) -> None:

@@ -65,18 +65,22 @@ class RowCache:
             if self._owners.get(task_key) == key:
                 del self._owners[task_key]
 
+    def _have_rows(self, gangs: Iterable[Key], tasks: Iterable[Key]) -> None:
+        """These gangs and tasks have rows now (`Keys`)."""
+        keys = self.keys
+        if keys is not None:
+            keys.gangs.update(map(hash, gangs))
+            keys.tasks.update(map(hash, tasks))
+            if len(keys.gangs) + len(keys.tasks) > KEYS_LIMIT:
+                self.keys, self.keys_off = None, True
+
     def written(self, touched: Iterable[Key], gangs: Mapping[Key, Row], members: Mapping[Key, list[Row]],
                 tasks: Mapping[Key, Row], task_keys: Iterable[Key], taken_over: bool) -> None:
         """After a fold wrote the `touched` gangs and the `task_keys` tasks (their rows in `gangs`
         and `tasks`, as the tables have them now): keep the gangs worth keeping, forget the others,
         and any kept gang one of whose tasks a written row took over (`taken_over`: a task row of
         the fold replaced another one of the same key)."""
-        keys = self.keys
-        if keys is not None:
-            keys.gangs.update(map(hash, touched))
-            keys.tasks.update(map(hash, task_keys))
-            if len(keys.gangs) + len(keys.tasks) > KEYS_LIMIT:
-                self.keys, self.keys_off = None, True
+        self._have_rows(touched, task_keys)
         owners = self._owners
         if owners:
             for task_key in task_keys:
@@ -99,3 +103,15 @@ class RowCache:
                 owners[(task["tree"], task["task"])] = key
         while len(self.gangs) > self.limit:
             self.forget(next(iter(self.gangs)))
+
+    def written_new(self, gangs: Iterable[Key], tasks: Mapping[Key, Key]) -> None:
+        """After a fold wrote rows of new gangs that are not kept (admitted at once) and of their
+        `tasks` (task key -> its gang's key): their keys, and forget any kept gang one of whose
+        tasks such a row took over."""
+        self._have_rows(gangs, tasks)
+        owners = self._owners
+        if owners:
+            for task_key, gang in tasks.items():
+                owner = owners.get(task_key)
+                if owner is not None and owner != gang:
+                    self.forget(owner)

@@ -14,7 +14,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from events import GangEnqueued, TaskSpec, TreeConfigured, TreeOptions, decode_all
+import projections.gangs as gangs_module
+from events import GangEnqueued, GangMovedToQueue, TaskSpec, TreeConfigured, TreeOptions, decode_all
 from projections import EventLogProjection, Item, PoolTreeProjection, Projection, ProjectionStore
 from projections.base import Connection, update_rows
 from projections.event_log import body
@@ -216,3 +217,72 @@ def test_held_events_keep_their_refusal_across_batches() -> None:
         store.apply(h.messages[:cut])
         store.apply(h.messages[cut:])
         assert tables_of(store) == expected
+
+
+def _at_once_log() -> History:
+    """Gangs enqueued whole and admitted in the same cycle (built at once), beside gangs that are
+    not: members in two events, a task id another gang had (kept pending, then finished), a gang
+    admitted in a later batch, one moved to a queue first, one refused."""
+    h = History()
+    h.add(TreeConfigured(tree="default", options=TreeOptions()), source="tree")
+    h.add(enqueue("old", 1, size=1, first=0))
+    h.cycle()  # `old` pending: kept in memory, its task `old/0`
+    h.add(enqueue("a", 2, size=2, first=0))
+    h.add(GangEnqueued(gang="b", pool=POOL, job="job-b", user="bob", size=2,
+                       tasks=[TaskSpec(id="old/0", resources={"cpu": 2.0}),
+                              TaskSpec(id="b/1", resources={"cpu": 1.0})]))
+    h.add(enqueue("c", 1, size=2, first=0))
+    h.add(enqueue("c", 1, size=2, first=1))
+    h.add(enqueue("d", 1, size=1, first=0))
+    h.cycle(admitted("a"), admitted("b"), admitted("c"),
+            GangMovedToQueue(tree="default", gang="d", pool=POOL, queue="non_preemptible", reason="no room"))
+    h.add(enqueue("e", 3, size=3, first=0))
+    h.cycle(admitted("e"), admitted("d"))
+    h.add(report("a/0", "running"))
+    h.cycle()
+    return h
+
+
+@pytest.mark.parametrize("batch", [0, 1, 2, 3, 5])
+def test_gangs_admitted_at_once_get_the_rows_of_one_event_at_a_time(monkeypatch: pytest.MonkeyPatch,
+                                                                     batch: int) -> None:
+    h = _at_once_log()
+    built: list[str] = []
+    add_admitted = gangs_module._Fold._add_admitted
+
+    def counting(self: Any, enqueued: GangEnqueued, *args: Any) -> None:
+        built.append(enqueued.gang)
+        add_admitted(self, enqueued, *args)
+
+    monkeypatch.setattr(gangs_module._Fold, "_add_admitted", counting)
+
+    def rows(fast: bool) -> dict[str, list[tuple[Any, ...]]]:
+        monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
+        with ProjectionStore(":memory:", [GangsProjection()]) as store:
+            size = batch or len(h.messages)
+            for start in range(0, len(h.messages), size):
+                store.apply(h.messages[start : start + size])
+            return tables_of(store)
+
+    one_by_one = rows(False)
+    assert not built
+    assert rows(True) == one_by_one
+    gangs = {row[1]: row for row in one_by_one["gangs"]}
+    assert {g: gangs[g][14] for g in "abcde"} == dict.fromkeys("abcde", "admitted")
+    assert [row[:3] for row in one_by_one["tasks"] if row[1] == "old/0"] == [("default", "old/0", "b")]
+    # in one batch, `a` has a third event (a report) and `b` shares `old/0` with `old`'s enqueue
+    if batch == 0:
+        assert built == ["e"]
+    if batch == 5:  # the batches end where cycles end: `b` takes over `old/0`, which `old` had
+        assert sorted(built) == ["a", "b", "e"]
+
+
+def test_the_at_once_rows_of_a_scenario_are_the_one_by_one_rows(scenario_log: list[Stored],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    with full_store() as fast:
+        fast.apply(scenario_log)
+        expected = tables(fast)
+    monkeypatch.setattr(gangs_module, "FAST_PATH", False)
+    with full_store() as slow:
+        slow.apply(scenario_log)
+        assert tables(slow) == expected
