@@ -420,32 +420,40 @@ class _Fold:
         self.taken_over = False  # a new task row replaced one of the same key read before
         self.keys = _keys(conn, cache)
         envelopes = [(h.seq, h.envelope, h.refused) for h in events if h.envelope is not None]
-        self._load({_gang_key(e) for _, e, _ in envelopes})
+        keys = [_gang_key(envelope) for _, envelope, _ in envelopes]
+        self._load(set(keys))
         # rows built at once, as tuples (`_admitted_at_once`): gangs and tasks, and each task's gang
         self.new_gangs: list[tuple[Any, ...]] = []
         self.new_tasks: list[tuple[Any, ...]] = []
         self.new_owners: dict[tuple[str, str], tuple[str, str]] = {}
-        skip = self._admitted_at_once(envelopes) if FAST_PATH else set()
+        skip = self._admitted_at_once(envelopes, keys) if FAST_PATH else set()
         for index, (seq, envelope, refused) in enumerate(envelopes):
             if index not in skip:
                 self._apply(seq, envelope, refused)
 
-    def _admitted_at_once(self, envelopes: list[tuple[int, Envelope, str | None]]) -> set[int]:
+    def _admitted_at_once(self, envelopes: list[tuple[int, Envelope, str | None]],
+                          keys: list[tuple[str, str]]) -> set[int]:
         """The rows of the gangs that arrive whole and are admitted in this fold, with no other
         event of theirs in it (most gangs under load: `CYCLE_DECISIONS`), built at once as tuples;
-        the indexes in `envelopes` of their two events, which `_apply` then skips. Applied one by
-        one they give the same rows: a new gang (no row, `_load`), `pending` with all its members,
-        then `admitted` at attempt 1, its tasks `ready` in its admitted pool. A gang is left to
-        `_apply` if anything else of it is in the fold, or if a task id of it is any other task's
-        (in the fold, or read: a task taken over)."""
+        the indexes in `envelopes` (whose gangs are `keys`) of their two events, which `_apply`
+        then skips. Applied one by one they give the same rows: a new gang (no row, `_load`),
+        `pending` with all its members, then `admitted` at attempt 1, its tasks `ready` in its
+        admitted pool. A gang is left to `_apply` if anything else of it is in the fold, or if a
+        task id of it is any other task's (in the fold, or read: a task taken over)."""
         events: dict[tuple[str, str], list[int]] = {}
         task_ids: dict[tuple[str, str], int] = {}
-        for index, (_, envelope, refused) in enumerate(envelopes):
-            key = _gang_key(envelope)
-            events.setdefault(key, []).append(index)
-            if refused is None and envelope.event.type == "GangEnqueued":
-                for spec in cast(GangEnqueued, envelope.event).tasks:
-                    task_key = (key[0], spec.id)
+        for index, key in enumerate(keys):
+            indexes = events.get(key)
+            if indexes is None:
+                events[key] = [index]
+            else:
+                indexes.append(index)
+            _, envelope, refused = envelopes[index]
+            event: Any = envelope.event
+            if refused is None and event.type == "GangEnqueued":
+                tree = key[0]
+                for spec in event.tasks:
+                    task_key = (tree, spec.id)
                     task_ids[task_key] = task_ids.get(task_key, 0) + 1
         skip: set[int] = set()
         gangs, tasks = self.gangs, self.tasks
@@ -455,20 +463,21 @@ class _Fold:
             first, second = indexes
             enqueue_seq, enqueue_envelope, refused = envelopes[first]
             admit_seq, admit_envelope, _ = envelopes[second]
-            enqueued, admitted = enqueue_envelope.event, admit_envelope.event
+            enqueued: Any = enqueue_envelope.event
+            admitted: Any = admit_envelope.event
             if (refused is not None or enqueued.type != "GangEnqueued" or admitted.type != "GangAdmitted"
-                    or cast(GangAdmitted, admitted).attempt != 1):
+                    or admitted.attempt != 1 or len(enqueued.tasks) < enqueued.size):
                 continue
-            enqueued = cast(GangEnqueued, enqueued)
-            specs = enqueued.tasks
             tree = key[0]
-            if len(specs) < enqueued.size or any(
-                    task_ids[(tree, spec.id)] != 1 or (tree, spec.id) in tasks for spec in specs):
-                continue
-            skip.add(first)
-            skip.add(second)
-            self._add_admitted(enqueued, cast(GangAdmitted, admitted), enqueue_seq, enqueue_envelope.time,
-                               admit_seq, admit_envelope.time)
+            for spec in enqueued.tasks:
+                task_key = (tree, spec.id)
+                if task_ids[task_key] != 1 or task_key in tasks:
+                    break
+            else:
+                skip.add(first)
+                skip.add(second)
+                self._add_admitted(enqueued, admitted, enqueue_seq, enqueue_envelope.time, admit_seq,
+                                   admit_envelope.time)
         return skip
 
     def _add_admitted(self, enqueued: GangEnqueued, admitted: GangAdmitted, enqueue_seq: int,
