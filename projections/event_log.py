@@ -55,16 +55,19 @@ CREATE TABLE event_log (
     causation VARCHAR,
     data      JSON,                -- the event body (NULL for a malformed message)
     error     VARCHAR,             -- malformed: why it could not be decoded
-    raw       VARCHAR,             -- malformed: the message as it came (invalid UTF-8 replaced)
-    PRIMARY KEY (seq, part)
+    raw       VARCHAR              -- malformed: the message as it came (invalid UTF-8 replaced)
 )"""
+# No PRIMARY KEY (seq, part): the store applies each event once (the checkpoint moves in the rows'
+# transaction), and rows come in `seq` order, so DuckDB's per-row-group min/max of `seq` finds a
+# range without an index. The key cost about 8 µs of the tree's CPU per gang in a 50k-gang burst
+# (its two rows), 56-61 instead of 65-70 µs, and an index of every event held in memory.
 
 
 class EventLogProjection(Projection):
     """Every event of the log as one row of `event_log`; undecodable messages as `_malformed`."""
 
     name = "event_log"
-    schema_version = 2
+    schema_version = 3  # 3: no primary key
     tables = ("event_log",)
 
     def create(self, conn: Connection) -> None:
