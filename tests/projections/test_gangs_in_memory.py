@@ -15,7 +15,16 @@ import pyarrow as pa
 import pytest
 
 import projections.gangs as gangs_module
-from events import GangEnqueued, GangMovedToQueue, TaskSpec, TreeConfigured, TreeOptions, decode_all
+from events import (
+    GangCancelled,
+    GangEnqueued,
+    GangMovedToQueue,
+    PreemptionRequested,
+    TaskSpec,
+    TreeConfigured,
+    TreeOptions,
+    decode_all,
+)
 from projections import EventLogProjection, Item, PoolTreeProjection, Projection, ProjectionStore
 from projections.base import Connection, update_rows
 from projections.event_log import body
@@ -219,6 +228,19 @@ def test_held_events_keep_their_refusal_across_batches() -> None:
         assert tables_of(store) == expected
 
 
+def built_at_once(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The gangs whose rows the gangs projection builds at once (`_Fold._add_admitted`), as it goes."""
+    built: list[str] = []
+    add_admitted = gangs_module._Fold._add_admitted
+
+    def counting(self: Any, enqueued: GangEnqueued, *args: Any) -> None:
+        built.append(enqueued.gang)
+        add_admitted(self, enqueued, *args)
+
+    monkeypatch.setattr(gangs_module._Fold, "_add_admitted", counting)
+    return built
+
+
 def _at_once_log() -> History:
     """Gangs enqueued whole and admitted in the same cycle (built at once), beside gangs that are
     not: members in two events, a task id another gang had (kept pending, then finished), a gang
@@ -247,14 +269,7 @@ def _at_once_log() -> History:
 def test_gangs_admitted_at_once_get_the_rows_of_one_event_at_a_time(monkeypatch: pytest.MonkeyPatch,
                                                                      batch: int) -> None:
     h = _at_once_log()
-    built: list[str] = []
-    add_admitted = gangs_module._Fold._add_admitted
-
-    def counting(self: Any, enqueued: GangEnqueued, *args: Any) -> None:
-        built.append(enqueued.gang)
-        add_admitted(self, enqueued, *args)
-
-    monkeypatch.setattr(gangs_module._Fold, "_add_admitted", counting)
+    built = built_at_once(monkeypatch)
 
     def rows(fast: bool) -> dict[str, list[tuple[Any, ...]]]:
         monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
@@ -286,3 +301,92 @@ def test_the_at_once_rows_of_a_scenario_are_the_one_by_one_rows(scenario_log: li
     with full_store() as slow:
         slow.apply(scenario_log)
         assert tables(slow) == expected
+
+
+def _random_log(seed: int) -> History:
+    """A log of gangs in any order of things: whole or in two parts, task ids reused, admitted in
+    the cycle after their enqueue or later, moved first, admitted twice, cancelled, refused,
+    reported on, preempted; the cycles' decisions as admission would write them or not."""
+    rng = random.Random(seed)
+    h = History()
+    h.add(TreeConfigured(tree="default", options=TreeOptions()), source="tree")
+    open_gangs: list[str] = []
+    for step in range(30):
+        decisions: list[Any] = []
+        for index in range(rng.randint(0, 3)):
+            # mostly a new gang; now and then more members of one already there
+            gang = rng.choice(open_gangs) if open_gangs and rng.random() < 0.15 else f"g{step}.{index}"
+            members = rng.choice([1, 2])
+            size = rng.choice([members, members, members + 1])
+            if rng.random() < 0.25:  # task ids that other gangs have too
+                seq = h.add(GangEnqueued(gang=gang, pool=POOL, job=f"job-{gang}", user="alice", size=size, tasks=[
+                    TaskSpec(id=f"shared/{rng.randint(0, 4)}", resources={"cpu": 1.0}) for _ in range(members)]))
+            else:
+                seq = h.add(enqueue(gang, members, size=size, first=rng.choice([0, 0, 1])))
+            if rng.random() < 0.1:
+                h.refuse(seq, "members", gang)
+            open_gangs.append(gang)
+        recent = open_gangs[-4:]  # decisions mostly on the gangs of this cycle and the one before
+        for gang in rng.sample(recent, min(len(recent), rng.randint(0, 3))):
+            kind = rng.random()
+            if kind < 0.6:
+                decisions.append(admitted(gang, attempt=rng.choice([1, 1, 1, 2])))
+            elif kind < 0.8:
+                decisions.append(GangMovedToQueue(tree="default", gang=gang, pool=POOL, queue="non_preemptible",
+                                                  reason="no room"))
+            elif kind < 0.9:
+                decisions.append(PreemptionRequested(tree="default", gang=gang, pool=POOL, tasks=[f"{gang}/0"],
+                                                     reason="over"))
+            else:
+                h.add(GangCancelled(gang=gang))
+        if open_gangs and rng.random() < 0.4:
+            gang = rng.choice(open_gangs)
+            h.add(report(f"{gang}/{rng.choice([0, 1])}", rng.choice(["running", "succeeded", "failed"])))
+        h.cycle(*decisions)
+        if rng.random() < 0.2 and open_gangs:  # a decision on an old gang, in a cycle of its own
+            h.cycle(admitted(rng.choice(open_gangs)))
+    return h
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_logs_give_the_same_rows_built_at_once_or_one_by_one(monkeypatch: pytest.MonkeyPatch,
+                                                                     seed: int) -> None:
+    h = _random_log(seed)
+    built = built_at_once(monkeypatch)
+    for cut in (None, seed, seed + 100):
+        batches = [h.messages] if cut is None else list(cuts(h.messages, cut))
+        results = []
+        for fast in (False, True):
+            monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
+            with ProjectionStore(":memory:", [GangsProjection()]) as store:
+                for batch in batches:
+                    store.apply(batch)
+                results.append(tables_of(store))
+        assert results[0] == results[1], f"cut {cut}"
+    assert built  # the log has gangs the at-once path takes
+
+
+def test_a_gang_taking_a_task_id_of_a_gang_in_the_same_fold_is_applied_one_by_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`keep` is pending with task `keep/0` (its rows kept in memory); in the next fold it is moved
+    while `f`, with a task of the same id, is enqueued and admitted: `f` takes the id over as it
+    would event by event."""
+    h = History()
+    h.add(TreeConfigured(tree="default", options=TreeOptions()), source="tree")
+    h.add(enqueue("keep", 1, size=1))
+    first = h.cycle()
+    h.add(GangEnqueued(gang="f", pool=POOL, job="job-f", user="bob", size=1,
+                       tasks=[TaskSpec(id="keep/0", resources={"cpu": 3.0})]))
+    h.cycle(GangMovedToQueue(tree="default", gang="keep", pool=POOL, queue="non_preemptible", reason="no room"),
+            admitted("f"))
+    built = built_at_once(monkeypatch)
+    results = []
+    for fast in (False, True):
+        monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
+        with ProjectionStore(":memory:", [GangsProjection()]) as store:
+            store.apply(h.messages[:first])
+            store.apply(h.messages[first:])
+            results.append(tables_of(store))
+    assert results[0] == results[1]
+    assert built == []
+    assert [row[:3] for row in results[1]["tasks"]] == [("default", "keep/0", "f")]
