@@ -554,7 +554,7 @@ class JetStreamLog:
         A file-stored stream is compressed with S2 (`COMPRESSION`): nats-server compresses each
         block of the log once it is full (the events are JSON: a 50k-gang burst takes 4.8 MB of
         disk instead of 19.5; the server's CPU per gang within the spread). A stream made without
-        it is changed to it; nats-server then compresses the blocks it writes after its restart."""
+        it is changed to it; nats-server compresses the blocks it seals from its next start on."""
         try:
             info = await self.jsm.stream_info(self.stream)
         except NotFoundError:
