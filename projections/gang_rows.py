@@ -104,11 +104,11 @@ class RowCache:
         while len(self.gangs) > self.limit:
             self.forget(next(iter(self.gangs)))
 
-    def written_new(self, gangs: Iterable[Key], tasks: Mapping[Key, Key]) -> None:
+    def written_new(self, tasks: Mapping[Key, Key]) -> None:
         """After a fold wrote rows of new gangs that are not kept (admitted at once) and of their
-        `tasks` (task key -> its gang's key): their keys, and forget any kept gang one of whose
-        tasks such a row took over."""
-        self._have_rows(gangs, tasks)
+        `tasks` (task key -> its gang's key; every such gang has tasks): their keys, and forget any
+        kept gang one of whose tasks such a row took over."""
+        self._have_rows(set(tasks.values()), tasks)
         owners = self._owners
         if owners:
             for task_key, gang in tasks.items():

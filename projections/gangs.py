@@ -740,7 +740,7 @@ class _Fold:
                     self.task_columns, self.new_tasks)
         self.cache.written(self.touched_gangs, self.gangs, self.members, self.tasks, tasks, self.taken_over)
         if self.new_owners:
-            self.cache.written_new([(row[0], row[1]) for row in self.new_gangs], self.new_owners)
+            self.cache.written_new(self.new_owners)
 
     def _write(self, table: str, schema: pa.Schema, key: tuple[str, str], rows: list[tuple[tuple[str, str], Row]],
                stored: dict[tuple[str, str], tuple[Row, object]], changed: set[str],
@@ -764,15 +764,14 @@ class _Fold:
             else:
                 update_rows(self.conn, table, key, arrow_of_dicts(changes, updated))
         if replaced or new:
+            keys = [*map(itemgetter(*key), replaced), *map(itemgetter(*map(schema.names.index, key)), new)]
             if table == "gangs":  # a gang that was not read has no row (`_load`), nor has a new one
-                exists = any((r["tree"], r["gang"]) in stored for r in replaced)
+                exists = any(k in stored for k in keys[:len(replaced)])
             else:  # a new task may take over a task id of a gang that was not read
                 present = None if self.keys is None else self.keys.tasks
-                exists = present is None or any(hash((r["tree"], r["task"])) in present for r in replaced) or any(
-                    hash((r[0], r[1])) in present for r in new)
+                exists = present is None or any(hash(k) in present for k in keys)
             if exists:
-                delete_rows(self.conn, table, pa.schema([schema.field(name) for name in key]),
-                            [*map(itemgetter(*key), replaced), *((r[0], r[1]) for r in new)])
+                delete_rows(self.conn, table, pa.schema([schema.field(name) for name in key]), keys)
             insert_rows(self.conn, table, schema, [*map(itemgetter(*schema.names), replaced), *new])
 
 
