@@ -202,7 +202,8 @@ async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[Ser
         embedded = EmbeddedNats(data_dir)
         try:
             with anyio.CancelScope(shield=True):  # a started server is always stopped below
-                await anyio.to_thread.run_sync(embedded.start)
+                embedded.spawn()  # on this (the main) thread: the server dies with up (natsserver doc)
+                await anyio.to_thread.run_sync(embedded.wait_ready)
             write_url_file(data_dir, embedded.url)
             yield Server(embedded.url, embedded)
         finally:

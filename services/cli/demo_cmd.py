@@ -31,12 +31,8 @@ def demo(bus: Annotated[str, typer.Option("--bus", help="nats (embedded JetStrea
         from services.common.natsserver import EmbeddedNats
 
         with tempfile.TemporaryDirectory(prefix="poolwise-demo-") as tmp:
-            server = EmbeddedNats(Path(tmp))
-            await anyio.to_thread.run_sync(server.start)
-            try:
+            async with EmbeddedNats(Path(tmp)) as server:  # it dies with this process (natsserver doc)
                 return await run_file(scenario(), "nats", server.url, 0)
-            finally:
-                await anyio.to_thread.run_sync(server.stop)
 
     report = anyio.run(go)
     render(report, console())  # type: ignore[arg-type]

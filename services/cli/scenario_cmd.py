@@ -54,9 +54,5 @@ async def _run_all(scenarios: list, bus: str) -> list[ScenarioReport]:  # type: 
     from services.common.natsserver import EmbeddedNats
 
     with tempfile.TemporaryDirectory(prefix="poolwise-scenario-") as tmp:
-        server = EmbeddedNats(Path(tmp))
-        await anyio.to_thread.run_sync(server.start)
-        try:
+        async with EmbeddedNats(Path(tmp)) as server:  # it dies with this process (natsserver doc)
             return [await run_file(s, bus, server.url, i) for i, s in enumerate(scenarios)]
-        finally:
-            await anyio.to_thread.run_sync(server.stop)

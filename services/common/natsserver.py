@@ -5,12 +5,21 @@ ports (the server picks them: `-p -1`, reported through its ports file), keeps i
 in `<data_dir>/nats`, waits until `/healthz` says JetStream is ready, and stops it (SIGTERM, then
 SIGKILL) on exit. Use it as a sync or async context manager, or call `start()` / `stop()`.
 
+A server started from the main thread on Linux dies with the process that started it: the kernel
+sends it SIGTERM when its parent dies (`prctl(PR_SET_PDEATHSIG)`), so a `poolwise up` killed with
+SIGKILL leaves no server running on its store (a server that outlives its parent all the same,
+elsewhere, is stopped by the next `poolwise up` on the data dir: `launcher.stop_orphan_server`).
+The kernel sends that signal when the *thread* that forked the server ends, so only the main
+thread asks for it: `start()` forks on the calling thread (`spawn`), and the async context manager
+waits for readiness on a worker thread, not the fork.
+
 `resolve_nats_url(data_dir)` finds the server a command should talk to: `NATS_URL` wins, else the
 URL `poolwise up` wrote with `write_url_file`, else None (the caller starts its own).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -18,9 +27,11 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +39,7 @@ import anyio
 
 URL_FILE = "nats.url"
 ENV_URL = "NATS_URL"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class NatsServerError(RuntimeError):
@@ -91,6 +103,7 @@ class EmbeddedNats:
         startup_timeout: float = 15.0,
         binary: str | None = None,
         extra_args: tuple[str, ...] = (),
+        die_with_parent: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_dir = self.data_dir / "nats"
@@ -100,7 +113,9 @@ class EmbeddedNats:
         self.startup_timeout = startup_timeout
         self.binary = binary
         self.extra_args = extra_args
+        self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
+        self._ports_file = self.store_dir / "nats-server.ports"
         self._url: str | None = None
         self._monitoring_url: str | None = None
 
@@ -131,6 +146,14 @@ class EmbeddedNats:
         """Start the server and wait until JetStream is ready; raise `NatsServerError` otherwise."""
         if self.running:
             return self
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def spawn(self) -> None:
+        """Start the server process (on the calling thread: see the module doc), not waiting for it."""
+        if self.running:
+            return
         binary = self.binary or find_nats_server()
         self.store_dir.mkdir(parents=True, exist_ok=True)
         args = [
@@ -140,15 +163,22 @@ class EmbeddedNats:
         ]  # fmt: skip
         with self.log_file.open("ab") as log:
             try:
-                self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                              preexec_fn=_death_signal() if self.die_with_parent else None)
             except OSError as exc:
                 raise NatsServerError(f"cannot run {binary}: {exc}") from exc
+        self._ports_file = self.store_dir / f"{Path(binary).name}_{self._proc.pid}.ports"
+
+    def wait_ready(self) -> None:
+        """Wait until the spawned server's JetStream is ready (it is stopped if it never gets there)."""
+        proc = self._proc
+        if proc is None:
+            raise NatsServerError("the embedded nats-server was not started")
         try:
-            self._wait_ready(self._proc, self.store_dir / f"{Path(binary).name}_{self._proc.pid}.ports")
+            self._wait_ready(proc, self._ports_file)
         except BaseException:
             self.stop()
             raise
-        return self
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], ports_file: Path) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -214,10 +244,30 @@ class EmbeddedNats:
         self.stop()
 
     async def __aenter__(self) -> EmbeddedNats:
-        return await anyio.to_thread.run_sync(self.start)
+        self.spawn()  # here, not on a worker thread: the server dies with the thread that forked it
+        with anyio.CancelScope(shield=True):  # a spawned server is always waited for, or stopped
+            await anyio.to_thread.run_sync(self.wait_ready)
+        return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self.stop)
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """What the forked server runs before it execs: ask the kernel for SIGTERM when its parent
+    dies. Only on Linux, and only from the main thread (see the module doc); None elsewhere. The
+    libc function is looked up here, before the fork, so the child only calls it."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def ask() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    return ask

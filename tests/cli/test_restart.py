@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from services.common.natsserver import EmbeddedNats
 from tests.cli.helpers import Up, nats_server_pid, one_error_line, run, wait_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -63,12 +64,21 @@ def test_restart_after_sigterm_and_sigkill(tmp_path: Path) -> None:
         assert up.cli("pool", "create", "/d", "--reservation", "cpu=1").code == 0
 
         server = nats_server_pid(data)
+        assert server is not None
         assert up.stop(signal.SIGKILL) == -signal.SIGKILL
-        # the killed process could not stop its server: the next `up` must deal with it
-        assert server is not None and nats_server_pid(data) == server
+        # the killed process could not stop its server; the kernel did (it dies with its parent)
+        wait_for(lambda: nats_server_pid(data) is None, "the nats-server to go with the killed up")
 
-        up.start()
-        assert nats_server_pid(data) not in (None, server)  # the orphan was stopped, a new server runs
+        # a server left running on the store all the same (one that does not die with its parent:
+        # another system, or started from another thread) is stopped by the next `up`
+        orphan = EmbeddedNats(data, die_with_parent=False).start()
+        try:
+            assert nats_server_pid(data) == orphan.pid
+            up.start()
+            assert nats_server_pid(data) not in (None, orphan.pid)  # the orphan was stopped, a new server runs
+            assert not orphan.running
+        finally:
+            orphan.stop()
         check_intact(up, ["a", "b", "c", "d"], changes=5)
         assert up.cli("pool", "create", "/e").code == 0
         assert "e  reservation" in up.cli("pool", "tree").out

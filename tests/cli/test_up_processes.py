@@ -132,10 +132,13 @@ def test_killing_up_leaves_no_service_process(tmp_path: Path) -> None:
         up.start()
         pids = up.service_pids()
         assert set(pids) == set(SERVICES)
+        server = nats_server_pid(data)
+        assert server is not None
         assert up.stop(signal.SIGKILL) == -signal.SIGKILL
-        # the kernel tells each child that its parent died (SIGTERM): they stop by themselves
+        # the kernel tells each child that its parent died (SIGTERM): they stop by themselves, and
+        # so does the embedded nats-server
         wait_for(lambda: not any(alive(pid) for pid in pids.values()), "the service processes to go with up")
-        # up could not stop its nats-server: the next `up` on the data dir will (here: the helper)
+        wait_for(lambda: not alive(server), "the nats-server to go with up")
     assert nats_server_pid(data) is None
     assert not any(alive(pid) for pid in pids.values())
 
