@@ -52,11 +52,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
-from events import EntitlementsComputed, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds
+from events import EntitlementsComputed, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds, event_class
 from projections.base import Connection, Item, Malformed, Projection, delete_keys, insert_arrow, insert_rows
 from projections.gangs import fetch_rows
 
@@ -183,7 +183,8 @@ class PoolStatusProjection(Projection):
             if due is not None and time >= due:
                 self._close(conn, [tree for tree, window in windows.items() if window.end <= time], history)
             event = envelope.event
-            if isinstance(event, EntitlementsComputed):
+            if event_class(event) is EntitlementsComputed:  # the model or its view (events.views)
+                event = cast(EntitlementsComputed, event)
                 tree = event.tree
                 latest[tree] = (item.seq, time, event)
                 window = windows.get(tree)
@@ -220,7 +221,7 @@ class PoolStatusProjection(Projection):
             window = windows.pop(tree)
             rows = self._rows[tree]
             seq, time, pools = window.seq, window.time, window.pools
-            now = _values(pools) if isinstance(pools, EntitlementsComputed) else pools
+            now = pools if isinstance(pools, dict) else _values(pools)
             for path, values in now.items():
                 previous = rows.get(path)
                 if previous is None or (previous != values and not _same(previous, values)):

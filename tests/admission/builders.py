@@ -36,6 +36,7 @@ from events import (
     TreeOptions,
 )
 from events.config import GangTimeoutOptions, PreemptionOptions
+from events.views import as_model
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.model import Gang, Ledger, Task
 from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime
@@ -253,7 +254,7 @@ def snapshot(state: AdmissionState) -> dict[str, Any]:
                         for p, lg in sorted(rt.ledgers.items())},
             "running": {p: dict(sorted(j.items())) for p, j in sorted(rt.running.items()) if j},
             "jobs": {p: dict(sorted(j.items())) for p, j in sorted(rt.jobs.items()) if j},
-            "entitlements": {p: e.model_dump() for p, e in sorted(rt.entitlements.items())},
+            "entitlements": {p: as_model(e).model_dump() for p, e in sorted(rt.entitlements.items())},
             "in_flight": rt.in_flight is not None,
         }
     config = {name: {"pools": sorted(t.pools), "unfinished": {g: r.pool for g, r in sorted(t.unfinished.items())}}

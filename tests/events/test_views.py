@@ -19,10 +19,12 @@ from bench.workload import Workload, config_events, envelope, gang_event
 from events import (
     ClockTicked,
     DecodeError,
+    EntitlementsComputed,
     Envelope,
     GangAdmitted,
     GangEnqueued,
     GangMovedToQueue,
+    PoolEntitlement,
     TaskSpec,
     decode,
     decode_all,
@@ -35,10 +37,12 @@ from events import (
 from events import views as views_module
 from events.inputs import GangCancelled
 from events.views import (
+    EntitlementsComputedView,
     EnvelopeView,
     GangAdmittedView,
     GangEnqueuedView,
     GangMovedToQueueView,
+    PoolEntitlementView,
     SchemaChanged,
     TaskSpecView,
     as_model,
@@ -87,6 +91,12 @@ def _same_as_pydantic(data: bytes) -> bool:
         value, wanted = getattr(found.event, name), getattr(expected.event, name)
         if name == "tasks":
             assert [(t.id, t.resources) for t in value] == [(t.id, t.resources) for t in wanted]
+        elif name == "pools":
+            assert [type(p) for p in value] == [PoolEntitlementView] * len(wanted)
+            for pool, model in zip(value, wanted, strict=True):
+                for field in PoolEntitlement.model_fields:
+                    assert getattr(pool, field) == getattr(model, field), field
+                    assert type(getattr(pool, field)) is type(getattr(model, field)), field
         else:
             assert value == wanted and type(value) is type(wanted), name
     assert event_class(found.event) is type(expected.event)
@@ -115,10 +125,17 @@ moved = st.builds(GangMovedToQueue, tree=st.text(max_size=8), gang=st.text(max_s
 times = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
                      timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
                                                 timezone(timedelta(hours=-8))]))
+finite = st.floats(min_value=-1e300, max_value=1e300, allow_nan=False) | st.integers(-10**6, 10**6).map(float)
+vectors = st.dictionaries(st.text(max_size=6), finite, max_size=3)
+pools = st.builds(PoolEntitlement, path=st.text(max_size=10), entitlement=vectors, non_slack_entitlement=vectors,
+                  slack_entitlement=vectors, fair_share=finite, usage_share=finite, demand_share=finite,
+                  dominant_kind=st.none() | st.text(max_size=6))
+computed = st.builds(EntitlementsComputed, tree=st.text(max_size=8), capacity=vectors, slack_capacity=vectors,
+                     pools=st.lists(pools, max_size=3), alerts=st.lists(st.text(max_size=12), max_size=2))
 envelopes = st.builds(Envelope, id=st.text(min_size=1, max_size=40), time=times, source=st.text(max_size=10),
                       causation=st.none() | st.text(max_size=8), basis=st.none() | ints,
                       trace=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
-                      event=enqueued | admitted | moved)
+                      event=enqueued | admitted | moved | computed)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -181,7 +198,15 @@ def _samples() -> list[dict[str, Any]]:
               GangEnqueued(tree="t", gang="g", pool="/a", job="j", user="u", size=1, priority=-5, tasks=tasks[:1]),
               GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=tasks, attempt=2),
               GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=[]),
-              GangMovedToQueue(tree="t", gang="g", pool="/a", queue="controller", reason="why")]
+              GangMovedToQueue(tree="t", gang="g", pool="/a", queue="controller", reason="why"),
+              EntitlementsComputed(tree="t", capacity={"cpu": 8.0, "gpu": 1.0}, slack_capacity={"cpu": 2.0},
+                                   pools=[PoolEntitlement(path="/a", entitlement={"cpu": 4.5},
+                                                          non_slack_entitlement={"cpu": 4.0},
+                                                          slack_entitlement={"cpu": 0.5}, fair_share=0.5,
+                                                          usage_share=0.25, demand_share=1.0, dominant_kind="cpu"),
+                                          PoolEntitlement(path="/b", entitlement={}, non_slack_entitlement={},
+                                                          slack_entitlement={})],
+                                   alerts=["over"])]
     return [json.loads(encode(Envelope(id="e", time=TIME, source="s", causation="c", basis=4, trace={"a": "b"},
                                        event=e))) for e in events]
 
@@ -196,7 +221,7 @@ def test_mutated_envelopes_read_as_pydantic_reads_them() -> None:
                 views += 1
             elif isinstance(_decoded_or_error(data), DecodeError):
                 refusals += 1
-    assert views > 60 and refusals > 200, (views, refusals)  # both sides of the line were walked
+    assert views > 90 and refusals > 250, (views, refusals)  # both sides of the line were walked
 
 
 @pytest.mark.parametrize("text", [
@@ -225,6 +250,37 @@ def test_odd_json_reads_as_pydantic_reads_it(raw: bytes) -> None:
     fields = {b'"gang"': b'"gang":"g"', b'"size"': b'"size":1'}
     body_ = b",".join([raw, *(v for k, v in fields.items() if not raw.startswith(k))])
     _same_as_pydantic(head + body_ + tail)
+
+
+@pytest.mark.parametrize("raw", [
+    b'"fair_share":1e999', b'"fair_share":-1e999', b'"fair_share":"0.5"', b'"fair_share":true', b'"fair_share":1',
+    b'"fair_share":NaN', b'"fair_share":2e16', b'"dominant_kind":null', b'"dominant_kind":1',
+    b'"entitlement":{"cpu":-1.5}', b'"entitlement":{"cpu":"1"}', b'"entitlement":{"cpu":1e999}',
+    b'"entitlement":{"cpu":123456789012345678}', b'"path":"/l1e2"', b'"path":null',
+])
+def test_odd_entitlements_read_as_pydantic_reads_them(raw: bytes) -> None:
+    fields = {b'"path"': b'"path":"/a"', b'"entitlement"': b'"entitlement":{"cpu":1.0}',
+              b'"fair_share"': b'"fair_share":0.5'}
+    pool = b",".join([raw, *(v for k, v in fields.items() if not raw.startswith(k))])
+    data = (b'{"id":"e","time":"2026-01-01T00:00:00Z","event":{"type":"EntitlementsComputed","tree":"t",'
+            b'"capacity":{"cpu":2.0},"pools":[{' + pool + b',"non_slack_entitlement":{},"slack_entitlement":{}}]}}')
+    _same_as_pydantic(data)
+
+
+def test_entitlements_are_written_as_pydantic_writes_them() -> None:
+    pools = [PoolEntitlement(path="/a", entitlement={"cpu": 1.5}, non_slack_entitlement={}, slack_entitlement={}),
+             PoolEntitlement(path="/b", entitlement={}, non_slack_entitlement={}, slack_entitlement={},
+                             dominant_kind="cpu")]
+    for event, fast in [(EntitlementsComputed(tree="t", capacity={"cpu": 2.0}, pools=pools), True),
+                        # from 1e16 up (pydantic: 1e+16), or a name that reads like such a number: pydantic
+                        (EntitlementsComputed(tree="t", capacity={"cpu": 2e16}, pools=pools), False),
+                        (EntitlementsComputed(tree="t1e2", capacity={"cpu": 2.0}, pools=pools), False)]:
+        view = read_envelope(encode(Envelope(id="e", time=TIME, event=event)))
+        assert isinstance(view, EnvelopeView) and type(view.event) is EntitlementsComputedView
+        assert (view_body(view.event) is not None) is fast
+        assert body(view.event) == body(event) == event.model_dump_json(exclude_none=True)
+        assert '"dominant_kind":null' not in body(view.event) and '"dominant_kind":"cpu"' in body(view.event)
+        assert encode(view) == encode(Envelope(id="e", time=TIME, event=event))
 
 
 def test_amounts_msgspec_writes_otherwise_are_written_by_pydantic() -> None:

@@ -450,7 +450,7 @@ def _on_preemption(state: AdmissionState, event: Event, seq: int, out: list[Outc
 
 
 def _on_entitlements(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    assert isinstance(event, EntitlementsComputed)
+    event = cast(EntitlementsComputed, event)  # the model or its view (events.views)
     rt = state.runtime(event.tree)
     rt.entitlements = {p.path: p for p in event.pools}
     rt.entitlement_seq = seq
