@@ -14,44 +14,19 @@ from __future__ import annotations
 
 from contextlib import suppress
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
-from pydantic import Field
 
 from events import Envelope, GangAdmitted, event_class
-from events.base import Frozen
 from events.commands import Reply
-from services.admission.domain.explain import GANG_STATES, OBSERVED, TIMED, History, explain, gang_rows
+from services.admission.commands import QUERIES, SERVICE, ExplainQuery, GangsQuery
+from services.admission.domain.explain import OBSERVED, TIMED, History, explain, gang_rows
+from services.admission.domain.model import GANG_STATES
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import AdmissionFolder
 from services.common.requests import error_reply, parse_request, serve_requests
-
-SERVICE = "admission"
-DEFAULT_LIMIT = 1000  # gangs per answer: a reply must stay under NATS's max payload (1 MiB by default)
-
-
-class GangsQuery(Frozen):
-    """Gangs of `tree` (every tree: None), in `pool` and the pools under it, in one of `states`;
-    the last `limit` of them in enqueue order (per tree)."""
-
-    op: Literal["gangs"] = "gangs"
-    tree: str | None = None
-    pool: str | None = None
-    states: list[str] | None = None
-    limit: int = Field(default=DEFAULT_LIMIT, ge=1)
-
-
-class ExplainQuery(Frozen):
-    """Why gang `gang` is where it is; `tree` None: whichever tree has a gang of that id."""
-
-    op: Literal["explain"] = "explain"
-    gang: str = Field(min_length=1)
-    tree: str | None = None
-
-
-QUERIES: dict[str, type[Frozen]] = {"gangs": GangsQuery, "explain": ExplainQuery}
 
 
 class ExplainingFolder:

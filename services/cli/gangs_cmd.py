@@ -21,8 +21,8 @@ from rich.table import Table
 
 from events import subjects
 from events.commands import Reply
-from services.admission.domain.explain import GANG_STATES, UNKNOWN
-from services.admission.queries import DEFAULT_LIMIT, SERVICE, ExplainQuery, GangsQuery
+from services.admission.commands import DEFAULT_LIMIT, SERVICE, ExplainQuery, GangsQuery
+from services.admission.domain.model import GANG_STATES, UNKNOWN
 from services.cli.args import InputError, format_resources, parse_list
 from services.cli.client import ServiceError, find_url
 from services.cli.errors import run_async

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from events import GangAdmitted, InputRejected
-from services.admission.queries import ExplainQuery, GangsQuery
+from services.admission.commands import ExplainQuery, GangsQuery
 from services.cli.gangs_cmd import ask
 from services.cli.main import app
 from services.submitter import Submitter

@@ -56,6 +56,7 @@ from services.admission.domain.model import (
     REJECTED,
     TERMINAL,
     TIMED_OUT,
+    UNKNOWN,
     WAITING,
     Gang,
 )
@@ -63,9 +64,6 @@ from services.admission.domain.state import AdmissionState, TreeRuntime, _chain
 from services.admission.domain.vectors import Vector, free, short_of
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import EffectivePool, capacity, effective_pools
-
-UNKNOWN = "unknown"
-GANG_STATES: tuple[str, ...] = (WAITING, PENDING, ADMITTED, DONE, TIMED_OUT, CANCELLED, REJECTED)
 
 Numbers = Mapping[str, object]
 

@@ -20,6 +20,8 @@ PLACED_OR_LATER: frozenset[str] = frozenset({"placed", "launching", "running"}) 
 # Gang states reported by the scenario runner and `poolwise gangs`.
 WAITING, PENDING, ADMITTED, DONE = "waiting", "pending", "admitted", "done"
 TIMED_OUT, CANCELLED, REJECTED = "timed_out", "cancelled", "rejected"
+GANG_STATES: tuple[str, ...] = (WAITING, PENDING, ADMITTED, DONE, TIMED_OUT, CANCELLED, REJECTED)
+UNKNOWN = "unknown"  # the state `explain` gives a gang id it does not know
 FINISHED: frozenset[str] = frozenset({DONE, TIMED_OUT, CANCELLED, REJECTED})
 
 

@@ -1,0 +1,36 @@
+"""Requests the admission service answers (`poolwise.cmd.admission.<op>`, core NATS
+request/reply, never stored): queries of its state. Apart from the service (`queries`), so that
+the CLI builds them without importing admission's domain (and NumPy with it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from events.base import Frozen
+
+SERVICE = "admission"
+DEFAULT_LIMIT = 1000  # gangs per answer: a reply must stay under NATS's max payload (1 MiB by default)
+
+
+class GangsQuery(Frozen):
+    """Gangs of `tree` (every tree: None), in `pool` and the pools under it, in one of `states`;
+    the last `limit` of them in enqueue order (per tree)."""
+
+    op: Literal["gangs"] = "gangs"
+    tree: str | None = None
+    pool: str | None = None
+    states: list[str] | None = None
+    limit: int = Field(default=DEFAULT_LIMIT, ge=1)
+
+
+class ExplainQuery(Frozen):
+    """Why gang `gang` is where it is; `tree` None: whichever tree has a gang of that id."""
+
+    op: Literal["explain"] = "explain"
+    gang: str = Field(min_length=1)
+    tree: str | None = None
+
+
+QUERIES: dict[str, type[Frozen]] = {"gangs": GangsQuery, "explain": ExplainQuery}
