@@ -36,7 +36,7 @@ from events.inputs import (
     TaskStateChanged,
     TreeConfigured,
 )
-from events.views import as_model, event_class, read_envelope, with_views
+from events.views import as_model, event_class, read_envelope, read_pack, with_views
 
 POOLWISE_EVENTS = True  # marker the smoke test looks for
 
@@ -90,5 +90,6 @@ __all__ = [
     "is_pack",
     "peek_type",
     "read_envelope",
+    "read_pack",
     "with_views",
 ]

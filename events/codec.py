@@ -78,14 +78,20 @@ def pack_parts(data: bytes) -> list[bytes]:
     return data[1:-1].split(PACK_SEPARATOR) if data[-1:] == b"]" else [data]
 
 
-def decode_all(data: bytes | str, decode_one: Callable[[bytes], Envelope] | None = None) -> list[Envelope]:
+def decode_all(data: bytes | str, decode_one: Callable[[bytes], Envelope] | None = None,
+               decode_pack: Callable[[bytes], list[Envelope] | None] | None = None) -> list[Envelope]:
     """The events of one log message: one, or the envelopes of a pack, in order. Raises
     `DecodeError` for the whole message if any of them is not a valid event, or a pack holds a
-    type that may not be packed. `decode_one` decodes one envelope's bytes (default `decode`)."""
+    type that may not be packed. `decode_one` decodes one envelope's bytes (default `decode`);
+    `decode_pack`, if given, a whole pack at once, or None (read part by part then): what it gives
+    must be a valid pack, of packable types and not empty (`events.read_pack`)."""
     raw = data if isinstance(data, bytes) else data.encode()
     one = decode_one or decode
     if not is_pack(raw):
         return [one(raw)]
+    whole = decode_pack(raw) if decode_pack is not None else None
+    if whole is not None:
+        return whole  # a valid pack: packable types, not empty (decode_pack's promise)
     try:
         envelopes = [one(part) for part in pack_parts(raw)]
     except DecodeError:

@@ -46,7 +46,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from events.base import Event, Frozen
-from events.codec import decode
+from events.codec import PACKABLE, decode
 from events.decisions import EntitlementsComputed, GangAdmitted, GangMovedToQueue, PoolEntitlement
 from events.envelope import EPOCH, Envelope
 from events.inputs import GangEnqueued, TaskSpec
@@ -277,6 +277,29 @@ def read_envelope(data: bytes) -> Envelope:
     return decode(data)
 
 
+_pack_decoder = msgspec.json.Decoder(list[EnvelopeView])
+_PACKABLE_VIEWS = frozenset(view for model, view in VIEWS.items() if model.__name__ in PACKABLE)
+
+
+def read_pack(data: bytes) -> list[Envelope] | None:
+    """The envelopes of a pack (a JSON array of them), each as `read_envelope` reads it, in one
+    msgspec pass: a view of each; None when any of them is not read here, or the pack is empty
+    (then it is read part by part, which gives pydantic's models or refusal). About 1 µs per event
+    cheaper than reading the parts one by one. What it gives is a valid pack: events of packable
+    types (`events.PACKABLE`), at least one."""
+    if not ENABLED:
+        return None
+    try:
+        views = _pack_decoder.decode(data)
+        for view in views:
+            if view.event.__class__ not in _PACKABLE_VIEWS:  # may not be packed: refused part by part
+                return None
+            _force(view, "time", _time(view.time))
+    except (msgspec.DecodeError, _Unread):
+        return None
+    return cast(list[Envelope], views) if views else None
+
+
 def event_class(event: Event) -> type[Event]:
     """The model class of an event: its own class, or the model a view stands for."""
     kind = type(event)
@@ -361,6 +384,7 @@ __all__ = [
     "as_model",
     "event_class",
     "read_envelope",
+    "read_pack",
     "view_body",
     "with_views",
 ]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from events import DecodeError, Envelope, decode_all, is_pack, read_envelope
+from events import DecodeError, Envelope, decode_all, is_pack, read_envelope, read_pack
 from events.codec import pack_parts
 from projections.base import Connection, Item, Malformed, Projection
 
@@ -342,7 +342,7 @@ def _items(message: StoredMessage, envelopes: Sequence[Envelope] | None = None) 
     the bytes it was decoded from when they are known (`raw`)."""
     if envelopes is None:
         try:
-            envelopes = decode_all(message.data, read_envelope)  # gang events as views (events.views)
+            envelopes = decode_all(message.data, read_envelope, read_pack)  # gang events as views (events.views)
         except DecodeError as exc:
             return [Item(message.seq, message.subject, Malformed(exc, message.data, message.msg_id))]
         except Exception as exc:  # the codec promises DecodeError; anything else must not block the stream

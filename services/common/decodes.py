@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from events import Envelope, encode, read_envelope
+from events import Envelope, encode, read_envelope, read_pack
 
 
 class SharedDecodes:
@@ -47,6 +47,18 @@ class SharedDecodes:
         if self.users >= 2:
             self._keep(data, envelope, self.users - 1)
         return envelope
+
+    def decode_pack(self, data: bytes) -> list[Envelope] | None:
+        """A whole pack at once (`events.read_pack`), unless its parts are to be shared: with other
+        folders of this process, or ours (its first part is one this process encoded or decoded
+        already); None then, for `decode` part by part."""
+        if self.users >= 2:
+            return None
+        if self._found:
+            end = data.find(b",\n")
+            if end < 0 or data[1:end] in self._found:
+                return None
+        return read_pack(data)
 
     def encode(self, envelope: Envelope) -> bytes:
         """`events.encode(envelope)`; while folders of this process consume the log, the bytes are

@@ -146,14 +146,15 @@ class FoldResult:
 
 
 def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
-               decoder: Callable[[bytes], Envelope] = decode) -> FoldResult:
+               decoder: Callable[[bytes], Envelope] = decode,
+               pack_decoder: Callable[[bytes], list[Envelope] | None] | None = None) -> FoldResult:
     """Fold every event after `after`; malformed ones on owned subjects become rejections."""
     result = FoldResult(last_seq=after)
     for stored in batch:
         if stored.seq <= after:
             continue
         try:
-            envelopes = decode_all(stored.data, decoder)  # one event, or a pack of them (events.codec)
+            envelopes = decode_all(stored.data, decoder, pack_decoder)  # one event, or a pack (events.codec)
         except DecodeError as error:
             if folder.owns(stored.subject):
                 result.decisions.append(rejection_of_malformed(folder.service, stored, error, folder.now))
@@ -221,7 +222,7 @@ async def run_folder(
     async def handle(batch: Sequence[Stored]) -> None:
         nonlocal folded
         with span("fold batch", service=folder.service, events=len(batch)) as current, gc_paused():
-            result = fold_batch(folder, batch, folded, SHARED.decode)
+            result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
             current.set_attribute("decisions", len(result.decisions))
         folded = result.last_seq
         await send.send((result.decisions, batch, folded))

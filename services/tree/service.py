@@ -34,7 +34,17 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import BaseModel, ValidationError
 
-from events import DecodeError, Envelope, InputRejected, at_seconds, decode_all, derived_id, read_envelope, subjects
+from events import (
+    DecodeError,
+    Envelope,
+    InputRejected,
+    at_seconds,
+    decode_all,
+    derived_id,
+    read_envelope,
+    read_pack,
+    subjects,
+)
 from events.commands import (
     COMMANDS,
     HostList,
@@ -93,7 +103,7 @@ class TreeView:
             self.position = stored.seq
             self.subject_seq[stored.subject] = stored.seq
             try:
-                envelopes = decode_all(stored.data, read_envelope)  # one event, or a pack (gang events: views)
+                envelopes = decode_all(stored.data, read_envelope, read_pack)  # one event, or a pack (views)
             except DecodeError as error:
                 if stored.subject == subjects.HOSTS or stored.subject.startswith(OWNED[1]):
                     rejections.append(rejection_of_malformed(SERVICE, stored, error, self.now))

@@ -394,3 +394,66 @@ def test_folding_views_decides_as_folding_models() -> None:
     assert sum('"rule":"unknown_kind"' in a for a in announced) == 4  # a refusal quotes a view's model
     assert sum('"type":"GangAdmitted"' in c for c in cycles) > 50 and passes
     assert {state for _, state, _, _ in gangs} >= {"admitted", "pending", "rejected"}
+
+
+# --- a pack read at once (events.read_pack) is read as its parts are --------------------------------
+
+def _all_or_error(data: bytes, whole: bool) -> list[Any] | tuple[str | None, str, str]:
+    from events import read_pack
+
+    try:
+        read = decode_all(data, read_envelope, read_pack if whole else None)
+    except DecodeError as exc:
+        return (exc.field, exc.rule, exc.message)
+    return [as_model(e) if isinstance(e, EnvelopeView) else e for e in read]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.builds(Envelope, id=st.text(min_size=1, max_size=20), time=times, source=st.text(max_size=6),
+                          basis=st.none() | ints, event=enqueued | admitted | moved), min_size=2, max_size=5))
+def test_a_pack_read_at_once_is_read_as_its_parts(envs: list[Envelope]) -> None:
+    from events import read_pack
+
+    data = encode_pack([encode(e) for e in envs])
+    assert read_pack(data) is not None
+    assert _all_or_error(data, True) == _all_or_error(data, False) == envs
+
+
+def test_odd_packs_read_at_once_are_read_as_their_parts() -> None:
+    from events import read_pack
+
+    rng = random.Random(11)
+    parts = [encode(Envelope(id=f"e{i}", time=TIME, event=e)) for i, e in enumerate([
+        GangMovedToQueue(tree="t", gang="g", pool="/a", queue="pending", reason="r"),
+        GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=[TaskSpec(id="t0", resources={})]),
+        EntitlementsComputed(tree="t", capacity={}, pools=[])])]
+    packs = [encode_pack(parts[:2]), encode_pack(parts), encode_pack(parts[1:]), b"[]", b"[ " + parts[0] + b" ]",
+             b"[" + parts[0] + b", " + parts[1] + b"]", encode_pack([parts[0], b'{"id":"x"}'])]
+    whole = 0
+    for sample in [json.loads(parts[0]), json.loads(parts[1])]:
+        for mutant in _mutants(sample, rng):
+            packs.append(encode_pack([parts[0], json.dumps(mutant).encode()]))
+    for data in packs:
+        if read_pack(data) is not None:
+            whole += 1
+        assert _all_or_error(data, True) == _all_or_error(data, False), data
+    assert whole > 10  # some of them were read at once (and the others part by part: refused or models)
+    assert read_pack(encode_pack(parts)) is None  # an EntitlementsComputed may not be packed: refused part by part
+    assert read_pack(b"[]") is None
+
+
+def test_shared_decodes_read_a_pack_at_once_unless_its_parts_are_shared() -> None:
+    from services.common.decodes import SharedDecodes
+
+    mine = [Envelope(id=f"m{i}", time=TIME, event=GangMovedToQueue(tree="t", gang=f"g{i}", pool="/a",
+                                                                    queue="pending", reason="r")) for i in range(3)]
+    theirs = encode_pack([encode(Envelope(id=f"t{i}", time=TIME, event=e.event)) for i, e in enumerate(mine)])
+    shared = SharedDecodes()
+    with shared.user():
+        own = encode_pack([shared.encode(e) for e in mine])  # this process wrote it: its parts are taken back
+        assert shared.decode_pack(own) is None
+        assert [shared.decode(p) for p in own[1:-1].split(b",\n")] == mine
+        read = shared.decode_pack(theirs)
+        assert read is not None and [as_model(e) for e in read] == decode_all(theirs)
+        with shared.user():  # two folders in this process: each part is kept for the other
+            assert shared.decode_pack(theirs) is None
