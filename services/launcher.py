@@ -24,6 +24,7 @@ machine has."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -36,22 +37,33 @@ from typing import IO, Any
 
 import anyio
 
-from services.admission.service import serve_admission
 from services.cli.args import InputError
 from services.common.jetstream import JetStreamLog
 from services.common.leadership import OnChange, connector, lease_key, open_leases, run_as_leader, servers_of
 from services.common.log import EventLog
 from services.common.natsserver import EmbeddedNats, remove_url_file, write_url_file
 from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
-from services.preemption.service import serve_preemption
-from services.tree.service import serve_tree
 
 Serve = Callable[..., Awaitable[None]]
 
+
+
+def _entry(module: str, function: str) -> Serve:
+    """A service's entry point, imported when it is first run: a process serving one service
+    loads only that one (`serve admission` and `serve preemption` need neither DuckDB nor Arrow,
+    about 40 MB of a process and a fifth of a second of its start)."""
+    async def serve(*args: Any, **kwargs: Any) -> None:
+        entry: Serve = getattr(importlib.import_module(module), function)
+        await entry(*args, **kwargs)
+
+    serve.__qualname__ = serve.__name__ = function
+    return serve
+
+
 SERVICES: dict[str, Serve] = {
-    "tree": serve_tree,
-    "admission": serve_admission,
-    "preemption": serve_preemption,
+    "tree": _entry("services.tree.service", "serve_tree"),
+    "admission": _entry("services.admission.service", "serve_admission"),
+    "preemption": _entry("services.preemption.service", "serve_preemption"),
 }
 
 

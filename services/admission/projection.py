@@ -5,7 +5,10 @@ SQL are the next read models to add here."""
 
 from __future__ import annotations
 
-from projections.base import Projection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # none kept: a process serving admission loads neither DuckDB nor Arrow
+    from projections.base import Projection
 
 
 def projections_for() -> list[Projection]:

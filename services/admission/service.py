@@ -22,7 +22,6 @@ import anyio
 from anyio.abc import TaskStatus
 
 from events import ClockTicked, Envelope, at_seconds, derived_id
-from projections.store import ProjectionStore
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.admission.queries import ExplainingFolder, serve_queries
 from services.common.folding import run_folder
@@ -107,6 +106,8 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
         kept = projections_for()
         if kept:
             data_dir.mkdir(parents=True, exist_ok=True)
+            from projections.store import ProjectionStore
+
             store = ProjectionStore(data_dir / "admission.duckdb", kept)
     ticker = Clock(log, folder) if clock else None
     explaining = ExplainingFolder(folder)  # the same folder, keeping what `explain` needs

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -44,11 +44,13 @@ from events import (
     read_envelope,
 )
 from events.subjects import PREFIX
-from projections.store import ProjectionStore
 from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored
 from services.common.memlog import subject_filter
 from services.common.telemetry import span
+
+if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
+    from projections.store import ProjectionStore
 
 
 class Folder(Protocol):

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
 
 from events.commands import Reply
-from projections.store import ProjectionStore
 from services.common.folding import run_folder
 from services.common.log import EventLog
 from services.common.requests import parse_request, serve_requests
 from services.preemption.commands import COMMANDS, SERVICE, PreemptionList
 from services.preemption.folder import SUBJECTS, PreemptionFolder
+
+if TYPE_CHECKING:
+    from projections.store import ProjectionStore
 
 # Seconds the consumer pauses after a short batch, so that a trickle of messages (an admission
 # cycle's tick, entitlements, admissions and completion; a submitter's packs) is folded in fewer,

@@ -53,7 +53,11 @@ def _gone_within(pid: int, store: Path, seconds: float) -> bool:
 
 def test_a_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     pid = _server_of_killed_starter(tmp_path, die_with_parent=True)
-    assert _gone_within(pid, tmp_path, 15), "the nats-server outlived the process that started it"
+    try:
+        assert _gone_within(pid, tmp_path, 15), "the nats-server outlived the process that started it"
+    finally:
+        if serves_store(pid, tmp_path / "nats"):  # (a failure leaves no server behind)
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_server_asked_not_to_die_with_its_parent_outlives_it(tmp_path: Path) -> None:
