@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from events import Envelope, encode, read_envelope, read_pack
+from events.codec import PACK_SEPARATOR
 
 
 class SharedDecodes:
@@ -55,7 +56,7 @@ class SharedDecodes:
         if self.users >= 2:
             return None
         if self._found:
-            end = data.find(b",\n")
+            end = data.find(PACK_SEPARATOR)  # the first part ends there (events.encode_pack)
             if end < 0 or data[1:end] in self._found:
                 return None
         return read_pack(data)

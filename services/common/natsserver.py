@@ -115,7 +115,7 @@ class EmbeddedNats:
         self.extra_args = extra_args
         self.die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
-        self._ports_file = self.store_dir / "nats-server.ports"
+        self._ports_file: Path | None = None  # where the spawned server reports its ports
         self._url: str | None = None
         self._monitoring_url: str | None = None
 
@@ -171,11 +171,11 @@ class EmbeddedNats:
 
     def wait_ready(self) -> None:
         """Wait until the spawned server's JetStream is ready (it is stopped if it never gets there)."""
-        proc = self._proc
-        if proc is None:
+        proc, ports_file = self._proc, self._ports_file
+        if proc is None or ports_file is None:
             raise NatsServerError("the embedded nats-server was not started")
         try:
-            self._wait_ready(proc, self._ports_file)
+            self._wait_ready(proc, ports_file)
         except BaseException:
             self.stop()
             raise
