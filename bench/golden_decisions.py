@@ -7,7 +7,8 @@ write every decision they make, byte for byte, so that a change meant to be beha
 The log lives in a list, as one stream would hold it. Both folders (`ExplainingFolder` around
 `AdmissionFolder`, and `PreemptionFolder`) fold every entry on the subjects they consume, in log
 order; whatever either decides is appended to the end of the log (ids de-duplicated, as JetStream
-does with `Nats-Msg-Id`) and takes effect when the folders read it back, as in the services.
+does with `Nats-Msg-Id`) and is read by the folders in turn, as in the services (a cycle's
+decisions took effect at its trigger: read back, they change nothing).
 Every envelope goes through `encode`/`decode` on its way into the log, as on the wire.
 
 What is in the log (deterministic: a seeded generator picks inputs from the state read so far):
@@ -556,7 +557,7 @@ def run(rounds: int = ROUNDS, progress: Callable[[str], None] | None = None) -> 
         for tree in trees:
             h.add(ClockTicked(tree=tree))
             if rng.random() < 0.15:
-                h.add(ClockTicked(tree=tree))  # before the cycle it follows is read back: starts nothing
+                h.add(ClockTicked(tree=tree))  # before the cycle it follows is read back: a cycle of its own
         h.pump()
         if round_ % 25 == 24:
             snapshot(h, f"round {round_}", (VAR,))

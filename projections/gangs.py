@@ -25,20 +25,19 @@ order the fold applies them, and never show a refused input. Three things make t
    log, unless admission refuses them; the refusal comes later, as an `InputRejected` naming the
    input's position (`input_seq`). So an input is *held* until admission has answered it: until
    its refusal has been read (it is then skipped), or an admission decision based on a later
-   position (`basis` > its seq; then it was accepted: admission publishes what it decides in the
-   order it folds the log, so a refusal would have come first). For a cycle's decisions, that
-   decision is the cycle's `CycleCompleted`: the cycle's admissions are then applied with the
-   inputs they admit (a gang's rows are written once, as admitted, instead of twice).
+   position (`basis` > its seq; a cycle's `CycleCompleted`, basis >= its seq: admission publishes
+   what it decides in the order it folds the log, so a refusal would have come first).
 2. What comes after a held input waits behind it (the events are applied in order).
-3. What admission's timers do (`GangTimedOut`, `GangFinished(timed_out)`, `GangRequeued` after a
-   placement timeout) happens in its fold *before* the event whose time fired them, the event at
-   their `basis`, and is announced after it: these are applied just before that position.
+3. Some decisions take effect before the position where they land, as admission's fold applies
+   them: what its timers do (`GangTimedOut`, `GangFinished(timed_out)`, `GangRequeued` after a
+   placement timeout) happens just *before* the event at their `basis` (time advanced there),
+   and a cycle's decisions (`GangAdmitted`, `GangMovedToQueue`) just *after* the message at
+   their `basis` (the cycle's trigger: a tick, or a pack of enqueues), before anything later.
+   Inputs that land between a cycle's trigger and its decisions wait for them (they are not
+   answered before the cycle's `CycleCompleted`, which comes after its decisions).
 
-A decision that lands after an input admission had not folded yet when it decided is applied where
-it lands (as admission applies it when it reads it back). Admission normally answers within one of
-its cycles (it ticks when inputs arrived); an accepted input that changes nothing (a task reported
-in its current state) may wait for its next decision. `gangs_held` holds what waits (the encoded
-events) and `gangs_answered` the highest position admission has answered; both are internal.
+`gangs_held` holds what waits (the encoded events, with the position a decision takes effect
+at) and `gangs_answered` the highest position admission has answered; both are internal.
 The projection keeps them in memory as well (read once, then kept in step with its writes, forgotten
 on a rollback), and the rows of waiting and pending gangs (`projections/gang_rows.py`): a fold reads
 back only the other gangs it touches, and updates the changed columns of a row it changed in place.
@@ -123,10 +122,12 @@ DECISIONS = frozenset(
 )
 HELD_TYPES = INPUTS | DECISIONS
 TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a timer may announce
-# A cycle's decisions answer the inputs before it once the cycle is complete (its CycleCompleted,
-# same basis, comes after them): the inputs and the cycle's admissions are then applied together,
-# and an admitted gang's rows are written once, not written pending and then updated.
+# A cycle's decisions take effect at its trigger (their basis), and answer the inputs before it
+# once the cycle is complete (its CycleCompleted, same basis, comes after them): the inputs and the
+# cycle's admissions are then applied together, and an admitted gang's rows are written once, not
+# written pending and then updated.
 CYCLE_DECISIONS = frozenset({"EntitlementsComputed", "GangAdmitted", "GangMovedToQueue"})
+ANCHORED = frozenset({"GangAdmitted", "GangMovedToQueue"})  # held decisions that take effect at the trigger
 FAST_PATH = True  # `_Fold._admitted_at_once` (off: every event applied one by one; tests compare)
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
@@ -209,20 +210,23 @@ _DDL = (
 
 @dataclass(slots=True)
 class Held:
-    """An event of interest. `at` is where admission's fold applies it: its own position, or, for
-    a timer's announcement, just before the position it is based on (the timer fired there)."""
+    """An event of interest. `at` is where admission's fold applies it: its own position; or, for
+    a timer's announcement, just before the position it is based on (the timer fired there); or,
+    for a cycle's decision, just after its cycle's trigger."""
 
     seq: int
     type: str
     envelope: Envelope | None  # None: held in `gangs_held` but no longer decodes (skipped when due)
     refused: str | None = None  # admission's refusal of this input
-    timer: int | None = None  # a timer's announcement: the position it is based on
+    anchor: int | None = None  # a timer's announcement or a cycle's decision: the position it is based on
     part: int = 0  # its place in a pack of decisions (events.encode_pack)
     raw: bytes | None = None  # the bytes it was decoded from, if known (stored as they are when it waits)
 
     @property
     def at(self) -> tuple[int, int, int, int]:
-        return (self.seq, 1, 0, self.part) if self.timer is None else (self.timer, 0, self.seq, self.part)
+        if self.anchor is None:
+            return (self.seq, 1, 0, self.part)
+        return (self.anchor, 2 if self.type in ANCHORED else 0, self.seq, self.part)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -233,7 +237,7 @@ class GangsProjection(Projection):
     """`gangs` and `tasks`: every gang and task with its state, from admission's answers."""
 
     name = "gangs"
-    schema_version = 2
+    schema_version = 3  # 3: a cycle's decisions take effect at its trigger
     tables = ("gangs", "tasks", "gangs_held", "gangs_answered")
 
     def __init__(self) -> None:
@@ -263,10 +267,11 @@ class GangsProjection(Projection):
             event = envelope.event
             kind = event.type
             if envelope.source == ADMISSION and envelope.basis is not None and kind not in CYCLE_DECISIONS:
-                answered = max(answered, envelope.basis)
+                # a cycle is complete after its trigger's message was folded whole: answered too
+                answered = max(answered, envelope.basis + (kind == "CycleCompleted"))
             if kind in HELD_TYPES:
-                timer = _timer_basis(envelope) if kind in TIMERS else None
-                fresh.append(Held(item.seq, kind, envelope, None, timer, item.part, item.raw))
+                anchor = _anchor(envelope) if kind in TIMERS or kind in ANCHORED else None
+                fresh.append(Held(item.seq, kind, envelope, None, anchor, item.part, item.raw))
             elif isinstance(event, InputRejected) and event.input_seq is not None and event.input_type in INPUTS:
                 refusals[(event.input_seq, event.input_part or 0)] = f"{event.rule}: {event.reason}"
         if not fresh and not refusals and not answered:
@@ -298,36 +303,41 @@ def _split(queue: list[Held], answered: int) -> tuple[list[int], list[int]]:
                  None)
     if first is None:
         ready = list(range(len(queue)))
-        timers = any(h.timer is not None for h in queue)
+        moved = any(h.anchor is not None for h in queue)
         waiting: list[int] = []
     else:
-        cut = queue[first].at  # in log order, what comes before it is applied before it, but timers
-        ready = [i for i in range(first) if queue[i].timer is None or queue[i].at < cut]
-        later = [i for i in range(first + 1, len(queue)) if queue[i].timer is not None and queue[i].at < cut]
-        timers = bool(later) or any(queue[i].timer is not None for i in ready)
+        cut = queue[first].at  # in log order, what comes before it is applied before it, but anchored ones
+        ready = [i for i in range(first) if queue[i].anchor is None or queue[i].at < cut]
+        later = [i for i in range(first + 1, len(queue)) if queue[i].anchor is not None and queue[i].at < cut]
+        moved = bool(later) or any(queue[i].anchor is not None for i in ready)
         if later or len(ready) < first:
             now = set(ready) | set(later)
             ready += later
             waiting = [i for i in range(len(queue)) if i not in now]
         else:
             waiting = list(range(first, len(queue)))
-    if timers:
+    if moved:
         ready.sort(key=lambda i: queue[i].at)
     return ready, waiting
 
 
-def _timer_basis(envelope: Envelope) -> int | None:
-    """The position a timer's announcement is based on (None: not a timer's announcement).
+def _anchor(envelope: Envelope) -> int | None:
+    """The position a decision takes effect at, if not its own (None): a timer's announcement
+    or a cycle's decision, the position it is based on.
 
     Admission's fold fires the timers due when time advances, before it applies the event that
-    advanced it; it announces them after, with that event's position as basis."""
+    advanced it; it announces them after, with that event's position as basis. A cycle's
+    decisions take effect at its trigger, their basis."""
+    if envelope.source != ADMISSION:
+        return None
     event = envelope.event
-    timer = (
-        isinstance(event, GangTimedOut)
+    anchored = (
+        event.type in ANCHORED
+        or isinstance(event, GangTimedOut)
         or (isinstance(event, GangFinished) and event.outcome == "timed_out")
         or (isinstance(event, GangRequeued) and event.cause == "placement_timeout")
     )
-    return envelope.basis if timer and envelope.source == ADMISSION else None
+    return envelope.basis if anchored else None
 
 
 def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
@@ -350,7 +360,8 @@ def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
 def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[int], waiting: list[int],
                   newly_refused: list[Held]) -> None:
     """`gangs_held` after this call: what was applied leaves it; what was not stays (with its
-    refusal, if one came) or comes in. `queue[:held]` is what it held before."""
+    refusal, if one came) or comes in. `queue[:held]` is what it held before. (Its column
+    `timer` holds a decision's `anchor`.)"""
     delete_rows(conn, "gangs_held", HELD_KEY, [(queue[i].seq, queue[i].part) for i in ready if i < held])
     stay = {id(queue[i]) for i in waiting if i < held} if newly_refused else set()
     refused = [h for h in newly_refused if id(h) in stay]
@@ -363,7 +374,7 @@ def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[in
                          "AND gangs_held.part = m.part")
     new = [(h, h.envelope) for h in (queue[i] for i in waiting if i >= held) if h.envelope is not None]
     insert_rows(conn, "gangs_held", HELD, [
-        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.timer) for h, e in new])
+        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.anchor) for h, e in new])
     for h, _ in new:
         h.raw = None  # stored: what waits is kept decoded, not twice
 

@@ -1,4 +1,5 @@
-"""Admission's pure part behind the `Folder` shape: fold an event, then decide what is due."""
+"""Admission's pure part behind the `Folder` shape: fold an event, then run the cycles it
+started (their decisions take effect at once; read back, they change nothing)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from datetime import datetime
 
 from events import Envelope, InputRejected, at_seconds
 from events.subjects import PREFIX
-from services.admission.domain.decide import decide_tree
+from services.admission.domain.cycle_order import is_cycle_decision
+from services.admission.domain.decide import run_cycles
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
 from services.admission.envelopes import decision_envelopes
 
@@ -59,17 +61,23 @@ class AdmissionFolder:
     def owns(self, subject: str) -> bool:
         return subject.startswith(OWNED_PREFIXES)
 
-    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
-        # 1. fold the event (timers due before it fire first); 2. run the cycles its tick started.
+    def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
+        # 0. our own cycles' decisions, read back: applied when they were made (at the trigger).
+        if is_cycle_decision(envelope):
+            return []
+        # 1. fold the event (timers due before it fire first);
         state = self.state
         outcomes = state.apply(envelope.event, seq, seconds_of(envelope))
-        if not outcomes and not state.due:
+        # 2. at the end of its message, run the cycles it started (decided, then applied).
+        if last and (state.due or state.full):
+            if part:
+                outcomes = [naming_part(o, seq, part) for o in outcomes]
+            outcomes += run_cycles(state, seq)
+        elif not outcomes:
             return []
-        if part:
+        elif part:
             outcomes = [naming_part(o, seq, part) for o in outcomes]
-        for tree in state.take_due():
-            outcomes.extend(decide_tree(state, tree, seq))
-        time = at_seconds(state.now)  # the cycles change nothing, the clock neither
+        time = at_seconds(state.now)  # the cycles do not move the clock
         return decision_envelopes(SERVICE, outcomes, seq, envelope.id, time)  # not validated again
 
 

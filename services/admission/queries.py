@@ -19,9 +19,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from events import Envelope, GangAdmitted, event_class
+from events import Envelope, event_class
 from events.commands import Reply
 from services.admission.commands import QUERIES, SERVICE, ExplainQuery, GangsQuery
+from services.admission.domain.cycle_order import is_cycle_decision
 from services.admission.domain.explain import OBSERVED, TIMED, History, explain, gang_rows
 from services.admission.domain.model import GANG_STATES
 from services.admission.domain.state import AdmissionState
@@ -48,16 +49,14 @@ class ExplainingFolder:
     def owns(self, subject: str) -> bool:
         return self.inner.owns(subject)
 
-    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
-        """The inner step; the history observes the event folded and the decisions made, but for
-        the cycle's admissions: a `GangAdmitted` takes effect (and is observed) when it is read
-        back, and `explain` reads the queue a gang was admitted from only once it is admitted."""
-        decided = self.inner.step(envelope, seq, part)
-        if event_class(envelope.event) in OBSERVED:
+    def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
+        """The inner step; the history observes the event folded and the decisions made (as they
+        take effect: a cycle's when it is decided; read back, they change nothing)."""
+        decided = self.inner.step(envelope, seq, part, last)
+        if event_class(envelope.event) in OBSERVED and not is_cycle_decision(envelope):
             self._observe(envelope)
         for made in decided:
-            kind = type(made.event)
-            if kind is not GangAdmitted and kind in OBSERVED:
+            if type(made.event) in OBSERVED:
                 self._observe(made)
         return decided
 

@@ -1,16 +1,14 @@
 """The admission service: its folder on the log, its projections, and its clock.
 
 The clock publishes a `ClockTicked` (time from the wall clock, never earlier than the log's)
-when inputs arrived since the last cycle and the previous tick's cycle has been published (under
-load at once, but at least `MIN_CYCLE_INTERVAL` after the previous tick; after a quiet spell,
-`DEBOUNCE` later, so that a burst shares one cycle), and
-when the earliest timer is due, so that timeouts fire on a quiet log.
-
-Published, not read back: a tick appended after the previous cycle's decisions were acknowledged
-stands after them in the log, so the fold has read them back by the time it reads the tick (the
-tree's cycle is no longer in flight there). Waiting for the read-back as well would add a
-delivery to every cycle. Ticks are events: replay sees
-the same ones. Scenario runs switch the clock off and publish their own ticks.
+when inputs were folded since the last cycle and the fold has reached the clock's previous tick
+(under load at most every `MIN_CYCLE_INTERVAL`; after a quiet spell, `DEBOUNCE` later, so that
+a burst shares one cycle), and when the earliest timer is due, so that timeouts fire on a quiet
+log. It does not wait for the previous cycle's decisions to be published or read back: they
+took effect at their trigger (`services/admission/domain/state.py`). A tick is not published
+while the previous one is still ahead of the fold: that one's cycle will decide what was folded
+meanwhile (in a burst, the fold runs behind the log). Ticks are events: replay sees the same
+ones. Scenario runs switch the clock off and publish their own ticks.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from services.common.log import EventLog
 DEBOUNCE = 0.002  # seconds: after a quiet spell, inputs arriving together share one cycle
 QUIET = 0.05  # seconds without a tick after which the next one waits DEBOUNCE for more inputs
 # Under load, ticks at most this often. A cycle costs admission ~2.5 ms whatever it decides
-# (entitlements of every pool, a 36 KB EntitlementsComputed to write, read back and project);
+# (entitlements of every pool, a 36 KB EntitlementsComputed to write, read and project);
 # at 5,000 gangs/s cycles came every 5 ms, ~190 a second, half of admission's CPU. At 10 ms apart:
 # admission 140-148 -> 115-121 µs per gang, p99 enqueue -> decision 16-32 -> 21 ms (two runs each).
 MIN_CYCLE_INTERVAL = 0.01
@@ -43,22 +41,15 @@ class Clock:
         self.wake = anyio.Event()
         self.count = 0
         self.last_tick = float("-inf")  # monotonic time of the last tick
-        self.unpublished: int | None = None  # seq of the last tick, until its cycle is published
-        self.published = 0  # the last position whose decisions are in the log
+        self.tick_seq = 0  # where the last tick landed
 
     async def on_batch(self, last_seq: int) -> None:
-        self.published = max(self.published, last_seq)
-        if self.unpublished is not None and self.published >= self.unpublished:
-            self.unpublished = None
         self.wake.set()
 
     def _wanted(self) -> bool:
-        if self.unpublished is not None:
-            return False
         state = self.folder.state
-        # in flight (not read back) only while the tick's cycle was not published: see the module doc
-        return any(rt.dirty and (rt.in_flight is None or rt.in_flight <= self.published)
-                   for rt in state.trees.values())
+        # a tick still ahead of the fold will cycle what was folded meanwhile: see the module doc
+        return state.last_seq >= self.tick_seq and any(rt.dirty for rt in state.trees.values())
 
     async def run(self) -> None:
         self.wake.set()  # look once at start: inputs folded by the rebuild may be waiting for a cycle
@@ -70,10 +61,9 @@ class Clock:
             self.wake = anyio.Event()
             due = deadline is not None and time.time() >= deadline
             if self._wanted() or due:
-                # Under load a tick goes out once the previous cycle is read back, and at least
-                # MIN_CYCLE_INTERVAL after the previous tick: what came in meanwhile (one cycle in
-                # flight per tree) is its batch. After a quiet spell, wait a moment for the rest of
-                # a burst to arrive.
+                # Under load a tick goes out once the fold has read the previous one, and at least
+                # MIN_CYCLE_INTERVAL after it: what came in meanwhile is its batch. After a quiet
+                # spell, wait a moment for the rest of a burst to arrive.
                 since = time.monotonic() - self.last_tick
                 if since > QUIET:
                     await anyio.sleep(DEBOUNCE)
@@ -91,8 +81,7 @@ class Clock:
         (where,) = await self.log.append([Envelope(id=derived_id("clock", now, self.count, state.last_seq),
                                                    time=at_seconds(now), source="admission:clock",
                                                    event=ClockTicked())])
-        if where.seq > self.published:
-            self.unpublished = where.seq
+        self.tick_seq = max(self.tick_seq, where.seq)
 
 
 async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool = True,

@@ -1,6 +1,6 @@
 """The shell every deciding service shares: fold the log, decide, publish, project, acknowledge.
 
-A `Folder` is a service's pure part behind one method: `step(envelope, seq)` folds one event
+A `Folder` is a service's pure part behind one method: `step(envelope, seq, part, last)` folds one event
 and returns the decisions to publish (already in envelopes with derived ids). `run_folder` wires
 it to the log:
 
@@ -56,9 +56,9 @@ if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads nei
 class Folder(Protocol):
     service: str
 
-    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
-        """Fold one event (at `seq`, the `part`-th of its message when that is a pack); return the
-        decisions it leads to (in envelopes)."""
+    def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
+        """Fold one event (at `seq`, the `part`-th of its message when that is a pack; `last`: the
+        message's last event); return the decisions it leads to (in envelopes)."""
         ...
 
     def owns(self, subject: str) -> bool:
@@ -162,8 +162,9 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
                 result.decisions.append(rejection_of_malformed(folder.service, stored, error, folder.now))
             result.last_seq = stored.seq
             continue
+        end = len(envelopes) - 1
         for part, envelope in enumerate(envelopes):
-            result.decisions.extend(folder.step(envelope, stored.seq, part))
+            result.decisions.extend(folder.step(envelope, stored.seq, part, part == end))
         result.last_seq = stored.seq
     return result
 

@@ -1,11 +1,10 @@
-"""Preemption's pure part behind the `Folder` shape."""
+"""Preemption's pure part behind the `Folder` shape: admission's fold (its cycles' decisions
+applied at their triggers: `CycleOrder`), and a pass after each admission cycle."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from events import Envelope, at_seconds
-from services.admission.domain.state import Outcome
+from services.admission.domain.cycle_order import CycleOrder
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import seconds_of
 from services.common.folding import decision_envelope
@@ -19,6 +18,7 @@ class PreemptionFolder:
 
     def __init__(self, state: PreemptionState | None = None) -> None:
         self.state = state or PreemptionState()
+        self.order = CycleOrder(self._fold, self.state.admission.take_due)
 
     @property
     def now(self) -> float:
@@ -27,13 +27,14 @@ class PreemptionFolder:
     def owns(self, subject: str) -> bool:
         return False  # admission rejects malformed inputs; preemption owns no input subject
 
-    def step(self, envelope: Envelope, seq: int, part: int = 0) -> list[Envelope]:
+    def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
+        return self.order.feed(envelope, seq, last)
+
+    def _fold(self, envelope: Envelope, seq: int) -> list[Envelope]:
+        """One event, at the position admission's fold applies it (a pass runs on an admission
+        `CycleCompleted`: its decisions are based on that cycle's trigger)."""
         outcomes = self.state.apply(envelope.event, seq, seconds_of(envelope))
         if not outcomes:
             return []
         time = at_seconds(self.state.now)
-        return [self._wrap(o, seq, envelope.id, time) for o in outcomes]
-
-    @staticmethod
-    def _wrap(outcome: Outcome, basis: int, causation: str, time: datetime) -> Envelope:
-        return decision_envelope(SERVICE, outcome.event, outcome.key, basis, causation, time)
+        return [decision_envelope(SERVICE, o.event, o.key, seq, envelope.id, time) for o in outcomes]

@@ -39,6 +39,7 @@ from services.admission.domain.views import pool_numbers
 from services.admission.service import serve_admission
 from services.common.log import EventLog
 from services.preemption.domain.state import PreemptionState
+from services.preemption.folder import PreemptionFolder
 from services.preemption.service import serve_preemption
 from services.scenario.expect import check
 from services.scenario.format import Scenario
@@ -87,6 +88,7 @@ class Run:
         self.log = log
         self.tree = tree
         self.view = PreemptionState()
+        self.reader = PreemptionFolder(self.view)  # admission's fold as read from the log (cycles at their triggers)
         self.read_to = 0
         self.seen: list[tuple[int, Envelope]] = []  # everything read back during the current step
         self.run_id = run_id
@@ -103,15 +105,15 @@ class Run:
                 envelopes = decode_all(stored.data)  # one event, or a pack of decisions
             except DecodeError:
                 continue
-            for envelope in envelopes:
-                self.view.apply(envelope.event, stored.seq, envelope.seconds)
+            end = len(envelopes) - 1
+            for part, envelope in enumerate(envelopes):
+                self.reader.step(envelope, stored.seq, part, part == end)
                 read.append((stored.seq, envelope))
         self.seen.extend(read)
         return read
 
     async def settle(self, tick_seq: int) -> list[tuple[int, Envelope]]:
         """Read until, for every tree, preemption closed the pass that follows our tick's cycle."""
-        admission_done: dict[str, int] = {}
         done: set[str] = set()
         read: list[tuple[int, Envelope]] = []
         with anyio.fail_after(SETTLE_TIMEOUT):
@@ -119,11 +121,9 @@ class Run:
                 for seq, envelope in await self.catch_up():
                     read.append((seq, envelope))
                     event = envelope.event
-                    if not isinstance(event, CycleCompleted):
-                        continue
-                    if event.service == "admission" and event.trigger_seq == tick_seq:
-                        admission_done[event.tree] = seq
-                    elif event.service == "preemption" and admission_done.get(event.tree) == event.trigger_seq:
+                    # the pass after our tick's cycle is based on the cycle's trigger, our tick
+                    if (isinstance(event, CycleCompleted) and event.service == "preemption"
+                            and event.trigger_seq == tick_seq):
                         done.add(event.tree)
                 # the trees our tick (naming none) cycles, as the fold has them once it read the tick
                 if self.read_to >= tick_seq and done >= set(trees_ticked(self.view.admission, None)):

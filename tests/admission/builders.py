@@ -3,7 +3,8 @@
 `Log` is the log in a list, folded into an `AdmissionState` as the admission service folds it:
 every event gets the next sequence and a time; what the fold announces (timeouts, requeues,
 refusals, finished gangs) is appended right after the event that caused it, and a tick's cycle
-(`decide_tree`) is appended after the tick, each decision read back in turn, as the log would.
+(`run_cycles`: decided and applied at the tick) is appended after the tick, its decisions not
+read again (read back, they change nothing).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from events import (
 )
 from events.config import GangTimeoutOptions, PreemptionOptions
 from events.views import as_model
-from services.admission.domain.decide import decide_tree
+from services.admission.domain.decide import run_cycles
 from services.admission.domain.model import Gang, Ledger, Task
-from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime
+from services.admission.domain.state import AdmissionState, TreeRuntime
 
 TREE = "default"
 NO_JITTER = GangTimeoutOptions(default=30, limit=100, jitter=0)
@@ -129,20 +130,20 @@ class Log:
         return out
 
     def tick(self, at: float | None = None, *, land: bool = True) -> list[Event]:
-        """A clock tick: what the fold announces (timers), then the cycles it starts. With `land`
-        the cycle's decisions are appended and read back; without, they are returned unread."""
+        """A clock tick: what the fold announces (timers), then the cycles it starts, decided and
+        applied at the tick. With `land` the cycles' decisions are appended to the log (not read
+        again: they took effect at the tick); without, they are only returned."""
         if at is not None:
             self.time = max(self.time, at)
         self.entries.append(Entry(self.seq + 1, self.time, ClockTicked()))
         tick_seq = self.seq
         out = [o.event for o in self.state.apply(ClockTicked(), tick_seq, self.time)]
-        decided: list[Outcome] = []
-        for name in self.state.take_due():  # the cycles decide on the state the tick left
-            decided += decide_tree(self.state, name, tick_seq)
-        self.land(out)  # the timers' announcements land first, then (maybe) the cycles' decisions
+        self.land(out)  # the timers' announcements land first, then the cycles' decisions
+        decided = [o.event for o in run_cycles(self.state, tick_seq)]
         if land:
-            self.land(o.event for o in decided)
-        return out + [o.event for o in decided]
+            for event in decided:
+                self.entries.append(Entry(self.seq + 1, self.time, event))
+        return out + decided
 
     def land(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -255,11 +256,20 @@ def snapshot(state: AdmissionState) -> dict[str, Any]:
             "running": {p: dict(sorted(j.items())) for p, j in sorted(rt.running.items()) if j},
             "jobs": {p: dict(sorted(j.items())) for p, j in sorted(rt.jobs.items()) if j},
             "entitlements": {p: as_model(e).model_dump() for p, e in sorted(rt.entitlements.items())},
-            "in_flight": rt.in_flight is not None,
+            "fresh": rt.fresh,
         }
     config = {name: {"pools": sorted(t.pools), "unfinished": {g: r.pool for g, r in sorted(t.unfinished.items())}}
               for name, t in sorted(state.config.trees.items())}
     return {"now": state.now, "trees": trees, "config": config}
+
+
+def without_slot_waits(state: AdmissionState) -> dict[str, Any]:
+    """`snapshot` without the gangs' `slot_wait` (a reader's copy of the fold marks none)."""
+    found = snapshot(state)
+    for rt in found["trees"].values():
+        for row in rt["gangs"].values():
+            row.pop("slot_wait")
+    return found
 
 
 def _clean(vector: dict[str, float]) -> dict[str, float]:

@@ -1,46 +1,49 @@
-"""The admission service's clock: when it ticks. A tick may go as soon as the previous tick's
-cycle is published (its decisions acknowledged), before the service has read them back: the new
-tick lands after them in the log, so the fold has applied them by the time it reads the tick."""
+"""The admission service's clock: when it ticks. A tick goes once the fold has read the previous
+one (that tick's cycle then covers whatever was folded before it), without waiting for the
+previous cycle's decisions to be published or read back: they took effect at their tick."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
+from events import Envelope, Event, at_seconds
 from services.admission.folder import AdmissionFolder
 from services.admission.service import Clock
+from services.common.folding import fold_batch
 from services.common.memlog import MemoryLog
+from tests.admission.builders import gang, host, pool, tree
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_the_next_tick_waits_for_the_previous_cycle_to_be_published_not_read_back() -> None:
+async def _append(log: MemoryLog, *events: Event) -> None:
+    await log.append([Envelope(id=f"{e.type}-{i}-{id(e)}", time=at_seconds(1.0), source="test", event=e)
+                      for i, e in enumerate(events)])
+
+
+async def test_the_next_tick_waits_until_the_fold_has_read_the_previous_one() -> None:
     log = MemoryLog()
     folder = AdmissionFolder()
+    folded = 0
+
+    async def fold() -> list[str]:
+        nonlocal folded
+        result = fold_batch(folder, await log.read(folded + 1), folded)
+        folded = result.last_seq
+        return [d.event.type for d in result.decisions]
+
+    await _append(log, tree(), host(cpu=10), pool("/a"), gang("g1", "/a"))
+    await fold()
     clock = Clock(log, folder)
-    rt = folder.state.runtime("t")
-    rt.dirty = True  # inputs arrived
+    rt = folder.state.runtime("default")
+    assert rt.dirty  # inputs arrived
     assert clock._wanted()
     await clock.tick()
-    (tick,) = await log.read(1)
-    assert clock.unpublished == tick.seq and not rt.dirty
-    rt.dirty = True  # more inputs, while the tick is on its way
-    assert not clock._wanted()  # its cycle is not published yet
-    rt.in_flight = tick.seq  # the fold read the tick and started the cycle
-    await clock.on_batch(tick.seq - 1)  # a batch before the tick: nothing changes
+    await _append(log, gang("g2", "/a"))  # lands after the tick
+    assert not rt.dirty and clock.tick_seq == 5
+    await _append(log, gang("g0", "/a"))
     assert not clock._wanted()
-    await clock.on_batch(tick.seq)  # the batch with the tick: its cycle's decisions are in the log
-    assert clock.unpublished is None
-    assert clock._wanted()  # although the cycle is still in flight (its CycleCompleted not read back)
-
-
-async def test_a_cycle_in_flight_from_before_the_last_publication_still_blocks() -> None:
-    folder = AdmissionFolder()
-    clock = Clock(MemoryLog(), folder)
-    rt = folder.state.runtime("t")
-    rt.dirty, rt.in_flight = True, 10
-    await clock.on_batch(9)
-    assert not clock._wanted()
-    with anyio.fail_after(1):
-        await clock.on_batch(10)
-    assert clock._wanted()
+    decided = await fold()  # g2, g0 are behind the tick: its cycle covers g1 only
+    assert decided.count("GangAdmitted") == 1
+    assert rt.dirty and folder.state.last_seq > clock.tick_seq
+    assert clock._wanted()  # although that cycle's decisions are not published

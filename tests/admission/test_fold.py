@@ -1,14 +1,15 @@
-"""The fold and its ticks (docs/architecture.md, "Time, ticks and cycles"): a tick while the tree's
-cycle is in flight starts nothing; ticks name trees; the same events give the same decisions,
+"""The fold and its ticks (docs/architecture.md, "Time, ticks and cycles"): a cycle takes effect at
+its trigger (a tick, or the input message that makes a tree's `CYCLE_GANGS`-th pending gang);
+ticks name trees; the same events give the same decisions,
 byte for byte, and a replay of the log re-derives every recorded decision."""
 
 from __future__ import annotations
 
 import json
 
-from events import ClockTicked, CycleCompleted, Event, GangAdmitted
-from services.admission.domain.decide import decide_tree
-from services.admission.domain.state import AdmissionState
+from events import ClockTicked, CycleCompleted, EntitlementsComputed, Event, GangAdmitted, GangMovedToQueue
+from services.admission.domain.decide import run_cycles
+from services.admission.domain.state import CYCLE_GANGS, AdmissionState
 from tests.admission.builders import (
     Log,
     admitted,
@@ -26,33 +27,35 @@ from tests.admission.builders import (
 )
 
 
-def test_a_tick_while_the_cycle_is_in_flight_starts_nothing() -> None:
+def test_a_cycle_takes_effect_at_its_tick_so_the_next_one_need_not_wait_for_it() -> None:
     log = world(pool("/a"))
     log.feed(gang("g1", "/a"))
-    first = log.tick(0, land=False)
-    (done,) = cycles(first)
-    assert log.rt.in_flight == done.trigger_seq
+    first = log.tick(0, land=False)  # its decisions are still on their way to the log
+    assert admitted(first) == ["g1"] and log.gang("g1").state == "admitted"
     log.feed(gang("g2", "/a"))
-    assert log.tick(1) == []  # g1's admission is still on its way: no second cycle admits it again
-    assert log.state.take_due() == []
-    log.land(first)
-    assert log.rt.in_flight is None
-    second = log.tick(2)
+    second = log.tick(1)  # decides on g1 admitted: admits g2 only
     assert admitted(second) == ["g2"]
     assert log.gang("g1").attempt == 1
+    assert log.ledger("/a").allocation == {"cpu": 2.0}
 
 
-def test_only_the_cycle_completed_of_the_tick_in_flight_closes_it() -> None:
-    log = world(pool("/a"))
-    log.feed(gang("g1", "/a"))
-    decided = log.tick(0, land=False)
-    trigger = log.rt.in_flight
-    assert trigger is not None
-    log.feed(CycleCompleted(tree="default", service="admission", trigger_seq=trigger - 1))
-    log.feed(CycleCompleted(tree="default", service="preemption", trigger_seq=trigger))
-    assert log.rt.in_flight == trigger
-    log.land(decided)
-    assert log.rt.in_flight is None
+def test_an_input_message_that_makes_the_thousandth_pending_gang_starts_a_cycle() -> None:
+    log = world(pool("/a"), capacity={"cpu": 5000})
+    log.feed(*[gang(f"g{i}", "/a") for i in range(CYCLE_GANGS - 1)])
+    assert log.state.take_due() == []
+    log.feed(gang("w", "/a", tasks=1, size=2))  # waiting: not pending, not counted
+    assert log.state.take_due() == []
+    log.feed(gang("last", "/a"))
+    assert log.state.take_due() == ["default"]
+    assert log.rt.fresh == CYCLE_GANGS
+
+
+def test_a_cycle_starts_the_count_again() -> None:
+    log = world(pool("/a"), capacity={"cpu": 5000})
+    log.feed(*[gang(f"g{i}", "/a") for i in range(10)])
+    assert log.rt.fresh == 10
+    log.tick(0)
+    assert log.rt.fresh == 0 and not log.rt.dirty
 
 
 def test_a_tick_naming_a_tree_starts_only_that_trees_cycle() -> None:
@@ -62,7 +65,7 @@ def test_a_tick_naming_a_tree_starts_only_that_trees_cycle() -> None:
     log.append(ClockTicked(tree="gpu"))
     assert log.state.take_due() == ["gpu"]
     log.append(ClockTicked())
-    assert log.state.take_due() == ["default"]  # gpu's cycle is still in flight
+    assert log.state.take_due() == ["default", "gpu"]
 
 
 def test_every_tree_gets_its_own_cycle() -> None:
@@ -109,15 +112,22 @@ def test_a_replay_of_the_log_re_derives_every_recorded_cycle() -> None:
     cycles_checked = 0
     entries = log.entries
     for i, entry in enumerate(entries):
+        if _cycle_decision(entry.event):
+            continue  # applied at its tick, when re-derived
         replay.apply(entry.event, entry.seq, entry.time)
-        for name in replay.take_due():
-            derived = [o.event for o in decide_tree(replay, name, entry.seq)]
+        derived = [o.event for o in run_cycles(replay, entry.seq)]
+        if derived:
             start = next(j for j in range(i + 1, len(entries)) if entries[j].event.type == "EntitlementsComputed")
             recorded = [e.event for e in entries[start:start + len(derived)]]
             assert _json(recorded) == _json(derived)
             cycles_checked += 1
     assert cycles_checked == 4
     assert snapshot(replay) == snapshot(log.state)
+
+
+def _cycle_decision(event: Event) -> bool:
+    return isinstance(event, EntitlementsComputed | GangAdmitted | GangMovedToQueue) or (
+        isinstance(event, CycleCompleted) and event.service == "admission")
 
 
 def test_a_story_of_cycles_keeps_the_ledger_equal_to_what_admitted_tasks_hold() -> None:

@@ -142,15 +142,16 @@ def test_cancel_of_a_waiting_gang_stops_its_timer() -> None:
     assert log.gang("g").state == "cancelled"
 
 
-def test_a_gang_admitted_by_a_cycle_but_cancelled_before_the_decision_lands_stays_cancelled() -> None:
+def test_a_gang_cancelled_before_its_admission_lands_is_admitted_then_cancelled() -> None:
     log = world(pool("/a"))
     log.feed(gang("g", "/a", cpu=5))
-    decided = log.tick(0, land=False)
-    assert admitted(decided) == ["g"]
-    log.feed(cancel("g"))
-    log.land(decided)  # GangAdmitted arrives after the cancel: it changes nothing
+    decided = log.tick(0, land=False)  # admitted at the tick, its decision still on the way
+    assert admitted(decided) == ["g"] and log.ledger("/a").allocation == {"cpu": 5.0}
+    assert finished(log.feed(cancel("g"))) == {"g": "cancelled"}  # the cancel comes after the tick
+    assert [t.state for t in log.gang("g").tasks] == ["killed"]
+    log.land(decided)  # GangAdmitted read back after the cancel: it changes nothing
     assert log.gang("g").state == "cancelled"
-    assert log.ledger("/a").allocation == {} and running_jobs(log.rt, "/a") == 0
+    assert log.ledger("/a").allocation == {"cpu": 0.0} and running_jobs(log.rt, "/a") == 0
 
 
 def test_an_admission_decided_twice_applies_once() -> None:

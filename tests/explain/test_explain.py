@@ -289,7 +289,7 @@ def fingerprint(state: AdmissionState) -> str:
             "queues": {p: {n: [g.id for g in q] for n, q in qs.items()} for p, qs in rt.queues.items()},
             "ledgers": {p: [lg.allocation, lg.demand, lg.controller, lg.non_preemptible]
                         for p, lg in rt.ledgers.items()},
-            "running": rt.running, "jobs": rt.jobs, "in_flight": rt.in_flight, "dirty": rt.dirty,
+            "running": rt.running, "jobs": rt.jobs, "fresh": rt.fresh, "dirty": rt.dirty,
         }
     return json.dumps({"trees": trees, "now": state.now, "seq": state.last_seq, "names": sorted(state.trees)},
                       sort_keys=True, default=str)

@@ -13,15 +13,7 @@ from services.admission.domain.model import Gang
 from services.admission.domain.queues import GangQueue, UnorderedQueue, fifo_key_of
 from services.admission.domain.state import AdmissionState
 from services.preemption.domain.state import PreemptionState
-from tests.admission.builders import TREE, Log, cancel, gang, pool, preempt, snapshot, task, world
-
-
-def _without_slot_waits(state: AdmissionState) -> dict[str, Any]:
-    found = snapshot(state)
-    for rt in found["trees"].values():
-        for row in rt["gangs"].values():
-            row.pop("slot_wait")
-    return found
+from tests.admission.builders import TREE, Log, cancel, gang, pool, preempt, task, without_slot_waits, world
 
 
 def _reader_of(log: Log) -> AdmissionState:
@@ -70,7 +62,7 @@ def test_the_reader_fold_agrees_with_admission_as_options_come_and_go() -> None:
             for found in [g for g in log.rt.gangs.values() if g.state == "admitted"][:2]:
                 log.feed(*(task(t.id, "running", found.id) for t in found.tasks))
         reader = _reader_of(log)
-        assert _without_slot_waits(reader) == _without_slot_waits(log.state)
+        assert without_slot_waits(reader) == without_slot_waits(log.state)
         for path, queues in log.rt.queues.items():
             theirs = reader.runtime(TREE).queues[path]
             view_has_option = path in ("/a", "/c") if i >= 20 else path == "/b"

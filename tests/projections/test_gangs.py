@@ -309,6 +309,37 @@ def test_a_decision_never_overtakes_an_input_before_it() -> None:
         assert tasks(store, "state") == {"g/0": ("killed",), "g/1": ("killed",)}
 
 
+def test_a_cycles_decisions_take_effect_at_its_tick_even_when_they_land_after_later_inputs() -> None:
+    """Admission admitted g at the tick; the cancel after the tick found it admitted (its tasks
+    are killed), although the admission lands after the cancel."""
+    h = History()
+    h.add(enqueue("g"))
+    tick = h.add(ClockTicked(), source="admission-clock")
+    cancel = h.add(GangCancelled(gang="g"))
+    with applied(h.messages) as store:
+        assert gangs(store, "state") == {}  # the enqueue waits for its answer, the cancel behind it
+        h.decide(admitted("g"), CycleCompleted(tree="default", service="admission", trigger_seq=tick), basis=tick)
+        store.apply(h.messages)
+        assert gangs(store, "state") == {"g": ("admitted",)}  # the cancel is not answered yet
+        h.decide(finished("g", "cancelled"), basis=cancel)
+        h.cycle()  # the next cycle answers the cancel
+        store.apply(h.messages)
+        assert gangs(store, "state", "attempt") == {"g": ("cancelled", 1)}
+        assert tasks(store, "state") == {"g/0": ("killed",), "g/1": ("killed",)}
+        assert snapshot(store)["held"] == []
+
+
+def test_a_cycle_started_by_a_pack_of_enqueues_answers_the_pack() -> None:
+    """A cycle based on the position of the input message that started it (a pack of enqueues
+    that filled the tree) answers that message's inputs: they were folded whole before it."""
+    h = History()
+    pack = h.add(enqueue("g"))
+    h.decide(admitted("g"), CycleCompleted(tree="default", service="admission", trigger_seq=pack), basis=pack)
+    with applied(h.messages) as store:
+        assert gangs(store, "state") == {"g": ("admitted",)}
+        assert snapshot(store)["held"] == []
+
+
 def test_a_stale_admission_changes_nothing() -> None:
     h = History()
     h.add(enqueue("g"))

@@ -98,20 +98,17 @@ def run(path: Path) -> Run:
 
 
 def step_ends(log: list[Stored]) -> list[int]:
-    """Where each step settled: the last preemption `CycleCompleted` of each scenario tick's chain."""
+    """Where each step settled: the last preemption `CycleCompleted` of each scenario tick's chain
+    (a pass is based on the trigger of the admission cycle it follows: the tick)."""
     ticks: list[int] = []
-    cycles: dict[int, int] = {}  # admission CycleCompleted seq -> its tick
     ends: dict[int, int] = {}
     for message in log:
         envelope = decode_all(message.data)[-1]  # a pack holds admissions only: its last one will do
         event = envelope.event
         if isinstance(event, ClockTicked) and envelope.source == "scenario":
             ticks.append(message.seq)
-        elif isinstance(event, CycleCompleted) and event.service == "admission":
-            cycles[message.seq] = event.trigger_seq
-        elif isinstance(event, CycleCompleted) and event.service == "preemption" and event.trigger_seq in cycles:
-            tick = cycles[event.trigger_seq]
-            ends[tick] = max(ends.get(tick, 0), message.seq)
+        elif isinstance(event, CycleCompleted) and event.service == "preemption":
+            ends[event.trigger_seq] = max(ends.get(event.trigger_seq, 0), message.seq)
     return [ends[tick] for tick in ticks]
 
 

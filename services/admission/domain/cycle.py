@@ -14,12 +14,12 @@
        any other gang that does not fit stops its queue (head of line).
 
 Jobs waiting for a running-job slot (`Gang.slot_wait`, marked by the fold when the previous
-cycle was read back) go first: before step 1, their gangs are tried in the order their jobs
+cycle was applied) go first: before step 1, their gangs are tried in the order their jobs
 arrived. One that fits is admitted; one that has its slot but not its resources keeps the slot
 (at every pool where its job needs one) for this cycle, so that no later job takes it.
 
 The cycle reads the state and returns decisions; it changes nothing. The decisions take effect
-when the service reads them back from the log (`AdmissionState.apply`).
+at the cycle's trigger (`decide.run_cycles` applies them with `AdmissionState.apply`).
 """
 
 from __future__ import annotations

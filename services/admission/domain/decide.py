@@ -4,7 +4,10 @@
     2. run the admission cycle against those entitlements (`GangAdmitted`, `GangMovedToQueue`);
     3. close the cycle (`CycleCompleted`), so readers know every decision of it is in the log.
 
-Pure: the outcomes are returned, the state is not changed (they apply when read back).
+`decide_tree` is pure: the outcomes are returned, the state is not changed. `run_cycles` runs
+the cycles due at a trigger (the tick, or the input message, just folded) and applies each
+cycle's decisions to the state as soon as they are made: they take effect at the trigger
+(`state.py`), so the next cycle decides on them without waiting for them to be read back.
 """
 
 from __future__ import annotations
@@ -21,4 +24,18 @@ def decide_tree(state: AdmissionState, tree: str, trigger_seq: int) -> list[Outc
     out += decide_cycle(state, tree, {p.path: p for p in computed.pools})  # 2.
     out.append(Outcome(CycleCompleted(tree=tree, service=SERVICE, trigger_seq=trigger_seq,  # 3.
                                       decisions=len(out) - 1), "cycle"))
+    return out
+
+
+def run_cycles(state: AdmissionState, trigger_seq: int) -> list[Outcome]:
+    """Decide the cycle of every tree due at `trigger_seq` (`state.take_due`), one tree after the
+    other, each applied to the state (at the trigger's position and time) before the next is
+    decided. Returns their decisions, in order."""
+    out: list[Outcome] = []
+    for tree in state.take_due():
+        decided = decide_tree(state, tree, trigger_seq)
+        now = state.now
+        for outcome in decided:  # the cycle's own decisions: nothing to announce
+            state.apply(outcome.event, trigger_seq, now)
+        out += decided
     return out

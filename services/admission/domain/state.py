@@ -4,12 +4,19 @@
 the events (it never goes back), and whenever it advances the timers due at or before the new
 time fire first, in deadline order (ties by gang id), before the event itself is applied.
 
-Effects and announcements. Inputs take effect where they stand in the log; so do the decisions
-of the admission cycle (`GangAdmitted`, `GangMovedToQueue` are applied when they are read back;
-reading back its `CycleCompleted` marks the gangs of jobs waiting for a running-job slot, see
-`mark_slot_waiters`) and of preemption (`PreemptionRequested`). What the fold itself decides
-(a gang timed out, requeued after a placement timeout, finished, an input refused) is applied at
-once and returned as an `Outcome` for the service to publish; reading those back changes nothing.
+Effects and announcements. Inputs take effect where they stand in the log, and so do
+preemption's decisions (`PreemptionRequested`). An admission cycle runs at the end of the
+message that started it (its *trigger*: a tick, `_on_tick`, or an input message after which a
+tree holds `CYCLE_GANGS` gangs made pending since its last cycle), and its decisions
+(`EntitlementsComputed`, `GangAdmitted`, `GangMovedToQueue`, then `CycleCompleted`, whose
+reading marks the gangs of jobs waiting for a running-job slot, see `mark_slot_waiters`) take
+effect *there*, at the trigger, before anything after it in the log, wherever they land:
+admission applies them as it decides them (`services.admission.domain.decide.run_cycles`) and
+a reader of its decisions applies them at the trigger too (`cycle_order.CycleOrder`: what
+comes after a trigger waits until its cycle is read). So the next cycle never waits for the
+previous one's decisions to come back. What the fold itself decides (a gang timed out,
+requeued after a placement timeout, finished, an input refused) is applied at once and returned
+as an `Outcome` for the service to publish; reading those back changes nothing.
 """
 
 from __future__ import annotations
@@ -67,6 +74,10 @@ from services.tree.domain.effective import EffectivePool, effective_pool
 from services.tree.domain.state import TreeState
 
 SERVICE = "admission"
+# An input message that leaves a tree with this many gangs made pending since its last cycle
+# starts a cycle at its end, as a tick does: a burst of enqueues is decided as it is folded,
+# cycle after cycle, not after the whole burst (a tick lands behind what was published before it).
+CYCLE_GANGS = 1000
 
 
 class Outcome(NamedTuple):
@@ -93,8 +104,8 @@ class TreeRuntime:
     entitlement_seq: int = 0
     requeues: int = 0
     slot_waiters: set[str] = field(default_factory=set)  # gangs marked with a `slot_wait` (some may be stale)
-    in_flight: int | None = None  # trigger seq of an admission cycle not read back yet
-    dirty: bool = False  # inputs since the last cycle
+    dirty: bool = False  # inputs since the last cycle (the clock ticks for them)
+    fresh: int = 0  # gangs made pending since the last cycle (`CYCLE_GANGS`)
 
 
 @dataclass(slots=True)
@@ -104,6 +115,7 @@ class AdmissionState:
     now: float = 0.0
     last_seq: int = 0
     due: list[str] = field(default_factory=list)  # trees whose cycle the last tick started
+    full: list[str] = field(default_factory=list)  # trees that reached `CYCLE_GANGS` since their last cycle
     # A reader's copy of the fold (preemption's): the same gangs, tasks, ledgers and counts, but
     # queue order is kept only where preemption reads it (pools with `preempt_lower_priority`;
     # elsewhere `UnorderedQueue`s sort when asked), and jobs waiting for a running-job slot are
@@ -129,8 +141,13 @@ class AdmissionState:
         return out
 
     def take_due(self) -> list[str]:
-        """Trees whose admission cycle is due now (started by the tick just applied)."""
+        """Trees whose admission cycle is due now, at the end of the message just folded (the
+        tick; or the input message that left them `CYCLE_GANGS` gangs made pending since their
+        last cycle), in that order: the tick's trees by name, then the others as they filled."""
         due, self.due = self.due, []
+        if self.full:
+            due += [name for name in self.full if name not in due]
+            self.full = []
         return due
 
     def runtime(self, tree: str) -> TreeRuntime:
@@ -182,6 +199,9 @@ class AdmissionState:
     def _enqueue(self, rt: TreeRuntime, gang: Gang) -> None:
         """Put a complete gang into the pending queue of its pool; it is now demand."""
         gang.state, gang.queue = PENDING, "pending"
+        rt.fresh += 1
+        if rt.fresh == CYCLE_GANGS:
+            self.full.append(rt.name)
         pool = gang.pool
         (rt.queues.get(pool) or self._queues(rt, pool))["pending"].push(gang)
         (rt.ledgers.get(pool) or _ledger(rt, pool)).want(gang, 1.0)
@@ -457,13 +477,13 @@ def _on_entitlements(state: AdmissionState, event: Event, seq: int, out: list[Ou
 
 
 def _on_cycle(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
+    """An admission cycle is complete (applied at its trigger, after its decisions)."""
     assert isinstance(event, CycleCompleted)
     if event.service == SERVICE:
         rt = state.runtime(event.tree)
-        if rt.in_flight == event.trigger_seq:
-            rt.in_flight = None
-            if not state.reader:
-                mark_slot_waiters(state.config, rt)
+        rt.dirty, rt.fresh = False, 0
+        if not state.reader:
+            mark_slot_waiters(state.config, rt)
 
 
 def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
@@ -538,14 +558,13 @@ def trees_ticked(state: AdmissionState, tree: str | None) -> list[str]:
 
 def _on_tick(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
     """A tick starts an admission cycle in each tree it names (those holding anything, when it
-    names none: `trees_ticked`), unless that tree's previous cycle has not been read back yet
-    (its decisions are still on the way)."""
+    names none: `trees_ticked`)."""
     assert isinstance(event, ClockTicked)
+    due = state.due
     for name in trees_ticked(state, event.tree):
-        rt = state.runtime(name)
-        if rt.in_flight is None:
-            rt.in_flight = seq
-            state.due.append(name)
+        state.runtime(name)
+        if name not in due:
+            due.append(name)
 
 
 def _on_config(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:

@@ -2,7 +2,7 @@
 
 A pass looks at the gangs of the few pools it works on (those over their entitlement, those with
 `preempt_lower_priority`), so it must not pay for every admitted gang of the tree at every pass.
-The index is a superset: gangs are added when their `GangAdmitted` is read back, and those that
+The index is a superset: gangs are added when their `GangAdmitted` is applied, and those that
 are no longer admitted (finished, requeued, cancelled) are dropped when their pool is read, and
 all at once whenever the index has doubled since the last sweep (amortised O(1) per gang).
 """

@@ -1,6 +1,11 @@
 """`PreemptionState`: admission's fold (tasks, gangs, ledgers, entitlements) plus what preemption
 remembers (since when each pool is over, each pool's starvation status, the preemptions asked
-for and how they ended), and the pass each admission cycle triggers."""
+for and how they ended), and the pass each admission cycle triggers.
+
+Events come in the order admission's fold applies them (`PreemptionFolder` reads the log through
+`CycleOrder`): a cycle's decisions at its trigger, then what came after it. The pass runs when
+the cycle's `CycleCompleted` is applied, on the state the cycle left, and is based on the cycle's
+trigger (the `seq` it is applied at)."""
 
 from __future__ import annotations
 
@@ -66,8 +71,6 @@ class PreemptionState:
         before = self._attempt_of(event) if kind is PreemptionRequested else None
         admission = self.admission
         announced = admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
-        if admission.due:
-            admission.take_due()
         if kind is GangAdmitted or kind is PreemptionRequested:
             self._track(event, seq, before)
         if self.open:
