@@ -111,6 +111,20 @@ def test_decisions_that_land_before_their_trigger_is_folded_wait_for_it() -> Non
     assert order.holding == 0
 
 
+def test_decisions_kept_for_a_trigger_that_started_no_cycle_are_dropped_when_it_is_folded() -> None:
+    _, order, out = _fed(
+        (1, _input(ClockTicked(), 1)),
+        (2, _input(ClockTicked(), 2)),  # held
+        (3, _closed(2)),  # kept for 2
+        (4, _closed(7)),  # kept for 7, a message that will start no cycle here
+        (5, _closed(1)),  # cycle 1 applied; then 2 (its kept decisions: applied at once)
+        (7, _input(task("g/0", "running"), 7)),
+    )
+    assert out == [(1, "ClockTicked"), (1, "CycleCompleted"), (2, "ClockTicked"), (2, "CycleCompleted"),
+                   (7, "TaskStateChanged")]
+    assert order.kept == 0
+
+
 def test_a_cycles_decisions_read_again_change_nothing() -> None:
     _, _, out = _fed(
         (1, _input(ClockTicked(), 1)),
@@ -187,7 +201,7 @@ def test_a_reader_goes_through_admissions_states_however_late_the_decisions_land
 
 def test_a_pack_that_makes_a_tree_full_starts_a_cycle_at_its_end() -> None:
     folder = AdmissionFolder()
-    config = [tree(), host(cpu=5000), pool("/a")]
+    config = [tree(), host(cpu=2.0 * CYCLE_GANGS), pool("/a")]
     messages = [Stored(n + 1, "poolwise.config.default", _input(e, n).model_dump_json().encode())
                 for n, e in enumerate(config)]
     pack = encode_pack([encode(_input(gang(f"g{i}", "/a"), 100 + i)) for i in range(CYCLE_GANGS + 5)])

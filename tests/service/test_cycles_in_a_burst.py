@@ -23,6 +23,7 @@ from services.common.folding import fold_batch
 from services.common.jetstream import JetStreamLog
 from services.common.log import Stored
 from services.common.memlog import subject_filter
+from services.common.packs import PACK_EVENTS
 from services.launcher import start_services
 from services.replay import verify
 
@@ -54,21 +55,21 @@ async def _quiet(log: JetStreamLog) -> list[Stored]:
 async def test_a_burst_decided_cycle_by_cycle_replays_clean_and_projects_as_admission_folds(
         jetstream_log: JetStreamLog, tmp_path: Path) -> None:
     log = jetstream_log
-    w = Workload(gangs=4 * CYCLE_GANGS, leaves=16, hosts=4, fill=0.6)
+    w = Workload(gangs=2 * CYCLE_GANGS + PACK_EVENTS, leaves=16, hosts=4, fill=0.6)
     await log.append([envelope(e, f"setup-{i}", T0, source="tree") for i, e in enumerate(config_events(w))])
     async with anyio.create_task_group() as tg:
         await start_services(tg, log, ["tree", "admission", "preemption"], tmp_path, leadership=False)
-        for n in range(4):  # packs of enqueues, and after each a few cancels and reports of earlier gangs
-            start = n * CYCLE_GANGS
-            await log.append([envelope(gang_event(w, i, "b"), f"b{i}", T0 + 1 + n)
-                              for i in range(start, start + CYCLE_GANGS)])
-            if n:
-                earlier = range(start - CYCLE_GANGS, start, 97)
-                await log.append([envelope(GangCancelled(tree=w.tree, gang=f"b{i}"), f"cancel-{i}", T0 + 1 + n)
-                                  for i in earlier[::2]])
-                await log.append([envelope(TaskStateChanged(tree=w.tree, gang=f"b{i}", task=f"b{i}.0",
-                                                            state="placed"), f"placed-{i}", T0 + 1 + n)
-                                  for i in earlier[1::2]])
+        # 1. packs of enqueues at once (admission folds them in one go: each 5,000th gang ends a cycle);
+        # 2. cancels and reports of some of them, likely before those cycles' decisions land;
+        # 3. one pack more.
+        burst = 2 * CYCLE_GANGS
+        await log.append([envelope(gang_event(w, i, "b"), f"b{i}", T0 + 1) for i in range(burst)])
+        some = range(0, burst, 97)
+        await log.append([envelope(GangCancelled(tree=w.tree, gang=f"b{i}"), f"cancel-{i}", T0 + 2)
+                          for i in some[::2]])
+        await log.append([envelope(TaskStateChanged(tree=w.tree, gang=f"b{i}", task=f"b{i}.0", state="placed"),
+                                   f"placed-{i}", T0 + 2) for i in some[1::2]])
+        await log.append([envelope(gang_event(w, i, "b"), f"b{i}", T0 + 3) for i in range(burst, w.gangs)])
         messages = await _quiet(log)
         tg.cancel_scope.cancel()
     envelopes: list[Envelope] = [e for s in messages for e in decode_all(s.data)]

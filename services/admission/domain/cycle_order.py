@@ -8,8 +8,8 @@ holds back what comes after a trigger until that cycle is read whole (its `Cycle
 applies the cycle's decisions, then what it held, in log order. So every reader's fold goes
 through the same states as admission's, in the same order, whatever the timing of the log.
 
-Worked example. The log holds: 10 a pack of 1,000 enqueues (after it, tree `t` has made 1,000
-gangs pending since its last cycle: a cycle is due); 11 a task report; 12 a tick; 13 admission's
+Worked example. The log holds: 10 a pack of 1,000 enqueues (after it, tree `t` has made 5,000
+gangs pending since its last cycle, `CYCLE_GANGS`: a cycle is due); 11 a task report; 12 a tick; 13 admission's
 `EntitlementsComputed` (basis 10); 14 a pack of `GangAdmitted` (basis 10); 15 `CycleCompleted`
 (tree `t`, basis 10); 16 the tick's cycle (basis 12)... A reader folds 10, sees cycle (t, 10)
 due, holds 11 and 12, keeps 13 and 14 aside, and at 15 applies 13, 14, 15 (as of position 10),
@@ -61,6 +61,11 @@ class CycleOrder(Generic[T]):
         """How many events wait for a cycle's decisions."""
         return len(self._held)
 
+    @property
+    def kept(self) -> int:
+        """How many decisions wait for their cycle's trigger."""
+        return sum(len(decisions) for decisions in self._early.values())
+
     def feed(self, envelope: Envelope, seq: int, last: bool = True) -> list[T]:
         """One event of the log, at `seq` (`last`: the last event of its message); returns what
         folding it (and whatever it released) led to, in order."""
@@ -83,6 +88,9 @@ class CycleOrder(Generic[T]):
                 self._open[key] = self._early.pop(key, [])
                 if self._open[key] and event_class(self._open[key][-1].event) is CycleCompleted:
                     self._apply(key, out)
+            if self._early:  # kept for a trigger now folded that started no cycle here: never applied
+                for stale in [key for key in self._early if key[1] <= seq]:
+                    del self._early[stale]
 
     def _decision(self, envelope: Envelope, out: list[T]) -> None:
         event = envelope.event
