@@ -41,7 +41,9 @@ DECODE_SAMPLE = 20_000
 
 @dataclass(frozen=True, slots=True)
 class CycleTiming:
-    """One admission cycle: `decide_s` in `decide_tree`, `readback_s` folding its decisions."""
+    """One admission cycle: `decide_s` in `decide_tree`, `readback_s` applying its decisions to the
+    state (as the service does at the cycle's trigger, `run_cycles`; before session 9, when it
+    read them back)."""
 
     decide_s: float
     readback_s: float
@@ -79,7 +81,7 @@ class AdmissionSpeed:
 
     @property
     def cycle_s(self) -> float:
-        """Every cycle's decide and read-back time."""
+        """Every cycle's decide and apply time."""
         return sum(c.decide_s + c.readback_s for c in self.cycles)
 
     @property
@@ -88,7 +90,7 @@ class AdmissionSpeed:
 
     @property
     def cycle_gangs_per_s(self) -> float:
-        """Gangs decided (admitted or moved) per second of cycle work (decide + read back)."""
+        """Gangs decided (admitted or moved) per second of cycle work (decide + apply)."""
         return (self.admitted + self.moved) / self.cycle_s if self.cycle_s > 0 else 0.0
 
     @property

@@ -159,16 +159,16 @@ def admission_section(base: Baseline, sizes: Sizes) -> Section:
     if first is not None:
         s.add(Row("first cycle: decide_tree", first.decide_s * 1e3, "ms"))
         s.add(Row("first cycle: gangs decided", first.admitted + first.moved, "count"))
-        s.add(Row("first cycle: fold its decisions back", first.readback_s * 1e3, "ms"))
+        s.add(Row("first cycle: apply its decisions", first.readback_s * 1e3, "ms"))
         per_s = first.decisions / first.readback_s if first.readback_s > 0 else 0.0
-        s.add(Row("read-back fold of decisions", per_s, "events/s", _share(per_s, cons), "raw JetStream consume"))
+        s.add(Row("applying a cycle's decisions", per_s, "events/s", _share(per_s, cons), "raw JetStream consume"))
     s.add(Row("wrap + encode decisions (envelope, derived id)", speed.wrap_encode_per_s, "events/s",
               _share(speed.wrap_encode_per_s, pub), "raw JetStream publish"))
     s.add(Row("cycles until nothing moves", len(speed.cycles), "count"))
     s.add(Row("gangs admitted", speed.admitted, "count"))
     s.add(Row("gangs moved to another queue", speed.moved, "count"))
     s.add(Row("gangs left pending (held back)", speed.pending_left, "count"))
-    s.add(Row("cycle throughput (decide + read back)", speed.cycle_gangs_per_s, "gangs/s",
+    s.add(Row("cycle throughput (decide + apply)", speed.cycle_gangs_per_s, "gangs/s",
               _share(speed.cycle_gangs_per_s, pub), "raw JetStream publish"))
     s.add(Row("overall (fold + cycles)", speed.overall_gangs_per_s, "gangs/s",
               _share(speed.overall_gangs_per_s, base.publish_consume), "raw publish + consume"))

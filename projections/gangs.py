@@ -26,15 +26,16 @@ order the fold applies them, and never show a refused input. Three things make t
    input's position (`input_seq`). So an input is *held* until admission has answered it: until
    its refusal has been read (it is then skipped), or an admission decision based on a later
    position (`basis` > its seq; a cycle's `CycleCompleted`, basis >= its seq: admission publishes
-   what it decides in the order it folds the log, so a refusal would have come first).
-2. What comes after a held input waits behind it (the events are applied in order).
-3. Some decisions take effect before the position where they land, as admission's fold applies
-   them: what its timers do (`GangTimedOut`, `GangFinished(timed_out)`, `GangRequeued` after a
-   placement timeout) happens just *before* the event at their `basis` (time advanced there),
-   and a cycle's decisions (`GangAdmitted`, `GangMovedToQueue`) just *after* the message at
-   their `basis` (the cycle's trigger: a tick, or a pack of enqueues), before anything later.
-   Inputs that land between a cycle's trigger and its decisions wait for them (they are not
-   answered before the cycle's `CycleCompleted`, which comes after its decisions).
+   what it decides in the order it folds the log, so a refusal would have come first). A tick
+   (`ClockTicked`) waits the same way: a cycle it starts takes effect right after it.
+2. What comes after a held input or tick waits behind it (the events are applied in order).
+3. Admission's decisions take effect where its fold applies them, which is not where they land:
+   what its timers do (`GangTimedOut`, `GangFinished(timed_out)`, `GangRequeued` after a
+   placement timeout) happens just *before* the event at their `basis` (time advanced there);
+   what it announces as it folds an input (a gang done, cancelled, refused, requeued after a
+   preemption) just *after* that input; a cycle's decisions (`GangAdmitted`, `GangMovedToQueue`)
+   just after the message at their `basis` (the cycle's trigger: a tick, or a pack of enqueues),
+   before anything later. Preemption's decisions take effect where they land.
 
 `gangs_held` holds what waits (the encoded events, with the position a decision takes effect
 at) and `gangs_answered` the highest position admission has answered; both are internal.
@@ -117,10 +118,14 @@ Row = dict[str, Any]
 ADMISSION = "admission"
 
 INPUTS = frozenset({"GangEnqueued", "TaskStateChanged", "GangCancelled"})
+# Waits like an input until admission has answered it: a tick, which may start cycles whose
+# decisions take effect right after it (what comes after it must not be applied before them).
+TICK = "ClockTicked"
+WAITS = INPUTS | {TICK}
 DECISIONS = frozenset(
     {"GangAdmitted", "GangMovedToQueue", "GangRequeued", "GangTimedOut", "GangFinished", "PreemptionRequested"}
 )
-HELD_TYPES = INPUTS | DECISIONS
+HELD_TYPES = WAITS | DECISIONS
 TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a timer may announce
 # A cycle's decisions take effect at its trigger (their basis), and answer the inputs before it
 # once the cycle is complete (its CycleCompleted, same basis, comes after them): the inputs and the
@@ -128,6 +133,8 @@ TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a t
 # written pending and then updated.
 CYCLE_DECISIONS = frozenset({"EntitlementsComputed", "GangAdmitted", "GangMovedToQueue"})
 ANCHORED = frozenset({"GangAdmitted", "GangMovedToQueue"})  # held decisions that take effect at the trigger
+# Where a decision anchored at a position (`Held.anchor`) takes effect, against the event there:
+BEFORE, AFTER, CYCLE = 0, 1, 2  # a timer's (before it), an announcement of its fold (after it), a cycle's
 FAST_PATH = True  # `_Fold._admitted_at_once` (off: every event applied one by one; tests compare)
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
@@ -183,7 +190,7 @@ TASKS = pa.schema(
 )
 HELD = pa.schema(
     [("seq", pa.int64()), ("part", pa.int32()), ("type", _STR), ("message", pa.binary()), ("refused", _STR),
-     ("timer", pa.int64())]
+     ("anchor", pa.int64()), ("anchor_rank", pa.int32())]
 )
 HELD_KEY = pa.schema([("seq", pa.int64()), ("part", pa.int32())])
 
@@ -202,7 +209,7 @@ _DDL = (
         PRIMARY KEY (tree, task))""",
     """CREATE TABLE gangs_held (
         seq BIGINT NOT NULL, part INTEGER NOT NULL, type VARCHAR NOT NULL, message BLOB NOT NULL,
-        refused VARCHAR, timer BIGINT, PRIMARY KEY (seq, part))""",
+        refused VARCHAR, anchor BIGINT, anchor_rank INTEGER, PRIMARY KEY (seq, part))""",
     "CREATE TABLE gangs_answered (answered BIGINT NOT NULL)",
     "INSERT INTO gangs_answered VALUES (0)",
 )
@@ -218,15 +225,16 @@ class Held:
     type: str
     envelope: Envelope | None  # None: held in `gangs_held` but no longer decodes (skipped when due)
     refused: str | None = None  # admission's refusal of this input
-    anchor: int | None = None  # a timer's announcement or a cycle's decision: the position it is based on
+    anchor: int | None = None  # an admission decision: the position it is based on (`_anchor`)
     part: int = 0  # its place in a pack of decisions (events.encode_pack)
     raw: bytes | None = None  # the bytes it was decoded from, if known (stored as they are when it waits)
+    rank: int = AFTER  # with an anchor: BEFORE, AFTER or CYCLE
 
     @property
     def at(self) -> tuple[int, int, int, int]:
         if self.anchor is None:
-            return (self.seq, 1, 0, self.part)
-        return (self.anchor, 2 if self.type in ANCHORED else 0, self.seq, self.part)
+            return (self.seq, AFTER, 0, self.part)
+        return (self.anchor, self.rank, self.seq, self.part)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -270,8 +278,8 @@ class GangsProjection(Projection):
                 # a cycle is complete after its trigger's message was folded whole: answered too
                 answered = max(answered, envelope.basis + (kind == "CycleCompleted"))
             if kind in HELD_TYPES:
-                anchor = _anchor(envelope) if kind in TIMERS or kind in ANCHORED else None
-                fresh.append(Held(item.seq, kind, envelope, None, anchor, item.part, item.raw))
+                anchor, rank = _anchor(envelope) if kind in DECISIONS else (None, AFTER)
+                fresh.append(Held(item.seq, kind, envelope, None, anchor, item.part, item.raw, rank))
             elif isinstance(event, InputRejected) and event.input_seq is not None and event.input_type in INPUTS:
                 refusals[(event.input_seq, event.input_part or 0)] = f"{event.rule}: {event.reason}"
         if not fresh and not refusals and not answered:
@@ -289,7 +297,7 @@ class GangsProjection(Projection):
         queue = held + fresh
         ready, waiting = _split(queue, answered)
         if ready:
-            _Fold(conn, [queue[i] for i in ready], self._rows).write()
+            _Fold(conn, [queue[i] for i in ready if queue[i].type != TICK], self._rows).write()
         _keep_waiting(conn, queue, len(held), ready, waiting, newly_refused)
         self._held = [queue[i] for i in waiting]
 
@@ -299,7 +307,7 @@ def _split(queue: list[Held], answered: int) -> tuple[list[int], list[int]]:
     it applies them (by `at`), and what waits: the first input admission has not answered yet,
     and whatever the fold applies after it (a timer's announcement that lands later but fired
     before it does not wait)."""
-    first = next((i for i, h in enumerate(queue) if h.type in INPUTS and h.refused is None and h.seq >= answered),
+    first = next((i for i, h in enumerate(queue) if h.type in WAITS and h.refused is None and h.seq >= answered),
                  None)
     if first is None:
         ready = list(range(len(queue)))
@@ -321,23 +329,24 @@ def _split(queue: list[Held], answered: int) -> tuple[list[int], list[int]]:
     return ready, waiting
 
 
-def _anchor(envelope: Envelope) -> int | None:
-    """The position a decision takes effect at, if not its own (None): a timer's announcement
-    or a cycle's decision, the position it is based on.
-
-    Admission's fold fires the timers due when time advances, before it applies the event that
-    advanced it; it announces them after, with that event's position as basis. A cycle's
-    decisions take effect at its trigger, their basis."""
-    if envelope.source != ADMISSION:
-        return None
+def _anchor(envelope: Envelope) -> tuple[int | None, int]:
+    """Where an admission decision takes effect, if not at its own position (None): at the
+    position it is based on, `BEFORE` the event there (what a timer fired when time advanced
+    there: admission's fold fires the timers due before it applies the event that advanced time,
+    and announces them after, with that event's position as basis), `AFTER` it (what the fold
+    announced as it applied that input: a gang done, cancelled, refused, requeued after a
+    preemption), or after its message (`CYCLE`: a cycle's decisions, at its trigger)."""
+    if envelope.source != ADMISSION or envelope.basis is None:
+        return None, AFTER
     event = envelope.event
-    anchored = (
-        event.type in ANCHORED
-        or isinstance(event, GangTimedOut)
+    if event.type in ANCHORED:
+        return envelope.basis, CYCLE
+    timer = (
+        isinstance(event, GangTimedOut)
         or (isinstance(event, GangFinished) and event.outcome == "timed_out")
         or (isinstance(event, GangRequeued) and event.cause == "placement_timeout")
     )
-    return envelope.basis if anchored else None
+    return envelope.basis, BEFORE if timer else AFTER
 
 
 def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
@@ -347,21 +356,22 @@ def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
     rows = conn.execute("SELECT answered FROM gangs_answered").fetchall()
     answered = int(rows[0][0]) if rows else 0
     held: list[Held] = []
-    for seq, part, kind, message, refused, timer in conn.execute(
-            "SELECT seq, part, type, message, refused, timer FROM gangs_held ORDER BY seq, part").fetchall():
+    for seq, part, kind, message, refused, anchor, rank in conn.execute(
+            "SELECT seq, part, type, message, refused, anchor, anchor_rank FROM gangs_held ORDER BY seq, part"
+    ).fetchall():
         try:
             envelope: Envelope | None = decode(bytes(message))
         except DecodeError:
             envelope = None
-        held.append(Held(int(seq), str(kind), envelope, refused, timer, int(part)))
+        held.append(Held(int(seq), str(kind), envelope, refused, anchor, int(part), None,
+                         AFTER if rank is None else int(rank)))
     return held, int(answered)
 
 
 def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[int], waiting: list[int],
                   newly_refused: list[Held]) -> None:
     """`gangs_held` after this call: what was applied leaves it; what was not stays (with its
-    refusal, if one came) or comes in. `queue[:held]` is what it held before. (Its column
-    `timer` holds a decision's `anchor`.)"""
+    refusal, if one came) or comes in. `queue[:held]` is what it held before."""
     delete_rows(conn, "gangs_held", HELD_KEY, [(queue[i].seq, queue[i].part) for i in ready if i < held])
     stay = {id(queue[i]) for i in waiting if i < held} if newly_refused else set()
     refused = [h for h in newly_refused if id(h) in stay]
@@ -374,7 +384,8 @@ def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[in
                          "AND gangs_held.part = m.part")
     new = [(h, h.envelope) for h in (queue[i] for i in waiting if i >= held) if h.envelope is not None]
     insert_rows(conn, "gangs_held", HELD, [
-        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.anchor) for h, e in new])
+        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.anchor, h.rank)
+        for h, e in new])
     for h, _ in new:
         h.raw = None  # stored: what waits is kept decoded, not twice
 

@@ -6,8 +6,9 @@ Re-derived, for each deciding service, exactly as its shell decides live:
 - admission and preemption: `fold_batch` of their `Folder` (`AdmissionFolder`, `PreemptionFolder`)
   over the messages of their subjects, from the start: every decision a `step` returns (and
   every rejection of a malformed message on a subject the service owns), with its derived id,
-  its `basis` and its time. Decisions take effect where they land in the log, so folding the
-  log as recorded puts every service in the state it decided from.
+  its `basis` and its time. Folding the log as recorded puts every service in the state it
+  decided from: a cycle's decisions take effect at its trigger (admission applies them as it
+  makes them, preemption reads through `CycleOrder`), every other decision where it lands.
 - tree: the rejections of malformed config and host messages (`TreeView.fold`), and every
   recorded refusal of a command: the command (in the record's `input`) is judged again
   (`parse_command`, `judge`) on the tree as folded through the record's `basis`. Commands are not

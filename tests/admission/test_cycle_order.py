@@ -111,6 +111,29 @@ def test_decisions_that_land_before_their_trigger_is_folded_wait_for_it() -> Non
     assert order.holding == 0
 
 
+def _of(tree: str, envelope: Envelope) -> Envelope:
+    return envelope.model_copy(update={"event": envelope.event.model_copy(update={"tree": tree})})
+
+
+def test_two_trees_whose_cycles_landed_before_their_trigger_are_both_applied_before_what_follows() -> None:
+    recorder = Recorder()
+    order: CycleOrder[tuple[int, str]] = CycleOrder(recorder.step, lambda: ["A", "B"] if recorder.due() else [])
+    out: list[tuple[int, str]] = []
+    log = [
+        (1, _input(ClockTicked(), 1)),  # cycles (A, 1), (B, 1)
+        (2, _input(ClockTicked(), 2)),  # held; will start (A, 2), (B, 2)
+        (3, _input(task("x/0", "running"), 3)),  # held
+        (4, _of("A", _closed(2))), (5, _of("B", _closed(2))),  # cycle 2's, landed before cycle 1's
+        (6, _of("B", _closed(2))),  # and a copy of one of them
+        (7, _of("A", _closed(1))), (8, _of("B", _closed(1))),
+    ]
+    for seq, envelope in log:
+        out += order.feed(envelope, seq)
+    assert out == [(1, "ClockTicked"), (1, "CycleCompleted"), (1, "CycleCompleted"), (2, "ClockTicked"),
+                   (2, "CycleCompleted"), (2, "CycleCompleted"), (3, "TaskStateChanged")]
+    assert (order.holding, order.kept) == (0, 0)
+
+
 def test_decisions_kept_for_a_trigger_that_started_no_cycle_are_dropped_when_it_is_folded() -> None:
     _, order, out = _fed(
         (1, _input(ClockTicked(), 1)),

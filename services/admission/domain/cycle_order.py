@@ -83,14 +83,20 @@ class CycleOrder(Generic[T]):
         out += self._step(envelope, seq)
         self._position = max(self._position, seq)
         if last:
+            # every cycle the message starts is open before any of them is applied (one may be
+            # complete already, its decisions kept aside: applying it drains what is held only
+            # once none is open)
+            complete: list[tuple[str, int]] = []
             for tree in self._due():
                 key = (tree, seq)
-                self._open[key] = self._early.pop(key, [])
-                if self._open[key] and event_class(self._open[key][-1].event) is CycleCompleted:
-                    self._apply(key, out)
+                kept = self._open[key] = self._early.pop(key, [])
+                if any(event_class(e.event) is CycleCompleted for e in kept):
+                    complete.append(key)
             if self._early:  # kept for a trigger now folded that started no cycle here: never applied
                 for stale in [key for key in self._early if key[1] <= seq]:
                     del self._early[stale]
+            for key in complete:
+                self._apply(key, out)
 
     def _decision(self, envelope: Envelope, out: list[T]) -> None:
         event = envelope.event
@@ -100,11 +106,13 @@ class CycleOrder(Generic[T]):
         key = (cast(str, getattr(event, "tree", "")), basis)
         decisions = self._open.get(key)
         if decisions is None:
-            if basis > self._position:  # its trigger is still to come
-                self._early.setdefault(key, []).append(envelope)
-            return
+            if basis <= self._position:
+                return  # its trigger was folded and started no cycle, or it was applied: a copy
+            decisions = self._early.setdefault(key, [])  # its trigger is still to come
+        if decisions and event_class(decisions[-1].event) is CycleCompleted:
+            return  # kept aside whole already: what comes after its close is a copy
         decisions.append(envelope)
-        if event_class(event) is CycleCompleted:
+        if event_class(event) is CycleCompleted and key in self._open:
             self._apply(key, out)
 
     def _apply(self, key: tuple[str, int], out: list[T]) -> None:

@@ -5,7 +5,10 @@ for and how they ended), and the pass each admission cycle triggers.
 Events come in the order admission's fold applies them (`PreemptionFolder` reads the log through
 `CycleOrder`): a cycle's decisions at its trigger, then what came after it. The pass runs when
 the cycle's `CycleCompleted` is applied, on the state the cycle left, and is based on the cycle's
-trigger (the `seq` it is applied at)."""
+trigger (the `seq` it is applied at) and closed with a `CycleCompleted` of that trigger. One pass
+per tree is in flight: a cycle applied before the previous pass's `CycleCompleted` is read (its
+requests take effect where they land) gets its pass when that is read, based there, on the state
+then, closed with the cycle's trigger (the last such cycle's, for all that came meanwhile)."""
 
 from __future__ import annotations
 
@@ -56,6 +59,9 @@ class PreemptionState:
     admission: AdmissionState = field(default_factory=lambda: AdmissionState(reader=True))
     memory: dict[str, TreeMemory] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)  # tree -> trigger seq of an unread pass
+    # tree -> the trigger of the last admission cycle applied while a pass was in flight: its pass
+    # runs when the one in flight is read back (once, for every cycle that came meanwhile)
+    deferred: dict[str, int] = field(default_factory=dict)
     admitted: dict[str, AdmittedIndex] = field(default_factory=dict)  # tree -> its admitted gangs (a superset)
     records: list[PreemptionRecord] = field(default_factory=list)
     open: dict[tuple[str, str], PreemptionRecord] = field(default_factory=dict)  # (tree, gang) -> requested
@@ -78,14 +84,22 @@ class PreemptionState:
         if kind is not CycleCompleted:
             return []
         assert isinstance(event, CycleCompleted)
+        tree = event.tree
         if event.service == SERVICE:
-            if self.in_flight.get(event.tree) == event.trigger_seq:
-                del self.in_flight[event.tree]
+            if self.in_flight.get(tree) == event.trigger_seq:
+                del self.in_flight[tree]
+                trigger = self.deferred.pop(tree, None)
+                if trigger is not None:  # a cycle came while that pass was in flight: its pass now
+                    self.in_flight[tree] = trigger
+                    return self.run_pass(tree, trigger)
             return []
-        if event.service != ADMISSION or event.tree in self.in_flight:
+        if event.service != ADMISSION:
             return []
-        self.in_flight[event.tree] = seq
-        return self.run_pass(event.tree, seq)
+        if tree in self.in_flight:  # the last pass's requests are not read yet: this one waits for them
+            self.deferred[tree] = seq
+            return []
+        self.in_flight[tree] = seq
+        return self.run_pass(tree, seq)
 
     def run_pass(self, tree: str, seq: int) -> list[Outcome]:
         admitted = self._admitted(tree)
