@@ -73,3 +73,8 @@ class TreeOptions(Frozen):
     starvation_tolerance: float = Field(default=0.8, ge=0, le=1)
     gang_timeout: GangTimeoutOptions = Field(default_factory=GangTimeoutOptions)
     allocation_slack: bool = False
+    # poolwise's own (not in DOMAIN.md): an input message after which the tree holds this many
+    # gangs made pending since its last admission cycle starts a cycle at its end, as a tick does
+    # (a burst is decided as it is folded). Written into every TreeConfigured, so a log keeps the
+    # value its cycles were started by.
+    cycle_gangs: int = Field(default=5000, ge=1)

@@ -19,7 +19,6 @@ from events import (
     read_envelope,
 )
 from services.admission.domain.cycle_order import CycleOrder
-from services.admission.domain.state import CYCLE_GANGS
 from services.admission.folder import AdmissionFolder
 from services.common.folding import fold_batch
 from services.common.log import Stored
@@ -224,13 +223,13 @@ def test_a_reader_goes_through_admissions_states_however_late_the_decisions_land
 
 def test_a_pack_that_makes_a_tree_full_starts_a_cycle_at_its_end() -> None:
     folder = AdmissionFolder()
-    config = [tree(), host(cpu=2.0 * CYCLE_GANGS), pool("/a")]
+    config = [tree(cycle_gangs=50), host(cpu=100.0), pool("/a")]
     messages = [Stored(n + 1, "poolwise.config.default", _input(e, n).model_dump_json().encode())
                 for n, e in enumerate(config)]
-    pack = encode_pack([encode(_input(gang(f"g{i}", "/a"), 100 + i)) for i in range(CYCLE_GANGS + 5)])
+    pack = encode_pack([encode(_input(gang(f"g{i}", "/a"), 100 + i)) for i in range(55)])
     messages.append(Stored(4, "poolwise.gang.default", pack))
     result = fold_batch(folder, messages, 0, read_envelope)
     cycles = [d for d in result.decisions if isinstance(d.event, CycleCompleted)]
     assert [(c.event.trigger_seq, c.basis) for c in cycles] == [(4, 4)]  # once, after the whole pack
-    assert sum(isinstance(d.event, GangAdmitted) for d in result.decisions) == CYCLE_GANGS + 5
+    assert sum(isinstance(d.event, GangAdmitted) for d in result.decisions) == 55
     assert folder.state.runtime("default").fresh == 0

@@ -1,5 +1,5 @@
 """The fold and its ticks (docs/architecture.md, "Time, ticks and cycles"): a cycle takes effect at
-its trigger (a tick, or the input message that makes a tree's `CYCLE_GANGS`-th pending gang);
+its trigger (a tick, or the input message that makes a tree's `cycle_gangs`-th pending gang);
 ticks name trees; the same events give the same decisions,
 byte for byte, and a replay of the log re-derives every recorded decision."""
 
@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import json
 
-from events import ClockTicked, CycleCompleted, EntitlementsComputed, Event, GangAdmitted, GangMovedToQueue
+from events import (
+    ClockTicked,
+    CycleCompleted,
+    EntitlementsComputed,
+    Event,
+    GangAdmitted,
+    GangMovedToQueue,
+    TreeOptions,
+)
 from services.admission.domain.decide import run_cycles
-from services.admission.domain.state import CYCLE_GANGS, AdmissionState
+from services.admission.domain.state import AdmissionState
 from tests.admission.builders import (
     Log,
     admitted,
@@ -39,15 +47,25 @@ def test_a_cycle_takes_effect_at_its_tick_so_the_next_one_need_not_wait_for_it()
     assert log.ledger("/a").allocation == {"cpu": 2.0}
 
 
-def test_an_input_message_that_makes_the_thousandth_pending_gang_starts_a_cycle() -> None:
-    log = world(pool("/a"), capacity={"cpu": 5000})
-    log.feed(*[gang(f"g{i}", "/a") for i in range(CYCLE_GANGS - 1)])
+def test_an_input_message_that_makes_the_trees_cycle_gangs_th_pending_gang_starts_a_cycle() -> None:
+    log = world(pool("/a"), cycle_gangs=20)
+    log.feed(*[gang(f"g{i}", "/a") for i in range(19)])
     assert log.state.take_due() == []
     log.feed(gang("w", "/a", tasks=1, size=2))  # waiting: not pending, not counted
     assert log.state.take_due() == []
     log.feed(gang("last", "/a"))
     assert log.state.take_due() == ["default"]
-    assert log.rt.fresh == CYCLE_GANGS
+    assert log.rt.fresh == 20
+
+
+def test_the_option_takes_effect_when_the_tree_is_configured_again() -> None:
+    log = world(pool("/a"))
+    assert log.rt.cycle_gangs == TreeOptions().cycle_gangs == 5000  # the default
+    log.feed(*[gang(f"g{i}", "/a") for i in range(5)])
+    log.feed(tree(cycle_gangs=3))  # below what is pending already: the next one starts a cycle
+    assert log.state.take_due() == []
+    log.feed(gang("g5", "/a"))
+    assert log.state.take_due() == ["default"]
 
 
 def test_a_cycle_starts_the_count_again() -> None:

@@ -1,5 +1,5 @@
 """Random logs in which decisions land late, in batches, sometimes out of order, with two trees,
-packs of enqueues that start cycles (`CYCLE_GANGS` set to 3), ticks, task reports, cancels, and a
+packs of enqueues that start cycles (`cycle_gangs` 3), ticks, task reports, cancels, and a
 live preemption service: whatever the interleaving, a reader of admission's fold
 (`PreemptionFolder`, through `CycleOrder`) ends in admission's state holding nothing, the `gangs`
 read model holds admission's gangs and tasks, and replay re-derives every decision. (These found
@@ -12,7 +12,6 @@ import random
 
 import pytest
 
-import services.admission.domain.state as admission_state
 from events import (
     ClockTicked,
     CycleCompleted,
@@ -84,7 +83,7 @@ def _random_log(seed: int, out_of_order: bool) -> Log:
     rng = random.Random(seed)
     log = Log()
     for name in TREES:
-        log.add(tree(name=name), 0.0, source="tree")
+        log.add(tree(name=name, cycle_gangs=3), 0.0, source="tree")
         log.add(pool("/a", tree_name=name), 0.0, source="tree")
     log.add(host(cpu=6.0), 0.0, source="tree")
     outbox: list[list[Envelope]] = []  # batches of decisions on their way
@@ -148,11 +147,6 @@ def _random_log(seed: int, out_of_order: bool) -> Log:
         if not decided and not result.decisions:
             break
     return log
-
-
-@pytest.fixture(autouse=True)
-def small_cycles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(admission_state, "CYCLE_GANGS", 3)
 
 
 @pytest.mark.parametrize("out_of_order", [False, True], ids=["in-order", "out-of-order"])

@@ -1,5 +1,5 @@
 """A burst on the real services, admission's clock on, on JetStream: packs of enqueues start
-cycles as they are folded (`CYCLE_GANGS`), ticks come while decisions are still on their way,
+cycles as they are folded (the tree's `cycle_gangs`), ticks come while decisions are still on their way,
 and cancels and task reports land between the cycles' triggers and their decisions. Whatever the
 timing, the log replays clean (every decision re-derived, byte for byte), and the tree's `gangs`
 and `tasks` tables hold what a fresh fold of admission's state holds."""
@@ -15,9 +15,8 @@ import duckdb
 import pytest
 
 from bench.workload import Workload, config_events, envelope, gang_event
-from events import CycleCompleted, Envelope, GangCancelled, TaskStateChanged, decode_all
+from events import CycleCompleted, Envelope, GangCancelled, TaskStateChanged, TreeOptions, decode_all
 from events.subjects import command
-from services.admission.domain.state import CYCLE_GANGS
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.common.folding import fold_batch
 from services.common.jetstream import JetStreamLog
@@ -55,14 +54,15 @@ async def _quiet(log: JetStreamLog) -> list[Stored]:
 async def test_a_burst_decided_cycle_by_cycle_replays_clean_and_projects_as_admission_folds(
         jetstream_log: JetStreamLog, tmp_path: Path) -> None:
     log = jetstream_log
-    w = Workload(gangs=2 * CYCLE_GANGS + PACK_EVENTS, leaves=16, hosts=4, fill=0.6)
+    cycle_gangs = TreeOptions().cycle_gangs  # the workload's tree keeps the default
+    w = Workload(gangs=2 * cycle_gangs + PACK_EVENTS, leaves=16, hosts=4, fill=0.6)
     await log.append([envelope(e, f"setup-{i}", T0, source="tree") for i, e in enumerate(config_events(w))])
     async with anyio.create_task_group() as tg:
         await start_services(tg, log, ["tree", "admission", "preemption"], tmp_path, leadership=False)
         # 1. packs of enqueues at once (admission folds them in one go: each 5,000th gang ends a cycle);
         # 2. cancels and reports of some of them, likely before those cycles' decisions land;
         # 3. one pack more.
-        burst = 2 * CYCLE_GANGS
+        burst = 2 * cycle_gangs
         await log.append([envelope(gang_event(w, i, "b"), f"b{i}", T0 + 1) for i in range(burst)])
         some = range(0, burst, 97)
         await log.append([envelope(GangCancelled(tree=w.tree, gang=f"b{i}"), f"cancel-{i}", T0 + 2)

@@ -9,11 +9,12 @@ applies the cycle's decisions, then what it held, in log order. So every reader'
 through the same states as admission's, in the same order, whatever the timing of the log.
 
 Worked example. The log holds: 10 a pack of 1,000 enqueues (after it, tree `t` has made 5,000
-gangs pending since its last cycle, `CYCLE_GANGS`: a cycle is due); 11 a task report; 12 a tick; 13 admission's
-`EntitlementsComputed` (basis 10); 14 a pack of `GangAdmitted` (basis 10); 15 `CycleCompleted`
-(tree `t`, basis 10); 16 the tick's cycle (basis 12)... A reader folds 10, sees cycle (t, 10)
-due, holds 11 and 12, keeps 13 and 14 aside, and at 15 applies 13, 14, 15 (as of position 10),
-then 11 and 12 (the tick starts cycle (t, 12): what follows is held again until 16...).
+gangs pending since its last cycle, its option `cycle_gangs`: a cycle is due); 11 a task report;
+12 a tick; 13 admission's `EntitlementsComputed` (basis 10); 14 a pack of `GangAdmitted` (basis
+10); 15 `CycleCompleted` (tree `t`, basis 10); 16 the tick's cycle (basis 12)... A reader folds
+10, sees cycle (t, 10) due, holds 11 and 12, keeps 13 and 14 aside, and at 15 applies 13, 14, 15
+(as of position 10), then 11 and 12 (the tick starts cycle (t, 12): what follows is held again
+until 16...).
 
 A cycle decision of a cycle not started (yet) is kept aside until its trigger is folded (a
 publish batch that landed out of order); one of a cycle already applied, or of one the fold

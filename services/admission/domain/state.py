@@ -7,7 +7,7 @@ time fire first, in deadline order (ties by gang id), before the event itself is
 Effects and announcements. Inputs take effect where they stand in the log, and so do
 preemption's decisions (`PreemptionRequested`). An admission cycle runs at the end of the
 message that started it (its *trigger*: a tick, `_on_tick`, or an input message after which a
-tree holds `CYCLE_GANGS` gangs made pending since its last cycle), and its decisions
+tree holds `cycle_gangs` gangs made pending since its last cycle), and its decisions
 (`EntitlementsComputed`, `GangAdmitted`, `GangMovedToQueue`, then `CycleCompleted`, whose
 reading marks the gangs of jobs waiting for a running-job slot, see `mark_slot_waiters`) take
 effect *there*, at the trigger, before anything after it in the log, wherever they land:
@@ -47,6 +47,7 @@ from events import (
     PreemptionRequested,
     TaskStateChanged,
     TreeConfigured,
+    TreeOptions,
     with_views,
 )
 from services.admission.domain import rules
@@ -74,12 +75,12 @@ from services.tree.domain.effective import EffectivePool, effective_pool
 from services.tree.domain.state import TreeState
 
 SERVICE = "admission"
-# An input message that leaves a tree with this many gangs made pending since its last cycle
-# starts a cycle at its end, as a tick does: a burst of enqueues is decided as it is folded,
-# cycle after cycle, not after the whole burst (a tick lands behind what was published before it).
-# 50k-gang bursts, two pairs each: 5,000 gave 10.7-11.4k gangs/s end to end, 1,000 9.8-10.4k (50
-# cycles' fixed costs: the tree 69-74 µs per gang instead of 65), 10,000 10.1-11.6k.
-CYCLE_GANGS = 5000
+# An input message that leaves a tree with `TreeOptions.cycle_gangs` gangs made pending since its
+# last cycle starts a cycle at its end, as a tick does: a burst of enqueues is decided as it is
+# folded, cycle after cycle, not after the whole burst (a tick lands behind what was published
+# before it). 50k-gang bursts, two pairs each: 5,000 (the default) gave 10.7-11.4k gangs/s end to
+# end, 1,000 9.8-10.4k (50 cycles' fixed costs: the tree 69-74 µs per gang instead of 65), 10,000
+# 10.1-11.6k.
 
 
 class Outcome(NamedTuple):
@@ -107,7 +108,8 @@ class TreeRuntime:
     requeues: int = 0
     slot_waiters: set[str] = field(default_factory=set)  # gangs marked with a `slot_wait` (some may be stale)
     dirty: bool = False  # inputs since the last cycle (the clock ticks for them)
-    fresh: int = 0  # gangs made pending since the last cycle (`CYCLE_GANGS`)
+    fresh: int = 0  # gangs made pending since the last cycle
+    cycle_gangs: int = TreeOptions().cycle_gangs  # the tree's option (`_on_tree_configured`)
 
 
 @dataclass(slots=True)
@@ -117,7 +119,7 @@ class AdmissionState:
     now: float = 0.0
     last_seq: int = 0
     due: list[str] = field(default_factory=list)  # trees whose cycle the last tick started
-    full: list[str] = field(default_factory=list)  # trees that reached `CYCLE_GANGS` since their last cycle
+    full: list[str] = field(default_factory=list)  # trees that reached `cycle_gangs` since their last cycle
     # A reader's copy of the fold (preemption's): the same gangs, tasks, ledgers and counts, but
     # queue order is kept only where preemption reads it (pools with `preempt_lower_priority`;
     # elsewhere `UnorderedQueue`s sort when asked), and jobs waiting for a running-job slot are
@@ -144,7 +146,7 @@ class AdmissionState:
 
     def take_due(self) -> list[str]:
         """Trees whose admission cycle is due now, at the end of the message just folded (the
-        tick; or the input message that left them `CYCLE_GANGS` gangs made pending since their
+        tick; or the input message that left them `cycle_gangs` gangs made pending since their
         last cycle), in that order: the tick's trees by name, then the others as they filled."""
         due, self.due = self.due, []
         if self.full:
@@ -156,6 +158,7 @@ class AdmissionState:
         found = self.trees.get(tree)
         if found is None:
             found = self.trees[tree] = TreeRuntime(tree)
+            found.cycle_gangs = self.config.tree(tree).options.cycle_gangs
         return found
 
     # --- time ---------------------------------------------------------------------------------
@@ -202,7 +205,7 @@ class AdmissionState:
         """Put a complete gang into the pending queue of its pool; it is now demand."""
         gang.state, gang.queue = PENDING, "pending"
         rt.fresh += 1
-        if rt.fresh == CYCLE_GANGS:
+        if rt.fresh >= rt.cycle_gangs and rt.name not in self.full:
             self.full.append(rt.name)
         pool = gang.pool
         (rt.queues.get(pool) or self._queues(rt, pool))["pending"].push(gang)
@@ -543,6 +546,7 @@ def _on_tree_configured(state: AdmissionState, event: Event, seq: int, out: list
     _on_config(state, event, seq, out)
     rt = state.trees.get(event.tree)
     if rt is not None:
+        rt.cycle_gangs = event.options.cycle_gangs
         state.rebuild_queues_under(rt, paths.ROOT)
 
 
