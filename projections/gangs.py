@@ -48,8 +48,13 @@ _admitted_at_once`; in a 50k-gang burst the projection's cost per gang fell by a
 
 Known limits: a gang's `pool` before any decision (above); a timer's announcement that lands after
 a decision admission made before that timer fired is applied where it lands (the states agree again
-from there); and if a publish batch lands out of order (a reconnect, docs/architecture.md), a
-refusal that comes after a later-based decision is too late: the refused input has counted.
+from there); `gangs_answered` is one position for the whole log, not one per tree (a tick answered
+by its first tree's cycle lets a preemption that lands before another tree's decisions of the same
+tick go first: the later requeue puts that right); and if admission's publish batches land out of
+order (a reconnect, docs/architecture.md), what the later batch answers (a refusal, a cycle's
+`CycleCompleted`) counts for inputs before the earlier batch's decisions are in: the rows of the
+gangs involved can then differ from admission's for good (a stale admission is ignored); the log
+and every service's state are right, and so is the read model rebuilt from the log.
 
 Effects, as admission's fold has them:
 - first members: the gang is `waiting` (refused: `rejected`, with the refusal as `last_reason`);
@@ -133,8 +138,11 @@ TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a t
 # written pending and then updated.
 CYCLE_DECISIONS = frozenset({"EntitlementsComputed", "GangAdmitted", "GangMovedToQueue"})
 ANCHORED = frozenset({"GangAdmitted", "GangMovedToQueue"})  # held decisions that take effect at the trigger
-# Where a decision anchored at a position (`Held.anchor`) takes effect, against the event there:
-BEFORE, AFTER, CYCLE = 0, 1, 2  # a timer's (before it), an announcement of its fold (after it), a cycle's
+# Where a decision anchored at a position (`Held.anchor`) takes effect, against the event there
+# (the part of it that caused the decision, `Held.slot`): before it (a timer's), after it (an
+# announcement of its fold), or after the whole message (a cycle's); `OWN`: an event at its own place.
+BEFORE, OWN, AFTER, CYCLE = 0, 1, 2, 3
+LAST = 1 << 30  # the slot after every part of a message
 FAST_PATH = True  # `_Fold._admitted_at_once` (off: every event applied one by one; tests compare)
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
@@ -190,7 +198,7 @@ TASKS = pa.schema(
 )
 HELD = pa.schema(
     [("seq", pa.int64()), ("part", pa.int32()), ("type", _STR), ("message", pa.binary()), ("refused", _STR),
-     ("anchor", pa.int64()), ("anchor_rank", pa.int32())]
+     ("anchor", pa.int64()), ("anchor_rank", pa.int32()), ("anchor_part", pa.int32())]
 )
 HELD_KEY = pa.schema([("seq", pa.int64()), ("part", pa.int32())])
 
@@ -209,7 +217,7 @@ _DDL = (
         PRIMARY KEY (tree, task))""",
     """CREATE TABLE gangs_held (
         seq BIGINT NOT NULL, part INTEGER NOT NULL, type VARCHAR NOT NULL, message BLOB NOT NULL,
-        refused VARCHAR, anchor BIGINT, anchor_rank INTEGER, PRIMARY KEY (seq, part))""",
+        refused VARCHAR, anchor BIGINT, anchor_rank INTEGER, anchor_part INTEGER, PRIMARY KEY (seq, part))""",
     "CREATE TABLE gangs_answered (answered BIGINT NOT NULL)",
     "INSERT INTO gangs_answered VALUES (0)",
 )
@@ -228,13 +236,14 @@ class Held:
     anchor: int | None = None  # an admission decision: the position it is based on (`_anchor`)
     part: int = 0  # its place in a pack of decisions (events.encode_pack)
     raw: bytes | None = None  # the bytes it was decoded from, if known (stored as they are when it waits)
-    rank: int = AFTER  # with an anchor: BEFORE, AFTER or CYCLE
+    rank: int = OWN  # with an anchor: BEFORE, AFTER or CYCLE
+    slot: int = LAST  # with an anchor: the part of the message there it is placed against
 
     @property
-    def at(self) -> tuple[int, int, int, int]:
+    def at(self) -> tuple[int, int, int, int, int]:
         if self.anchor is None:
-            return (self.seq, AFTER, 0, self.part)
-        return (self.anchor, self.rank, self.seq, self.part)
+            return (self.seq, self.part, OWN, 0, 0)
+        return (self.anchor, self.slot, self.rank, self.seq, self.part)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -278,7 +287,7 @@ class GangsProjection(Projection):
                 # a cycle is complete after its trigger's message was folded whole: answered too
                 answered = max(answered, envelope.basis + (kind == "CycleCompleted"))
             if kind in HELD_TYPES:
-                anchor, rank = _anchor(envelope) if kind in DECISIONS else (None, AFTER)
+                anchor, rank = _anchor(envelope) if kind in DECISIONS else (None, OWN)
                 fresh.append(Held(item.seq, kind, envelope, None, anchor, item.part, item.raw, rank))
             elif isinstance(event, InputRejected) and event.input_seq is not None and event.input_type in INPUTS:
                 refusals[(event.input_seq, event.input_part or 0)] = f"{event.rule}: {event.reason}"
@@ -295,6 +304,7 @@ class GangsProjection(Projection):
         for h in [*newly_refused, *fresh] if refusals else ():
             h.refused = refusals.get(h.key, h.refused)
         queue = held + fresh
+        _place(queue, fresh)
         ready, waiting = _split(queue, answered)
         if ready:
             _Fold(conn, [queue[i] for i in ready if queue[i].type != TICK], self._rows).write()
@@ -329,6 +339,21 @@ def _split(queue: list[Held], answered: int) -> tuple[list[int], list[int]]:
     return ready, waiting
 
 
+def _place(queue: list[Held], fresh: list[Held]) -> None:
+    """The slot of each new timer's or announcement's anchor: the part of the message at its basis
+    that caused it (its envelope's `causation`; admission fires a timer before the part whose time
+    passed the deadline, and announces what folding a part decided after that part). Found among
+    what waits; if that part was applied already, where exactly does not matter any more."""
+    placed = [h for h in fresh if h.anchor is not None and h.rank != CYCLE]
+    if not placed:
+        return
+    parts = {(h.seq, h.envelope.id): h.part for h in queue if h.anchor is None and h.envelope is not None}
+    for h in placed:
+        causation = h.envelope.causation if h.envelope is not None else None
+        found = parts.get((h.anchor, causation)) if causation is not None and h.anchor is not None else None
+        h.slot = found if found is not None else (0 if h.rank == BEFORE else LAST)
+
+
 def _anchor(envelope: Envelope) -> tuple[int | None, int]:
     """Where an admission decision takes effect, if not at its own position (None): at the
     position it is based on, `BEFORE` the event there (what a timer fired when time advanced
@@ -337,7 +362,7 @@ def _anchor(envelope: Envelope) -> tuple[int | None, int]:
     announced as it applied that input: a gang done, cancelled, refused, requeued after a
     preemption), or after its message (`CYCLE`: a cycle's decisions, at its trigger)."""
     if envelope.source != ADMISSION or envelope.basis is None:
-        return None, AFTER
+        return None, OWN
     event = envelope.event
     if event.type in ANCHORED:
         return envelope.basis, CYCLE
@@ -356,15 +381,15 @@ def _load_waiting(conn: Connection) -> tuple[list[Held], int]:
     rows = conn.execute("SELECT answered FROM gangs_answered").fetchall()
     answered = int(rows[0][0]) if rows else 0
     held: list[Held] = []
-    for seq, part, kind, message, refused, anchor, rank in conn.execute(
-            "SELECT seq, part, type, message, refused, anchor, anchor_rank FROM gangs_held ORDER BY seq, part"
-    ).fetchall():
+    for seq, part, kind, message, refused, anchor, rank, slot in conn.execute(
+            "SELECT seq, part, type, message, refused, anchor, anchor_rank, anchor_part FROM gangs_held "
+            "ORDER BY seq, part").fetchall():
         try:
             envelope: Envelope | None = decode(bytes(message))
         except DecodeError:
             envelope = None
         held.append(Held(int(seq), str(kind), envelope, refused, anchor, int(part), None,
-                         AFTER if rank is None else int(rank)))
+                         OWN if rank is None else int(rank), LAST if slot is None else int(slot)))
     return held, int(answered)
 
 
@@ -384,7 +409,7 @@ def _keep_waiting(conn: Connection, queue: list[Held], held: int, ready: list[in
                          "AND gangs_held.part = m.part")
     new = [(h, h.envelope) for h in (queue[i] for i in waiting if i >= held) if h.envelope is not None]
     insert_rows(conn, "gangs_held", HELD, [
-        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.anchor, h.rank)
+        (h.seq, h.part, h.type, h.raw if h.raw is not None else encode(e), h.refused, h.anchor, h.rank, h.slot)
         for h, e in new])
     for h, _ in new:
         h.raw = None  # stored: what waits is kept decoded, not twice

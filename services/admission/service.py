@@ -5,9 +5,10 @@ when inputs were folded since the last cycle and the fold has reached the clock'
 (under load at most every `MIN_CYCLE_INTERVAL`; after a quiet spell, `DEBOUNCE` later, so that
 a burst shares one cycle), and when the earliest timer is due, so that timeouts fire on a quiet
 log. It does not wait for the previous cycle's decisions to be published or read back: they
-took effect at their trigger (`services/admission/domain/state.py`). A tick is not published
-while the previous one is still ahead of the fold: that one's cycle will decide what was folded
-meanwhile (in a burst, the fold runs behind the log). Ticks are events: replay sees the same
+took effect at their trigger (`services/admission/domain/state.py`). No tick is published while
+the previous one is still ahead of the fold, not even for a timer: that one's cycle will decide
+what was folded meanwhile (in a burst, the fold runs behind the log), and it fires the timers
+due by its time. Ticks are events: replay sees the same
 ones. Scenario runs switch the clock off and publish their own ticks.
 """
 
@@ -46,20 +47,24 @@ class Clock:
     async def on_batch(self, last_seq: int) -> None:
         self.wake.set()
 
+    def _ahead(self) -> bool:
+        """Whether the last tick is still ahead of the fold: it will cycle what is folded before it,
+        and fire the timers due by its time (see the module doc). No tick meanwhile."""
+        return self.folder.state.last_seq < self.tick_seq
+
     def _wanted(self) -> bool:
-        state = self.folder.state
-        # a tick still ahead of the fold will cycle what was folded meanwhile: see the module doc
-        return state.last_seq >= self.tick_seq and any(rt.dirty for rt in state.trees.values())
+        return not self._ahead() and any(rt.dirty for rt in self.folder.state.trees.values())
 
     async def run(self) -> None:
         self.wake.set()  # look once at start: inputs folded by the rebuild may be waiting for a cycle
         while True:
             deadline = self.folder.state.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            # a timer due while a tick is ahead waits for the fold to read it (woken per batch)
+            timeout = None if deadline is None or self._ahead() else max(0.0, deadline - time.time())
             with anyio.move_on_after(timeout if timeout is not None else 3600):
                 await self.wake.wait()
             self.wake = anyio.Event()
-            due = deadline is not None and time.time() >= deadline
+            due = deadline is not None and time.time() >= deadline and not self._ahead()
             if self._wanted() or due:
                 # Under load a tick goes out once the fold has read the previous one, and at least
                 # MIN_CYCLE_INTERVAL after it: what came in meanwhile is its batch. After a quiet

@@ -4,6 +4,7 @@ previous cycle's decisions to be published or read back: they took effect at the
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from events import Envelope, Event, at_seconds
@@ -47,3 +48,18 @@ async def test_the_next_tick_waits_until_the_fold_has_read_the_previous_one() ->
     assert decided.count("GangAdmitted") == 1
     assert rt.dirty and folder.state.last_seq > clock.tick_seq
     assert clock._wanted()  # although that cycle's decisions are not published
+
+
+async def test_a_due_timer_does_not_tick_while_the_last_tick_is_ahead_of_the_fold() -> None:
+    log = MemoryLog()
+    folder = AdmissionFolder()
+    await _append(log, tree(), host(cpu=10), pool("/a"), gang("w", "/a", tasks=1, size=2, timeout=0.0))
+    fold_batch(folder, await log.read(1), 0)
+    assert folder.state.next_deadline() is not None  # the waiting gang's deadline: due at once
+    clock = Clock(log, folder)
+    await clock.tick()  # ahead of the fold from now on: it will fire the timer when it is read
+    with anyio.move_on_after(0.2):
+        await clock.run()
+    assert clock.count == 1  # the due timer made no second tick
+    fold_batch(folder, await log.read(5), 4)  # the fold reads the tick (the timer fires there)
+    assert not clock._ahead()

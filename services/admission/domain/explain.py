@@ -193,7 +193,7 @@ class History:
 
     def observe(self, event: Event, time: float) -> None:
         """Note what `event` (stamped `time`, seconds) tells about a gang; other events are ignored."""
-        if event_class(event) is GangAdmitted:  # read back: the model, or its view (events.views)
+        if event_class(event) is GangAdmitted:  # the model (as decided), or a view of it (events.views)
             admitted = cast(GangAdmitted, event)
             self.admitted[(admitted.tree, admitted.gang)] = admitted.queue
         elif isinstance(event, GangCancelled):
