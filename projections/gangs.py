@@ -131,7 +131,6 @@ DECISIONS = frozenset(
     {"GangAdmitted", "GangMovedToQueue", "GangRequeued", "GangTimedOut", "GangFinished", "PreemptionRequested"}
 )
 HELD_TYPES = WAITS | DECISIONS
-TIMERS = frozenset({"GangTimedOut", "GangFinished", "GangRequeued"})  # what a timer may announce
 # A cycle's decisions take effect at its trigger (their basis), and answer the inputs before it
 # once the cycle is complete (its CycleCompleted, same basis, comes after them): the inputs and the
 # cycle's admissions are then applied together, and an admitted gang's rows are written once, not
@@ -226,8 +225,9 @@ _DDL = (
 @dataclass(slots=True)
 class Held:
     """An event of interest. `at` is where admission's fold applies it: its own position; or, for
-    a timer's announcement, just before the position it is based on (the timer fired there); or,
-    for a cycle's decision, just after its cycle's trigger."""
+    an admission decision (`_anchor`), against the part (`slot`) of the message it is based on:
+    a timer's just before it, an announcement of its fold just after it, a cycle's decision after
+    the whole message (its cycle's trigger)."""
 
     seq: int
     type: str
@@ -350,7 +350,7 @@ def _place(queue: list[Held], fresh: list[Held]) -> None:
     parts = {(h.seq, h.envelope.id): h.part for h in queue if h.anchor is None and h.envelope is not None}
     for h in placed:
         causation = h.envelope.causation if h.envelope is not None else None
-        found = parts.get((h.anchor, causation)) if causation is not None and h.anchor is not None else None
+        found = parts.get((h.anchor or 0, causation)) if causation is not None else None
         h.slot = found if found is not None else (0 if h.rank == BEFORE else LAST)
 
 

@@ -69,14 +69,12 @@ class AdmissionFolder:
         state = self.state
         outcomes = state.apply(envelope.event, seq, seconds_of(envelope))
         # 2. at the end of its message, run the cycles it started (decided, then applied).
-        if last and (state.due or state.full):
-            if part:
-                outcomes = [naming_part(o, seq, part) for o in outcomes]
-            outcomes += run_cycles(state, seq)
-        elif not outcomes:
+        cycles = run_cycles(state, seq) if last and (state.due or state.full) else []
+        if not outcomes and not cycles:
             return []
-        elif part:
+        if part:
             outcomes = [naming_part(o, seq, part) for o in outcomes]
+        outcomes += cycles
         time = at_seconds(state.now)  # the cycles do not move the clock
         return decision_envelopes(SERVICE, outcomes, seq, envelope.id, time)  # not validated again
 

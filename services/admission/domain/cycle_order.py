@@ -75,7 +75,7 @@ class CycleOrder(Generic[T]):
         return out
 
     def _feed(self, envelope: Envelope, seq: int, last: bool, out: list[T]) -> None:
-        if envelope.source == ADMISSION and event_class(envelope.event) in CYCLE_DECISIONS:
+        if is_cycle_decision(envelope):
             self._decision(envelope, out)
             return
         if self._open:
