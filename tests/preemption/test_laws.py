@@ -22,7 +22,8 @@ At every pass, on the state the pass saw (`System.on_pass`):
 3. never for a pool that is not over: a pool giving back between pools is over its entitlement
    in that bucket (requests outstanding counted as given back) and the gang holds a kind in
    excess; inside a pool, the gang made room for is pending in that pool, of higher priority,
-   in the same bucket, and short of room (it did not fit);
+   in the same bucket, and short of room (it did not fit) once the gangs at the head of the
+   queues the cycle visits before its own have theirs (make_room counts their room as spoken for);
 
 and at the pass of a settling tick, against the pass before it:
 
@@ -43,7 +44,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events import PreemptionRequested, TaskStateChanged
-from services.admission.domain.model import ADMITTED, PENDING, Gang, Ledger
+from services.admission.domain.model import ADMITTED, CYCLE_ORDER, PENDING, Gang, Ledger
 from services.admission.domain.state import TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, exceeds, free, short_of
 from services.preemption.domain.holdings import copy_ledger, held_by, live_tasks
@@ -261,7 +262,15 @@ class Laws:
                 b = rt.gangs[p.for_gang]
                 assert b.state == PENDING and b.pool == g.pool and pools[g.pool].preempt_lower_priority, (p, b)
                 assert b.priority > g.priority and b.revocable == g.revocable, (p, b)
-                room = free(target, _bucket(before[g.pool], slack), b.resources)
+                # the gangs at the head of the queues the next cycle visits before b's claim their
+                # room first (in b's bucket): a non-preemptible head that fits comes before b
+                held = dict(_bucket(before[g.pool], slack))
+                assert b.queue is not None
+                for name in CYCLE_ORDER[:CYCLE_ORDER.index(b.queue)]:
+                    head = next(iter(rt.queues[g.pool][name].ordered()), None)
+                    if head is not None and head.revocable == b.revocable:
+                        add_into(held, head.resources)
+                room = free(target, held, b.resources)
                 assert short_of(b.resources, room), (p, b.resources, room)
         # 2. the overshoot never below the guarantee (between pools): replaying each pool's gangs in
         #    the order given, a gang not needed in full for any kind still in excess leaves, on
