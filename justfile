@@ -15,6 +15,10 @@ check:
     {{venv}}/bin/ruff check events projections services tests bench
     {{venv}}/bin/mypy --strict services/tree/domain services/admission/domain events
 
+# Property tests drawing new examples each run (the suite itself is derandomized).
+fuzz:
+    HYPOTHESIS_PROFILE=deep {{venv}}/bin/python -m pytest -q -m "not nats" tests
+
 # Run the public scenarios.
 scenarios:
     {{venv}}/bin/poolwise scenario run ../shared/scenarios/*.yaml

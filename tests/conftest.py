@@ -14,6 +14,10 @@ Tests run one at a time and each starts by deleting the streams before it, so no
 another's events. On a server given by `NATS_URL` (not ours), only streams the tests created are
 deleted; if another stream holds the subjects, the test is skipped.
 
+Property tests (hypothesis) are derandomized: every run of the suite tries the same examples, so
+a red run is a real change, not a new draw (a draw that fails is kept as an explicit example).
+`HYPOTHESIS_PROFILE=deep` draws new examples each run (`just fuzz`): for looking, not for CI.
+
 Async tests use anyio's plugin: `@pytest.mark.anyio` (backend: asyncio, which nats-py needs).
 Tests that use `nats_url` (directly or through the fixtures above) are marked `nats`.
 """
@@ -25,11 +29,16 @@ from collections.abc import AsyncIterator, Iterator
 from itertools import count
 
 import pytest
+from hypothesis import settings
 from nats.js.api import StorageType, StreamConfig
 
 from events.subjects import STREAM
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
+
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("deep", derandomize=False, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TEST_STREAM_MARK = "poolwise test stream: the test suite deletes and recreates it"
 _names = count(1)
