@@ -51,10 +51,11 @@ a decision admission made before that timer fired is applied where it lands (the
 from there); `gangs_answered` is one position for the whole log, not one per tree (a tick answered
 by its first tree's cycle lets a preemption that lands before another tree's decisions of the same
 tick go first: the later requeue puts that right); and if admission's publish batches land out of
-order (a reconnect, docs/architecture.md), what the later batch answers (a refusal, a cycle's
-`CycleCompleted`) counts for inputs before the earlier batch's decisions are in: the rows of the
-gangs involved can then differ from admission's for good (a stale admission is ignored); the log
-and every service's state are right, and so is the read model rebuilt from the log.
+order (a reconnect, on a nats-server without atomic batches: docs/architecture.md), what the
+later batch answers (a refusal, a cycle's `CycleCompleted`) counts for inputs before the earlier
+batch's decisions are in: the rows of the gangs involved can then differ from admission's for good
+(a stale admission is ignored); the log and every service's state are right, and so is the read
+model rebuilt from the log.
 
 Effects, as admission's fold has them:
 - first members: the gang is `waiting` (refused: `rejected`, with the refusal as `last_reason`);

@@ -1,0 +1,168 @@
+"""An append of many messages lands whole and in order even when the connection is cut in the middle
+of it (JetStream only: the memory log has no connection to lose).
+
+A proxy between the log and a real nats-server cuts the connection once a given number of bytes
+went through it in one direction: the chunk in hand is dropped, both sides are aborted, and
+nats-py reconnects (through the proxy again) and sends what it buffered meanwhile. Sent message
+by message, the messages lost with the cut were sent again after those published during the
+reconnect had landed: the append landed out of order (seen in 4 of 4 tries at this size before
+atomic batches). Cutting the answers instead (server to client) loses PubAcks of a batch that did
+land: the batch sent again is refused as duplicates and each message is answered with where it is.
+An append small enough to reach the socket in one write is sent message by message (a tail of it is
+lost, and sent again in order); a larger one in atomic batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import pytest
+from nats.js.api import StorageType, StreamConfig
+
+from events import Envelope, GangCancelled, decode
+from services.common.jetstream import JetStreamLog, _atomic_chunks
+from services.common.natsserver import EmbeddedNats
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SAFETY = 120  # seconds: a hung test fails instead of hanging the run (not a timing assertion)
+PAD = "x" * 20_000  # large messages, so that an append is still being written when the cut comes
+
+
+class CuttingProxy:
+    """Forwards TCP between clients and `upstream`; `cut(after, upstream=True)` drops the
+    connection once `after` more bytes went towards the server (or towards the client)."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.port = 0
+        self.cuts = 0
+        self._budget: dict[bool, int | None] = {True: None, False: None}
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def cut(self, after: int, *, upstream: bool = True) -> None:
+        self._budget[upstream] = after
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.upstream)
+        writers = (client_w, server_w)
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool) -> None:
+            try:
+                while data := await reader.read(16384):
+                    budget = self._budget[upstream]
+                    if budget is not None:
+                        if budget < len(data):  # this chunk is lost, and the connection with it
+                            self._budget[upstream] = None
+                            self.cuts += 1
+                            for w in writers:
+                                w.transport.abort()
+                            return
+                        self._budget[upstream] = budget - len(data)
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                for w in writers:
+                    w.close()
+
+        await asyncio.gather(pipe(client_r, server_w, True), pipe(server_r, client_w, False),
+                             return_exceptions=True)
+
+
+def cancels(batch: int, n: int) -> list[Envelope]:
+    return [Envelope(id=f"cut-{batch}-{i}", time=T0, source="test",
+                     event=GangCancelled(tree="t1", gang=f"g{batch}-{i}", reason=PAD)) for i in range(n)]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    nats = EmbeddedNats(tmp_path).start()
+    try:
+        yield nats
+    finally:
+        nats.stop()
+
+
+async def appended_through_cuts(server: EmbeddedNats, upstream: bool, rounds: int = 3, n: int = 400,
+                                cut: int = 500_000) -> None:
+    proxy = CuttingProxy(int(server.url.rsplit(":", 1)[1]))
+    await proxy.start()
+    log = await JetStreamLog.connect(f"nats://127.0.0.1:{proxy.port}", timeout=2.0)
+    try:
+        await log.ensure_stream(memory=True)
+        expected: list[str] = []
+        with anyio.fail_after(SAFETY):
+            for batch in range(rounds):
+                envelopes = cancels(batch, n)
+                expected += [e.id for e in envelopes]
+                proxy.cut(cut if upstream else 60, upstream=upstream)
+                while True:
+                    try:
+                        landed = await log.append(envelopes)
+                        break
+                    except Exception:  # nats-py's buffer is full while it reconnects: the caller retries
+                        await anyio.sleep(0.2)
+                seqs = [a.seq for a in landed]
+                assert seqs == list(range(seqs[0], seqs[0] + n)), "the append landed whole and in order"
+            stored = await log.read(0)
+        assert proxy.cuts == rounds
+        assert [decode(s.data).id for s in stored] == expected  # each once, in the order appended
+        assert [s.seq for s in stored] == list(range(1, len(expected) + 1))
+    finally:
+        await log.close()
+        proxy.close()
+
+
+@pytest.mark.nats
+async def test_an_append_cut_on_its_way_lands_whole_and_in_order(server: EmbeddedNats) -> None:
+    await appended_through_cuts(server, upstream=True)  # 8 MB: in atomic batches
+
+
+@pytest.mark.nats
+async def test_a_small_append_cut_on_its_way_lands_in_order(server: EmbeddedNats) -> None:
+    await appended_through_cuts(server, upstream=True, n=30, cut=300_000)  # 600 KB: one write, message by message
+
+
+@pytest.mark.nats
+async def test_an_append_whose_answers_are_cut_lands_once(server: EmbeddedNats) -> None:
+    await appended_through_cuts(server, upstream=False)
+
+
+@pytest.mark.nats
+async def test_a_stream_without_atomic_batches_takes_appends_message_by_message(server: EmbeddedNats) -> None:
+    log = await JetStreamLog.connect(server.url, timeout=2.0)
+    try:
+        await log.jsm.add_stream(StreamConfig(name=log.stream, subjects=list(log.subjects), storage=StorageType.MEMORY))
+        envelopes = cancels(0, 120)  # 2.4 MB: more than one write, so an atomic batch is tried first
+        landed = await log.append(envelopes)
+        assert [a.seq for a in landed] == list(range(1, 121))
+        assert not log._publisher.atomic  # refused as disabled: the stream's own choice, kept
+        assert [decode(s.data).id for s in await log.read(0)] == [e.id for e in envelopes]
+        await log.ensure_stream(memory=True)  # turns atomic batches on for the stream
+        assert (await log.jsm.stream_info(log.stream)).config.allow_atomic
+    finally:
+        await log.close()
+
+
+def test_atomic_batches_hold_at_most_a_thousand_messages_and_8_mib() -> None:
+    small = [("s", b"x" * 10, None)] * 2500
+    assert [len(c) for c in _atomic_chunks(small)] == [1000, 1000, 500]
+    big = [("s", b"x" * (3 * 1024 * 1024), None)] * 5  # two fit in 8 MiB, three do not
+    assert [len(c) for c in _atomic_chunks(big)] == [2, 2, 1]
+    huge = [("s", b"x" * (9 * 1024 * 1024), None)] * 2  # alone above the limit: a batch of one each
+    assert [len(c) for c in _atomic_chunks(huge)] == [1, 1]
