@@ -166,3 +166,21 @@ def test_atomic_batches_hold_at_most_a_thousand_messages_and_8_mib() -> None:
     assert [len(c) for c in _atomic_chunks(big)] == [2, 2, 1]
     huge = [("s", b"x" * (9 * 1024 * 1024), None)] * 2  # alone above the limit: a batch of one each
     assert [len(c) for c in _atomic_chunks(huge)] == [1, 1]
+
+
+@pytest.mark.nats
+async def test_nats_py_does_not_give_way_within_a_small_append(server: EmbeddedNats) -> None:
+    """What `_one_write` stands on: a run of small publishes does not let the client's flusher
+    task (or anything else) run in between, so they all reach the socket in one write. A nats-py
+    that yields inside `publish` fails this, and small appends could then land out of order."""
+    log = await JetStreamLog.connect(server.url, timeout=2.0)
+    try:
+        ran: list[int] = []
+        asyncio.get_running_loop().call_soon(ran.append, 1)
+        for i in range(200):
+            await log.nc.publish("nowhere.poolwise.test", b"x" * 1000, reply=f"r.{i}", headers={"Nats-Msg-Id": str(i)})
+        assert ran == []  # nothing else ran while publishing
+        assert log._publisher._one_write([("s", b"x" * 1000, None)] * 200)
+        assert not log._publisher._one_write([("s", b"x" * 20_000, None)] * 200)  # 4 MB: not in one write
+    finally:
+        await log.close()
