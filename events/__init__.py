@@ -8,6 +8,7 @@ from events.base import Event, Frozen, Resources
 from events.codec import PACKABLE, DecodeError, decode, decode_all, encode, encode_pack, is_pack, peek_type
 from events.config import DEFAULT_KINDS, PoolConfig, TreeOptions
 from events.decisions import (
+    CYCLE_DECISION_TYPES,
     CycleCompleted,
     EntitlementsComputed,
     GangAdmitted,
@@ -42,6 +43,7 @@ POOLWISE_EVENTS = True  # marker the smoke test looks for
 
 __all__ = [
     "CURRENT_VERSIONS",
+    "CYCLE_DECISION_TYPES",
     "DEFAULT_KINDS",
     "EVENT_TYPES",
     "PACKABLE",

@@ -127,6 +127,15 @@ class GangFinished(Event):
     outcome: Literal["done", "cancelled", "timed_out", "rejected"]
 
 
+# What an admission cycle decides, closed by its `CycleCompleted` (service admission): applied at
+# the cycle's trigger (their `basis`), wherever they land in the log (docs/architecture.md, "Time,
+# ticks and cycles"). Readers that fold admission's state place them there: services/admission/
+# domain/cycle_order.py, and the `gangs` read model (projections/gangs.py).
+CYCLE_DECISION_TYPES: frozenset[str] = frozenset(
+    {"EntitlementsComputed", "GangAdmitted", "GangMovedToQueue", "CycleCompleted"}
+)
+
+
 class CycleCompleted(Event):
     """A service finished the decision cycle it ran at the tick (or cycle) at `trigger_seq`; every
     decision of that cycle precedes this event in the log. It tells readers (the next service in

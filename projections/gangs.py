@@ -87,6 +87,7 @@ from typing import Any, cast
 import pyarrow as pa
 
 from events import (
+    CYCLE_DECISION_TYPES,
     DecodeError,
     Envelope,
     GangAdmitted,
@@ -136,8 +137,8 @@ HELD_TYPES = WAITS | DECISIONS
 # once the cycle is complete (its CycleCompleted, same basis, comes after them): the inputs and the
 # cycle's admissions are then applied together, and an admitted gang's rows are written once, not
 # written pending and then updated.
-CYCLE_DECISIONS = frozenset({"EntitlementsComputed", "GangAdmitted", "GangMovedToQueue"})
-ANCHORED = frozenset({"GangAdmitted", "GangMovedToQueue"})  # held decisions that take effect at the trigger
+CYCLE_DECISIONS = CYCLE_DECISION_TYPES - {"CycleCompleted"}  # (the cycle's close answers its trigger's inputs)
+ANCHORED = CYCLE_DECISIONS & DECISIONS  # held decisions that take effect at the trigger
 # Where a decision anchored at a position (`Held.anchor`) takes effect, against the event there
 # (the part of it that caused the decision, `Held.slot`): before it (a timer's), after it (an
 # announcement of its fold), or after the whole message (a cycle's); `OWN`: an event at its own place.

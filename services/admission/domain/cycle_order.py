@@ -27,11 +27,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
-from events import CycleCompleted, EntitlementsComputed, Envelope, GangAdmitted, GangMovedToQueue, event_class
+from events import CYCLE_DECISION_TYPES, CycleCompleted, Envelope, event_class
 
 ADMISSION = "admission"
-# What an admission cycle decides: applied at its trigger, wherever it lands in the log.
-CYCLE_DECISIONS: frozenset[type] = frozenset({EntitlementsComputed, GangAdmitted, GangMovedToQueue, CycleCompleted})
 
 T = TypeVar("T")
 Step = Callable[[Envelope, int], list[T]]  # fold one event at a position; what it leads to
@@ -39,7 +37,7 @@ Step = Callable[[Envelope, int], list[T]]  # fold one event at a position; what 
 
 def is_cycle_decision(envelope: Envelope) -> bool:
     """Whether the event is one of an admission cycle's decisions (applied at its trigger)."""
-    return envelope.source == ADMISSION and event_class(envelope.event) in CYCLE_DECISIONS
+    return envelope.source == ADMISSION and envelope.event.type in CYCLE_DECISION_TYPES
 
 
 class CycleOrder(Generic[T]):
