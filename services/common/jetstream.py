@@ -64,7 +64,10 @@ ATOMIC_MESSAGES = 1000  # nats-server's largest atomic batch
 ATOMIC_BYTES = 8 * 1024 * 1024  # of payload per atomic batch: well under what the server stages
 WRITE_OVERHEAD = 256  # bytes of a publish besides its subject and payload: reply, headers, framing
 ATOMIC_DISABLED = 10174  # the stream does not allow atomic batches
-ATOMIC_AGAIN = frozenset({10176, 10167})  # the batch did not arrive whole; too many batches in flight
+# The batch did not arrive whole (a message lost with a cut, or refused: the stream's open batches
+# at their limit, 50 by default; the client sees the commit refused as incomplete); too many requests.
+ATOMIC_AGAIN = frozenset({10176, 10210, 10167})
+ATOMIC_PATIENCE = 12.0  # seconds: nats-server drops a batch left open after 10 s
 _NO_STREAM = {"error": {"code": 503, "description": "no stream takes this subject (no responders)"}}
 _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
@@ -314,23 +317,39 @@ class _Publisher:
 
     async def _publish_atomic(self, items: Sequence[_Item]) -> list[dict[str, Any]] | None:
         """Publish `items` as one atomic batch: their PubAcks (one sequence each, consecutive), or
-        None if they must go message by message (the server refused the batch, or does not batch)."""
+        None if they must go message by message (the server refused the batch, or does not batch).
+
+        A batch left unanswered (a cut) is sent again under a new id, up to `retries` times. One
+        the server did not take whole (a message lost with a cut, or the stream's limit of open
+        batches reached: batches cut short stay open until the server drops them, after 10 s) is
+        sent again after a pause, for up to `ATOMIC_PATIENCE` seconds."""
         last = len(items)
         publish = self._nc.publish
-        for attempt in range(self._retries + 1):
+        unanswered = 0
+        patience = asyncio.get_running_loop().time() + ATOMIC_PATIENCE
+        pause = 0.05
+        while True:
             reconnects = self._nc.stats["reconnects"]
             batch = _Batch(1)
             token = next(self._tokens)
             self._waiting[token] = (batch, 0)  # the commit's PubAck
+            batch.tokens[0] = token
             batch_id = f"{self._batch_prefix}{token}"
-            for number, (subject, data, headers) in enumerate(items, 1):
-                marked = {**(headers or {}), BATCH_ID: batch_id, BATCH_SEQUENCE: str(number)}
-                if number == last:
-                    marked[BATCH_COMMIT] = "1"
-                await publish(subject, data, reply=f"{self._prefix}{token}" if number == last else "", headers=marked)
-            if not await self._settled(batch, reconnects):
-                self._forget(batch, [0])
-                continue  # no answer: sent again under a new id (if it did land, that one is refused)
+            try:
+                for number, (subject, data, headers) in enumerate(items, 1):
+                    marked = {**(headers or {}), BATCH_ID: batch_id, BATCH_SEQUENCE: str(number)}
+                    if number == last:
+                        marked[BATCH_COMMIT] = "1"
+                    reply = f"{self._prefix}{token}" if number == last else ""
+                    await publish(subject, data, reply=reply, headers=marked)
+                settled = await self._settled(batch, reconnects)
+            finally:
+                self._forget(batch, [0])  # answered or not, the commit no longer holds a place
+            if not settled:
+                unanswered += 1
+                if unanswered > self._retries:
+                    return None
+                continue  # sent again under a new id (if the first did land, this one is refused)
             ack = batch.results[0] or {}
             error = ack.get("error")
             if not error:
@@ -343,10 +362,10 @@ class _Publisher:
             if code == ATOMIC_DISABLED:
                 self.atomic = False
                 return None
-            if code not in ATOMIC_AGAIN:
+            if code not in ATOMIC_AGAIN or asyncio.get_running_loop().time() + pause > patience:
                 return None
-            await asyncio.sleep(min(TICK, 0.05 * (attempt + 1)))
-        return None
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 2.0)
 
     async def _publish_each(self, items: Sequence[_Item]) -> list[dict[str, Any]]:
         """Publish all, message by message, wait for every PubAck (resending unanswered ones)."""
@@ -650,6 +669,7 @@ class JetStreamLog:
         block of the log once it is full (the events are JSON: a 50k-gang burst takes 4.8 MB of
         disk instead of 19.5; the server's CPU per gang within the spread). A stream made without
         it is changed to it; nats-server compresses the blocks it seals from its next start on."""
+        self._publisher.atomic = True  # tried again, if a publish found atomic batches off before
         try:
             info = await self.jsm.stream_info(self.stream)
         except NotFoundError:

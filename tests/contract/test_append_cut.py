@@ -15,15 +15,18 @@ lost, and sent again in order); a larger one in atomic batches.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
+import nats
 import pytest
 from nats.js.api import StorageType, StreamConfig
 
 from events import Envelope, GangCancelled, decode
+from events import subjects as subj
 from services.common.jetstream import JetStreamLog, _atomic_chunks
 from services.common.natsserver import EmbeddedNats
 
@@ -117,6 +120,7 @@ async def appended_through_cuts(server: EmbeddedNats, upstream: bool, rounds: in
                         break
                     except Exception:  # nats-py's buffer is full while it reconnects: the caller retries
                         await anyio.sleep(0.2)
+                assert not log._publisher._waiting  # no PubAck is waited for any more: the window is whole
                 seqs = [a.seq for a in landed]
                 assert seqs == list(range(seqs[0], seqs[0] + n)), "the append landed whole and in order"
             stored = await log.read(0)
@@ -153,8 +157,10 @@ async def test_a_stream_without_atomic_batches_takes_appends_message_by_message(
         assert [a.seq for a in landed] == list(range(1, 121))
         assert not log._publisher.atomic  # refused as disabled: the stream's own choice, kept
         assert [decode(s.data).id for s in await log.read(0)] == [e.id for e in envelopes]
-        await log.ensure_stream(memory=True)  # turns atomic batches on for the stream
+        await log.ensure_stream(memory=True)  # turns atomic batches on for the stream, and the publisher tries again
         assert (await log.jsm.stream_info(log.stream)).config.allow_atomic
+        assert [a.seq for a in await log.append(cancels(1, 120))] == list(range(121, 241))
+        assert log._publisher.atomic
     finally:
         await log.close()
 
@@ -183,4 +189,35 @@ async def test_nats_py_does_not_give_way_within_a_small_append(server: EmbeddedN
         assert log._publisher._one_write([("s", b"x" * 1000, None)] * 200)
         assert not log._publisher._one_write([("s", b"x" * 20_000, None)] * 200)  # 4 MB: not in one write
     finally:
+        await log.close()
+
+
+@pytest.mark.nats
+async def test_an_append_waits_for_batches_left_open_by_cuts(server: EmbeddedNats,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches cut short stay open on the server until it drops them (after 10 s), and a stream
+    takes at most 50 open at a time: an append meanwhile waits and lands as an atomic batch, not
+    message by message (where a cut could reorder it)."""
+    log = await JetStreamLog.connect(server.url, timeout=2.0)
+    raw = await nats.connect(server.url)
+    try:
+        await log.ensure_stream(memory=True)
+        for k in range(50):  # fifty producers that died in the middle of a batch
+            await raw.publish(subj.gang("t1"), b"{}", headers={"Nats-Batch-Id": f"open{k}", "Nats-Batch-Sequence": "1",
+                                                               "Nats-Msg-Id": f"open{k}"})
+        await raw.flush()
+        each: list[int] = []
+        plain = log._publisher._publish_each
+
+        async def counted(items: Sequence[Any]) -> list[dict[str, Any]]:
+            each.append(len(items))
+            return await plain(items)
+
+        monkeypatch.setattr(log._publisher, "_publish_each", counted)
+        with anyio.fail_after(SAFETY):
+            landed = await log.append(cancels(0, 120))
+        assert [a.seq for a in landed] == list(range(1, 121))  # the open batches never landed
+        assert each == []
+    finally:
+        await raw.close()
         await log.close()
