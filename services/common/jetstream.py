@@ -18,9 +18,12 @@ Throughput comes from never waiting on one message at a time:
 - `read` and `consume` drive pull consumers by sending pull requests themselves and receiving
   the messages in one subscription callback (nats-py's `fetch()` makes a task per message; a
   callback does not). One request of `window` messages is open at a time, the next one goes out
-  as soon as it is served, so the handler always has a buffer to chew on. Gaps in the consumer
-  sequence (a message lost on a reconnect) restart the consumer from the last position handed
-  out, so nothing is skipped and nothing is handed out twice.
+  as soon as it is served, so the handler always has a buffer to chew on. A reconnect, or a gap
+  in the consumer sequence, makes the consumer again from the last position handed out (what was
+  buffered is dropped), so nothing is skipped and nothing is handed out twice: after a reconnect
+  nats-server may deliver a message that was in flight after later ones, with consecutive
+  consumer sequences (a burst on a connection cut again and again skipped a pack of enqueues so,
+  `tests/service/test_admission_cut.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from typing import Any
 import nats.aio.client as _nats_client
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, NoRespondersError, OutboundBufferLimitError
+from nats.errors import TimeoutError as RequestTimeout
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -73,6 +78,7 @@ _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
 MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
 TICK = 0.5  # seconds between looks at a quiet connection
+RECONNECT_POLL = 0.05  # seconds between looks at a connection that is reconnecting
 DELETE_SETTLE = 0.25  # seconds after deleting a stream before it may be created again (see delete_stream)
 COMPRESSION = StoreCompression.S2  # of a file-stored stream's blocks (see ensure_stream)
 
@@ -329,7 +335,7 @@ class _Publisher:
         patience = asyncio.get_running_loop().time() + ATOMIC_PATIENCE
         pause = 0.05
         while True:
-            reconnects = self._nc.stats["reconnects"]
+            reconnects = await self._connected()
             batch = _Batch(1)
             token = next(self._tokens)
             self._waiting[token] = (batch, 0)  # the commit's PubAck
@@ -343,12 +349,15 @@ class _Publisher:
                     reply = f"{self._prefix}{token}" if number == last else ""
                     await publish(subject, data, reply=reply, headers=marked)
                 settled = await self._settled(batch, reconnects)
+            except OutboundBufferLimitError:  # the connection went meanwhile: again once it is back
+                settled = False
             finally:
                 self._forget(batch, [0])  # answered or not, the commit no longer holds a place
             if not settled:
-                unanswered += 1
-                if unanswered > self._retries:
-                    return None
+                if self._nc.stats["reconnects"] == reconnects:  # no answer on a steady connection
+                    unanswered += 1
+                    if unanswered > self._retries:
+                        return None
                 continue  # sent again under a new id (if the first did land, this one is refused)
             ack = batch.results[0] or {}
             error = ack.get("error")
@@ -371,15 +380,23 @@ class _Publisher:
         """Publish all, message by message, wait for every PubAck (resending unanswered ones)."""
         batch = _Batch(len(items))
         todo: Sequence[int] = range(len(items))
+        unanswered = 0
         try:
-            for _ in range(self._retries + 1):
-                reconnects = self._nc.stats["reconnects"]
-                sent = await self._send(batch, items, todo, reconnects)
+            while True:
+                reconnects = await self._connected()
+                try:
+                    sent = await self._send(batch, items, todo, reconnects)
+                except OutboundBufferLimitError:  # the connection went meanwhile: again once it is back
+                    sent = False
                 if sent and await self._settled(batch, reconnects):
                     return [r for r in batch.results if r is not None]
                 todo = [i for i, r in enumerate(batch.results) if r is None]
                 self._forget(batch, todo)
-            raise TimeoutError(f"JetStream did not acknowledge {batch.remaining} of {len(items)} publishes")
+                if self._nc.stats["reconnects"] == reconnects:  # no answer on a steady connection
+                    unanswered += 1
+                    if unanswered > self._retries:
+                        raise TimeoutError(f"JetStream did not acknowledge {batch.remaining} of {len(items)} "
+                                           "publishes")
         finally:
             if batch.remaining:
                 self._forget(batch, [i for i, r in enumerate(batch.results) if r is None])
@@ -401,6 +418,16 @@ class _Publisher:
             subject, data, headers = items[index]
             await publish(subject, data, reply=f"{prefix}{token}", headers=headers)
         return True
+
+    async def _connected(self) -> int:
+        """Once the client is connected (it reconnects on its own, for as long as it takes): how
+        many times it has reconnected. A publish made while it reconnects is only buffered, and a
+        full buffer refuses it."""
+        while not self._nc.is_connected:
+            if self._nc.is_closed:
+                raise ConnectionClosedError
+            await asyncio.sleep(RECONNECT_POLL)
+        return int(self._nc.stats["reconnects"])
 
     async def _settled(self, batch: _Batch, reconnects: int) -> bool:
         """Wait while acks keep coming; False after `timeout` without any, or after a reconnect."""
@@ -560,6 +587,15 @@ class _Puller:
         await self._request()
 
     def _on_data(self, subject: str, reply: str, data: bytes, msg_id: str | None) -> None:
+        if self._nc.stats["reconnects"] != self._reconnects:
+            # Received on a new connection: this consumer's deliveries cannot be trusted any more.
+            # nats-server may hand a message that was in flight when the old connection went out
+            # again after later ones (seen: 23, 25, ..., with consecutive consumer sequences, and
+            # 24 dropped here as a redelivery), so the consumer is made again from the last
+            # message handed out (`ConsumerLost`).
+            self._error = ConsumerLost("the connection was re-established")
+            self._wake.set()
+            return
         tokens = reply.split(".")
         if len(tokens) < 9 or tokens[1] != "ACK":
             return
@@ -584,9 +620,8 @@ class _Puller:
         quiet = 0.0
         while not self.items:
             self._check()
-            if self._nc.stats["reconnects"] != self._reconnects and self._nc.is_connected:
-                self._reconnects = self._nc.stats["reconnects"]
-                self._current = 0  # the open request died with the old connection: ask again
+            if self._nc.stats["reconnects"] != self._reconnects:
+                raise ConsumerLost("the connection was re-established")  # (see `_on_data`)
             self._wake.clear()
             await self._request()
             received = self._received
@@ -602,6 +637,8 @@ class _Puller:
     def _check(self) -> None:
         if self._error is not None:
             raise self._error
+        if self._nc.stats["reconnects"] != self._reconnects:
+            raise ConsumerLost("the connection was re-established")  # what is buffered goes too
 
 
 class JetStreamLog:
@@ -646,8 +683,14 @@ class JetStreamLog:
         return cls(nc, owns_connection=True, **options)
 
     async def close(self) -> None:
-        if self._owns and not self.nc.is_closed:
-            await self.nc.drain()
+        """Drain and close the connection (if the log owns it); one that is reconnecting, or
+        connecting, is closed at once (nats-py refuses to drain it)."""
+        if not self._owns or self.nc.is_closed:
+            return
+        if self.nc.is_reconnecting or self.nc.is_connecting:
+            await self.nc.close()
+            return
+        await self.nc.drain()
 
     async def __aenter__(self) -> JetStreamLog:
         return self
@@ -842,7 +885,18 @@ class JetStreamLog:
         position = after_seq
         losses = 0
         while True:
-            info = await self._durable_at(durable, subjects, position)
+            reconnects = await self._publisher._connected()
+            try:
+                info = await self._durable_at(durable, subjects, position)
+            except (RequestTimeout, NoRespondersError, OutboundBufferLimitError):
+                # the connection cut while asking (or JetStream slow to answer): again, once
+                # connected; only failures on a steady connection count towards giving up
+                if self.nc.stats["reconnects"] == reconnects:
+                    losses += 1
+                    if losses >= MAX_LOSSES:
+                        raise
+                await asyncio.sleep(0.05 * max(losses, 1))
+                continue
             before = position
             last_cseq = info.delivered.consumer_seq if info.delivered else 0
             puller = _Puller(self.nc, self._api, self.stream, durable, window=window, last_cseq=last_cseq,

@@ -29,62 +29,13 @@ from events import Envelope, GangCancelled, decode
 from events import subjects as subj
 from services.common.jetstream import JetStreamLog, _atomic_chunks
 from services.common.natsserver import EmbeddedNats
+from tests.cutting_proxy import CuttingProxy
 
 pytestmark = pytest.mark.anyio
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SAFETY = 120  # seconds: a hung test fails instead of hanging the run (not a timing assertion)
 PAD = "x" * 20_000  # large messages, so that an append is still being written when the cut comes
-
-
-class CuttingProxy:
-    """Forwards TCP between clients and `upstream`; `cut(after, upstream=True)` drops the
-    connection once `after` more bytes went towards the server (or towards the client)."""
-
-    def __init__(self, upstream: int) -> None:
-        self.upstream = upstream
-        self.port = 0
-        self.cuts = 0
-        self._budget: dict[bool, int | None] = {True: None, False: None}
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-
-    def cut(self, after: int, *, upstream: bool = True) -> None:
-        self._budget[upstream] = after
-
-    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.upstream)
-        writers = (client_w, server_w)
-
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool) -> None:
-            try:
-                while data := await reader.read(16384):
-                    budget = self._budget[upstream]
-                    if budget is not None:
-                        if budget < len(data):  # this chunk is lost, and the connection with it
-                            self._budget[upstream] = None
-                            self.cuts += 1
-                            for w in writers:
-                                w.transport.abort()
-                            return
-                        self._budget[upstream] = budget - len(data)
-                    writer.write(data)
-                    await writer.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                for w in writers:
-                    w.close()
-
-        await asyncio.gather(pipe(client_r, server_w, True), pipe(server_r, client_w, False),
-                             return_exceptions=True)
 
 
 def cancels(batch: int, n: int) -> list[Envelope]:
