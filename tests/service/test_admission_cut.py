@@ -13,19 +13,15 @@ import random
 from pathlib import Path
 
 import anyio
-import duckdb
 import pytest
 
 from bench.workload import Workload, config_events, envelope, gang_event
 from events import CycleCompleted, Envelope, GangCancelled, TreeOptions, decode_all
-from services.admission.folder import SUBJECTS, AdmissionFolder
-from services.common.folding import fold_batch
 from services.common.jetstream import JetStreamLog
-from services.common.memlog import subject_filter
 from services.launcher import start_services
 from services.replay import verify
 from tests.cutting_proxy import CuttingProxy
-from tests.service.test_cycles_in_a_burst import T0, WAIT, _quiet
+from tests.service.test_cycles_in_a_burst import T0, WAIT, _quiet, projected_as_admission_folds
 
 pytestmark = pytest.mark.anyio
 
@@ -75,14 +71,6 @@ async def test_a_burst_with_admission_cut_off_again_and_again_projects_as_admiss
     envelopes: list[Envelope] = [e for s in messages for e in decode_all(s.data)]
     assert any(isinstance(e.event, CycleCompleted) and e.event.service == "admission" for e in envelopes)
 
-    folder = AdmissionFolder()
-    wanted = subject_filter(SUBJECTS)
-    fold_batch(folder, [s for s in messages if wanted(s.subject)], 0)
-    rt = folder.state.runtime(w.tree)
-    with duckdb.connect(str(tmp_path / "tree" / "tree.duckdb"), read_only=True) as conn:
-        gangs = dict(conn.execute("SELECT gang, state FROM gangs").fetchall())
-        tasks = dict(conn.execute("SELECT task, state FROM tasks").fetchall())
+    gangs = projected_as_admission_folds(messages, w.tree, tmp_path)
     assert len(gangs) == w.gangs
-    assert gangs == {g.id: g.state for g in rt.gangs.values()}
-    assert tasks == {t.id: t.state for t in rt.tasks.values()}
     assert {"admitted", "pending", "cancelled"} <= set(gangs.values())

@@ -86,14 +86,20 @@ async def test_a_burst_decided_cycle_by_cycle_replays_clean_and_projects_as_admi
     report = verify(messages)
     assert report.ok, [f.line() for f in report.findings[:5]]
 
+    gangs = projected_as_admission_folds(messages, w.tree, tmp_path)
+    assert {"admitted", "pending", "cancelled"} <= set(gangs.values())
+
+
+def projected_as_admission_folds(messages: list[Stored], tree: str, data_dir: Path) -> dict[str, str]:
+    """Assert that the tree service's `gangs` and `tasks` tables (in `data_dir`) hold each gang's
+    and task's state as a fresh fold of admission's state from `messages` has it; the gangs' states."""
     folder = AdmissionFolder()
     wanted = subject_filter(SUBJECTS)
     fold_batch(folder, [s for s in messages if wanted(s.subject)], 0)
-    rt = folder.state.runtime(w.tree)
-    with duckdb.connect(str(tmp_path / "tree" / "tree.duckdb"), read_only=True) as conn:
+    rt = folder.state.runtime(tree)
+    with duckdb.connect(str(data_dir / "tree" / "tree.duckdb"), read_only=True) as conn:
         gangs = dict(conn.execute("SELECT gang, state FROM gangs").fetchall())
         tasks = dict(conn.execute("SELECT task, state FROM tasks").fetchall())
     assert gangs == {g.id: g.state for g in rt.gangs.values()}
     assert tasks == {t.id: t.state for t in rt.tasks.values()}
-    states = set(gangs.values())
-    assert {"admitted", "pending", "cancelled"} <= states
+    return {str(g): str(state) for g, state in gangs.items()}
