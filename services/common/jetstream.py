@@ -551,7 +551,10 @@ class _Puller:
         self._unserved = self._window
         body = json.dumps({"batch": self._window, "max_bytes": MAX_REQUEST_BYTES,
                            "expires": int(self._expires * 1e9), "idle_heartbeat": int(self._heartbeat * 1e9)})
-        await self._nc.publish(self._next_subject, body.encode(), reply=f"{self._inbox}{self._current}")
+        try:
+            await self._nc.publish(self._next_subject, body.encode(), reply=f"{self._inbox}{self._current}")
+        except OutboundBufferLimitError:  # reconnecting, its buffer full: this puller ends with it (`_check`)
+            self._current = 0
 
     async def _on_raw(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         self._received += 1
@@ -907,7 +910,8 @@ class JetStreamLog:
                     items = await puller.take(max_batch)
                     await handler([item.stored for item in items])
                     position = items[-1].stored.seq
-                    await self.nc.publish(items[-1].reply, b"")
+                    with contextlib.suppress(OutboundBufferLimitError):  # reconnecting, its buffer full:
+                        await self.nc.publish(items[-1].reply, b"")  # the consumer is made again at `position`
                     if linger and len(items) < max_batch:
                         await asyncio.sleep(linger)
             except ConsumerLost:
