@@ -33,8 +33,9 @@ import contextlib
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from itertools import count
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.aio.client as _nats_client
 from nats.aio.client import Client as NATS
@@ -77,6 +78,9 @@ _NO_STREAM = {"error": {"code": 503, "description": "no stream takes this subjec
 _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
 MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
+# What a request or publish meets when the connection is cut under it: asked again once it is back.
+CUT_SHORT = (RequestTimeout, NoRespondersError, OutboundBufferLimitError)
+_T = TypeVar("_T")
 TICK = 0.5  # seconds between looks at a quiet connection
 RECONNECT_POLL = 0.05  # seconds between looks at a connection that is reconnecting
 DELETE_SETTLE = 0.25  # seconds after deleting a stream before it may be created again (see delete_stream)
@@ -821,21 +825,42 @@ class JetStreamLog:
     async def read(
         self, start_seq: int = 1, subjects: Sequence[str] = (), end_seq: int | None = None
     ) -> list[Stored]:
-        end = await self.last_seq() if end_seq is None else end_seq
+        end = await self._asking(self.last_seq) if end_seq is None else end_seq
         out: list[Stored] = []
         losses = 0
         while not out or out[-1].seq < end:
             position = out[-1].seq if out else max(start_seq, 1) - 1
             if position >= end:
                 break
+            reconnects = await self._publisher._connected()
             try:
                 await self._read_into(out, position, end, subjects)
                 break
-            except ConsumerLost:
-                losses = 1 if out and out[-1].seq > position else losses + 1
-                if losses >= MAX_LOSSES:
-                    raise
+            except (ConsumerLost, *CUT_SHORT):
+                # again from what was read; only losses without progress on a steady connection
+                # count towards giving up
+                if out and out[-1].seq > position:
+                    losses = 0
+                elif self.nc.stats["reconnects"] == reconnects:
+                    losses += 1
+                    if losses >= MAX_LOSSES:
+                        raise
         return out
+
+    async def _asking(self, ask: Callable[[], Awaitable[_T]]) -> _T:
+        """`await ask()` (a JetStream API request), again while it is cut short by a reconnect; only
+        failures on a steady connection count towards giving up."""
+        failures = 0
+        while True:
+            reconnects = await self._publisher._connected()
+            try:
+                return await ask()
+            except CUT_SHORT:
+                if self.nc.stats["reconnects"] == reconnects:
+                    failures += 1
+                    if failures >= MAX_LOSSES:
+                        raise
+                await asyncio.sleep(0.05 * max(failures, 1))
 
     async def _read_into(self, out: list[Stored], after: int, end: int, subjects: Sequence[str]) -> None:
         config = ConsumerConfig(
@@ -888,18 +913,7 @@ class JetStreamLog:
         position = after_seq
         losses = 0
         while True:
-            reconnects = await self._publisher._connected()
-            try:
-                info = await self._durable_at(durable, subjects, position)
-            except (RequestTimeout, NoRespondersError, OutboundBufferLimitError):
-                # the connection cut while asking (or JetStream slow to answer): again, once
-                # connected; only failures on a steady connection count towards giving up
-                if self.nc.stats["reconnects"] == reconnects:
-                    losses += 1
-                    if losses >= MAX_LOSSES:
-                        raise
-                await asyncio.sleep(0.05 * max(losses, 1))
-                continue
+            info = await self._asking(partial(self._durable_at, durable, subjects, position))
             before = position
             last_cseq = info.delivered.consumer_seq if info.delivered else 0
             puller = _Puller(self.nc, self._api, self.stream, durable, window=window, last_cseq=last_cseq,
