@@ -51,7 +51,7 @@ from nats.js.api import (
     StoreCompression,
     StreamConfig,
 )
-from nats.js.errors import NotFoundError, ServerError
+from nats.js.errors import NotFoundError, ServerError, ServiceUnavailableError
 from nats.js.manager import JetStreamManager
 
 from events import Envelope, encode
@@ -79,7 +79,8 @@ _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
 MAX_LOSSES = 10  # consumer losses in a row, without progress, before giving up
 # What a request or publish meets when the connection is cut under it: asked again once it is back.
-CUT_SHORT = (RequestTimeout, NoRespondersError, OutboundBufferLimitError)
+# (nats-py's JetStream manager reports no responders as ServiceUnavailableError: JetStream not up yet.)
+CUT_SHORT = (RequestTimeout, NoRespondersError, ServiceUnavailableError, OutboundBufferLimitError)
 _T = TypeVar("_T")
 TICK = 0.5  # seconds between looks at a quiet connection
 RECONNECT_POLL = 0.05  # seconds between looks at a connection that is reconnecting
@@ -929,10 +930,16 @@ class JetStreamLog:
                     if linger and len(items) < max_batch:
                         await asyncio.sleep(linger)
             except ConsumerLost:
-                losses = 1 if position > before else losses + 1
-                if losses >= MAX_LOSSES:
-                    raise
-                await asyncio.sleep(0.05 * losses)  # then recreate it at the last position handled
+                # a reconnect always makes the consumer again (`_Puller._on_data`): only losses
+                # without progress on a steady connection count towards giving up (a quiet consumer
+                # would otherwise end at its tenth network blip, however far apart)
+                if position > before:
+                    losses = 0
+                if self.nc.stats["reconnects"] == puller._reconnects:
+                    losses += 1
+                    if losses >= MAX_LOSSES:
+                        raise
+                await asyncio.sleep(0.05 * max(losses, 1))  # then recreate it at the last position handled
             finally:
                 await asyncio.shield(puller.stop())
 
