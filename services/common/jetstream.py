@@ -245,6 +245,16 @@ def _atomic_chunks(items: Sequence[_Item]) -> list[Sequence[_Item]]:
     return chunks
 
 
+async def _connected(nc: NATS) -> int:
+    """Once `nc` is connected (it reconnects on its own, for as long as it takes): how many times it
+    has reconnected. A publish made while it reconnects is only buffered, and a full buffer refuses it."""
+    while not nc.is_connected:
+        if nc.is_closed:
+            raise ConnectionClosedError
+        await asyncio.sleep(RECONNECT_POLL)
+    return int(nc.stats["reconnects"])
+
+
 class _Publisher:
     """Pipelined JetStream publishes; all PubAcks land on one wildcard inbox callback."""
 
@@ -340,7 +350,7 @@ class _Publisher:
         patience = asyncio.get_running_loop().time() + ATOMIC_PATIENCE
         pause = 0.05
         while True:
-            reconnects = await self._connected()
+            reconnects = await _connected(self._nc)
             batch = _Batch(1)
             token = next(self._tokens)
             self._waiting[token] = (batch, 0)  # the commit's PubAck
@@ -388,7 +398,7 @@ class _Publisher:
         unanswered = 0
         try:
             while True:
-                reconnects = await self._connected()
+                reconnects = await _connected(self._nc)
                 try:
                     sent = await self._send(batch, items, todo, reconnects)
                 except OutboundBufferLimitError:  # the connection went meanwhile: again once it is back
@@ -423,16 +433,6 @@ class _Publisher:
             subject, data, headers = items[index]
             await publish(subject, data, reply=f"{prefix}{token}", headers=headers)
         return True
-
-    async def _connected(self) -> int:
-        """Once the client is connected (it reconnects on its own, for as long as it takes): how
-        many times it has reconnected. A publish made while it reconnects is only buffered, and a
-        full buffer refuses it."""
-        while not self._nc.is_connected:
-            if self._nc.is_closed:
-                raise ConnectionClosedError
-            await asyncio.sleep(RECONNECT_POLL)
-        return int(self._nc.stats["reconnects"])
 
     async def _settled(self, batch: _Batch, reconnects: int) -> bool:
         """Wait while acks keep coming; False after `timeout` without any, or after a reconnect."""
@@ -833,7 +833,7 @@ class JetStreamLog:
             position = out[-1].seq if out else max(start_seq, 1) - 1
             if position >= end:
                 break
-            reconnects = await self._publisher._connected()
+            reconnects = await _connected(self.nc)
             try:
                 await self._read_into(out, position, end, subjects)
                 break
@@ -853,7 +853,7 @@ class JetStreamLog:
         failures on a steady connection count towards giving up."""
         failures = 0
         while True:
-            reconnects = await self._publisher._connected()
+            reconnects = await _connected(self.nc)
             try:
                 return await ask()
             except CUT_SHORT:
