@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -207,7 +208,19 @@ def new_client() -> NATS:
 
 
 class ConsumerLost(Exception):
-    """The pull consumer vanished or skipped messages; the caller recreates it from its position."""
+    """The pull consumer vanished or skipped messages; the caller recreates it from its position.
+    `behind`: a message delivered for the first time after later ones (its stream sequence), which
+    the caller must take again, in order, from before it."""
+
+    def __init__(self, message: str, *, behind: int | None = None) -> None:
+        super().__init__(message)
+        self.behind = behind
+
+
+class OutOfOrderDelivery(RuntimeError):
+    """A consumer delivered a message for the first time after later ones had been handled: the
+    handler cannot take it in order any more. The service ends (and its supervisor starts it
+    again, rebuilding its state from the log) rather than go on without it."""
 
 
 _Item = tuple[str, bytes, dict[str, str] | None]  # subject, data, headers
@@ -609,6 +622,11 @@ class _Puller:
             return
         offset = 0 if len(tokens) == 9 else 2  # v2 ack subjects carry domain and account hash
         delivered, sseq, cseq = int(tokens[4 + offset]), int(tokens[5 + offset]), int(tokens[6 + offset])
+        if sseq <= self.high and delivered == 1:
+            # new, but behind what was handed out: never dropped (the caller goes back for it)
+            self._error = ConsumerLost(f"stream sequence {sseq} delivered after {self.high}", behind=sseq)
+            self._wake.set()
+            return
         if cseq != self._cseq + 1 and delivered == 1:
             self._error = ConsumerLost(f"consumer sequence jumped from {self._cseq} to {cseq}")
         self._cseq = cseq
@@ -837,9 +855,12 @@ class JetStreamLog:
             try:
                 await self._read_into(out, position, end, subjects)
                 break
-            except (ConsumerLost, *CUT_SHORT):
-                # again from what was read; only losses without progress on a steady connection
-                # count towards giving up
+            except (ConsumerLost, *CUT_SHORT) as exc:
+                # again from what was read (from before a message delivered late); only losses
+                # without progress on a steady connection count towards giving up
+                behind = exc.behind if isinstance(exc, ConsumerLost) else None
+                if behind is not None:
+                    del out[bisect_left([item.seq for item in out], behind):]
                 if out and out[-1].seq > position:
                     losses = 0
                 elif self.nc.stats["reconnects"] == reconnects:
@@ -929,7 +950,11 @@ class JetStreamLog:
                         await self.nc.publish(items[-1].reply, b"")  # the consumer is made again at `position`
                     if linger and len(items) < max_batch:
                         await asyncio.sleep(linger)
-            except ConsumerLost:
+            except ConsumerLost as exc:
+                if exc.behind is not None and exc.behind <= position:
+                    raise OutOfOrderDelivery(
+                        f"consumer {durable}: stream sequence {exc.behind} was delivered after {position} had been "
+                        "handled") from exc
                 # a reconnect always makes the consumer again (`_Puller._on_data`): only losses
                 # without progress on a steady connection count towards giving up (a quiet consumer
                 # would otherwise end at its tenth network blip, however far apart)
