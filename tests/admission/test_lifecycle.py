@@ -174,3 +174,19 @@ def test_a_stale_admission_of_an_earlier_attempt_does_not_admit_a_requeued_gang(
     assert (log.gang("g").state, log.gang("g").attempt) == ("pending", 1)
     assert log.ledger("/a").allocation == {"cpu": 0.0}
     assert admitted(log.tick(11)) == ["g"] and log.gang("g").attempt == 2
+
+
+def test_finished_gangs_leave_the_live_gangs_a_cycle_looks_through_and_are_still_answered() -> None:
+    log = world(pool("/a", mode="fair_share"))  # gang timeouts 30 s
+    log.feed(gang("done", "/a", tasks=1), gang("cancelled", "/a"), gang("waits", "/a", tasks=1, size=2),
+             gang("refused", "/nowhere"), gang("runs", "/a", tasks=1), at=0)
+    assert admitted(log.tick(0)) == ["done", "cancelled", "runs"]
+    log.feed(task("done/0", "succeeded"), cancel("cancelled"), at=1)
+    log.tick(31)  # "waits" (1 of 2 members) times out
+    assert {g: log.gang(g).state for g in ("done", "cancelled", "waits", "refused", "runs")} == {
+        "done": "done", "cancelled": "cancelled", "waits": "timed_out", "refused": "rejected", "runs": "admitted"}
+    assert list(log.rt.live) == ["runs"]
+    assert list(log.rt.gangs) == ["done", "cancelled", "waits", "refused", "runs"]
+    # what comes later for a finished gang is refused by its state, as before
+    out = log.feed(gang("done", "/a", tasks=1, first=1, size=1), cancel("waits"), task("done/0", "running"), at=32)
+    assert [rule for _, rule in rejected(out)] == ["gang_closed", "cancel_finished", "gang_not_admitted"]

@@ -173,7 +173,7 @@ def dominant_share(vector: Vector, capacity: Vector) -> float:
 
 def _job_usage(rt: TreeRuntime, pool: str, capacity: Vector) -> dict[str, float]:
     totals: dict[str, Vector] = {}
-    for gang in rt.gangs.values():
+    for gang in rt.live.values():
         if gang.pool == pool and gang.state == "admitted":
             add_into(totals.setdefault(gang.job, {}), gang.resources)
     return {job: dominant_share(v, capacity) for job, v in totals.items()}

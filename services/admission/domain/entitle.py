@@ -146,7 +146,7 @@ _EMPTY_ROWS = _EmptyRows()
 def _job_demands(rt: TreeRuntime) -> dict[str, dict[str, Vector]]:
     """Per leaf, per job: what its non-revocable gangs hold (live tasks only) and need (DRF's leaves)."""
     result: dict[str, dict[str, Vector]] = {}
-    for gang in rt.gangs.values():
+    for gang in rt.live.values():
         if gang.revocable or gang.state not in (ADMITTED, PENDING):
             continue
         acc = result.setdefault(gang.pool, {}).setdefault(gang.job, {})

@@ -96,7 +96,11 @@ class TreeRuntime:
     """Admission's view of one tree."""
 
     name: str
-    gangs: dict[str, Gang] = field(default_factory=dict)
+    gangs: dict[str, Gang] = field(default_factory=dict)  # every gang, finished ones too, in the order they came
+    # The unfinished gangs (waiting, pending, admitted), in the order they came: what a cycle looks
+    # through. The finished stay in `gangs` (what comes for them later is refused by their state),
+    # so a scan of `live` costs what is going on, not the tree's whole history.
+    live: dict[str, Gang] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
     queues: dict[str, dict[str, GangQueue]] = field(default_factory=dict)
     orders: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pool -> fifo_sort its queues use
@@ -241,7 +245,10 @@ class AdmissionState:
         _count(rt.running, gang, -1)
 
     def _forget_job(self, rt: TreeRuntime, gang: Gang) -> None:
+        """The gang has finished (timed out, done or cancelled): its job counts one gang less,
+        and the gang is no longer live."""
         _count(rt.jobs, gang, -1)
+        del rt.live[gang.id]
 
     def _queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
         found = rt.queues.get(pool)
@@ -314,7 +321,7 @@ def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, 
         out.append(_finished(rt, gang, "rejected"))
         return
     gang = _new_gang(state, rt, event, checked.pool, checked.need)  # its resources: what its members need
-    rt.gangs[gang.id] = gang
+    rt.gangs[gang.id] = rt.live[gang.id] = gang
     _count(rt.jobs, gang, 1)
     _add_members(state, rt, gang, event, seq, counted=True)
 

@@ -48,7 +48,7 @@ class Holdings:
         a superset of them); else every gang of the tree is looked at."""
         self._rt = rt
         self._index = admitted if isinstance(admitted, AdmittedIndex) else AdmittedIndex(
-            rt.gangs.values() if admitted is None else admitted)
+            rt.live.values() if admitted is None else admitted)
         self._gangs: dict[str, list[Gang]] = {}
         self._ledgers: dict[str, Ledger] = {}
         self.taken: set[str] = set()  # gang ids taken by this pass
