@@ -186,7 +186,22 @@ def test_finished_gangs_leave_the_live_gangs_a_cycle_looks_through_and_are_still
     assert {g: log.gang(g).state for g in ("done", "cancelled", "waits", "refused", "runs")} == {
         "done": "done", "cancelled": "cancelled", "waits": "timed_out", "refused": "rejected", "runs": "admitted"}
     assert list(log.rt.live) == ["runs"]
+    assert {pool: list(gangs) for pool, gangs in log.rt.admitted.items()} == {"/a": ["runs"]}
     assert list(log.rt.gangs) == ["done", "cancelled", "waits", "refused", "runs"]
     # what comes later for a finished gang is refused by its state, as before
     out = log.feed(gang("done", "/a", tasks=1, first=1, size=1), cancel("waits"), task("done/0", "running"), at=32)
     assert [rule for _, rule in rejected(out)] == ["gang_closed", "cancel_finished", "gang_not_admitted"]
+
+
+def test_the_admitted_gangs_of_a_pool_follow_admissions_requeues_and_ends() -> None:
+    log = world(pool("/a", mode="fair_share"), pool("/b"))
+    log.feed(gang("x", "/a", tasks=1), gang("y", "/a", tasks=1), gang("z", "/b", tasks=1), at=0)
+    log.tick(0)
+    assert {pool: list(gangs) for pool, gangs in log.rt.admitted.items()} == {"/a": ["x", "y"], "/b": ["z"]}
+    assert [g.number for g in (log.gang("x"), log.gang("y"), log.gang("z"))] == [1, 2, 3]
+    log.feed(preempt("x", "/a", "x/0"), at=1)  # not running yet: given back at once, x back to pending
+    assert log.gang("x").state == "pending"
+    log.feed(cancel("z"), task("y/0", "succeeded"), at=2)
+    assert log.rt.admitted == {}
+    log.tick(3)  # x admitted again
+    assert {pool: list(gangs) for pool, gangs in log.rt.admitted.items()} == {"/a": ["x"]}

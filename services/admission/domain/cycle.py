@@ -24,6 +24,7 @@ at the cycle's trigger (`decide.run_cycles` applies them with `AdmissionState.ap
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec, as_model
@@ -154,17 +155,39 @@ def in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: 
     if view.mode != "fair_share":
         return gangs
     # fair_share: repeatedly the first gang of the job using least (dominant share over weight 1),
-    # counting the gangs ordered before it as admitted.
+    # counting the gangs ordered before it as admitted. Only the chosen gang's job changes its
+    # usage, so each job's gangs are sorted once and the jobs kept in a heap by their first gang's
+    # key: the same order as taking the least key over every gang each time, in O(n log n).
     usage = _job_usage(rt, view.path, capacity)
-    remaining = list(gangs)
+    of_job: dict[str, list[tuple[int, int, int, str, Gang]]] = {}
+    for gang in gangs:
+        of_job.setdefault(gang.job, []).append((0 if gang.head_rank else 1, -gang.priority, gang.arrival, gang.id,
+                                                gang))
+    jobs: list[tuple[int, float, int, int, str, str]] = []
+    for job, queued in of_job.items():
+        queued.sort(key=_rank, reverse=True)  # the job's first gang last: taken with pop()
+        head, priority, arrival, gang_id, _ = queued[-1]
+        jobs.append((head, usage.get(job, 0.0), priority, arrival, gang_id, job))
+    heapq.heapify(jobs)
     ordered: list[Gang] = []
-    while remaining:
-        best = min(remaining, key=lambda g: (0 if g.head_rank else 1, usage.get(g.job, 0.0), -g.priority,
-                                             g.arrival, g.id))
+    while jobs:
+        job = heapq.heappop(jobs)[5]
+        queued = of_job[job]
+        best = queued.pop()[4]
         ordered.append(best)
-        remaining.remove(best)
-        usage[best.job] = usage.get(best.job, 0.0) + dominant_share(best.resources, capacity)
+        usage[job] = usage.get(job, 0.0) + dominant_share(best.resources, capacity)
+        if queued:
+            head, priority, arrival, gang_id, _ = queued[-1]
+            heapq.heappush(jobs, (head, usage[job], priority, arrival, gang_id, job))
     return ordered
+
+
+def _rank(entry: tuple[int, int, int, str, Gang]) -> tuple[int, int, int, str]:
+    return entry[0], entry[1], entry[2], entry[3]
+
+
+def _by_number(gang: Gang) -> int:
+    return gang.number
 
 
 def dominant_share(vector: Vector, capacity: Vector) -> float:
@@ -172,10 +195,14 @@ def dominant_share(vector: Vector, capacity: Vector) -> float:
 
 
 def _job_usage(rt: TreeRuntime, pool: str, capacity: Vector) -> dict[str, float]:
+    """Each job's dominant share of what its admitted gangs in `pool` hold, added up in the order
+    the gangs came (`Gang.number`: the same floats whatever order they were admitted in)."""
+    held = rt.admitted.get(pool)
+    if not held:
+        return {}
     totals: dict[str, Vector] = {}
-    for gang in rt.live.values():
-        if gang.pool == pool and gang.state == "admitted":
-            add_into(totals.setdefault(gang.job, {}), gang.resources)
+    for gang in sorted(held.values(), key=_by_number) if len(held) > 1 else held.values():
+        add_into(totals.setdefault(gang.job, {}), gang.resources)
     return {job: dominant_share(v, capacity) for job, v in totals.items()}
 
 

@@ -62,6 +62,7 @@ class Gang:
     admitted_at: float | None = None
     resources: Vector = field(default_factory=dict)
     slot_wait: str | None = None  # pool whose running-job limit holds this gang back
+    number: int = 0  # its place among the tree's gangs, in the order they came (1, 2, ...)
 
     @property
     def waiting_deadline(self) -> float:

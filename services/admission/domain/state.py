@@ -101,6 +101,8 @@ class TreeRuntime:
     # through. The finished stay in `gangs` (what comes for them later is refused by their state),
     # so a scan of `live` costs what is going on, not the tree's whole history.
     live: dict[str, Gang] = field(default_factory=dict)
+    admitted: dict[str, dict[str, Gang]] = field(default_factory=dict)  # leaf -> its admitted gangs, by id
+    made: int = 0  # gangs made so far (`Gang.number`)
     tasks: dict[str, Task] = field(default_factory=dict)
     queues: dict[str, dict[str, GangQueue]] = field(default_factory=dict)
     orders: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pool -> fifo_sort its queues use
@@ -242,7 +244,7 @@ class AdmissionState:
         for task in gang.tasks:
             if task.state not in TERMINAL and task.state != "pending":
                 ledger.hold(gang, task.resources, -1.0)
-        _count(rt.running, gang, -1)
+        _stopped_running(rt, gang)
 
     def _forget_job(self, rt: TreeRuntime, gang: Gang) -> None:
         """The gang has finished (timed out, done or cancelled): its job counts one gang less,
@@ -329,9 +331,10 @@ def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, 
 def _new_gang(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, pool: str,
               resources: Vector | None = None) -> Gang:
     options = state.config.tree(rt.name).options
+    rt.made += 1
     return Gang(event.gang, rt.name, pool, event.job, event.user, event.size, event.priority, event.preemptible,
                 event.revocable, event.controller, gang_timeout(event.timeout, options.gang_timeout, event.gang),
-                state.now, [], resources={} if resources is None else resources)
+                state.now, [], resources={} if resources is None else resources, number=rt.made)
 
 
 def _more_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int,
@@ -390,7 +393,7 @@ def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) 
 def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[Outcome]) -> None:
     """Every task of an admitted gang ended: done, or (if preempted) back to pending as a new attempt."""
     if any(t.state == "preempted" for t in gang.tasks):
-        _count(rt.running, gang, -1)
+        _stopped_running(rt, gang)
         for task in gang.tasks:
             task.state, task.started_at, task.preemption_requested = "pending", None, False
         gang.admitted_at, gang.head_rank, gang.slot_wait = None, 0, None
@@ -399,7 +402,7 @@ def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[
                                         reason="its tasks were preempted"), f"requeued:{gang.id}:{gang.attempt}"))
         return
     gang.state = DONE
-    _count(rt.running, gang, -1)
+    _stopped_running(rt, gang)
     state._forget_job(rt, gang)
     out.append(_finished(rt, gang, "done"))
 
@@ -444,7 +447,7 @@ def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcom
     for task in tasks:
         task.state = "ready"
     ledger.hold_all(gang, [task.resources for task in tasks], 1.0)
-    _count(rt.running, gang, 1)
+    _started_running(rt, gang)
     heapq.heappush(state._timers, (now + gang.timeout, gang.id, gang.tree, "placement", gang.attempt))
 
 
@@ -598,6 +601,24 @@ def _ledger(rt: TreeRuntime, pool: str) -> Ledger:
     if found is None:
         found = rt.ledgers[pool] = Ledger()
     return found
+
+
+def _started_running(rt: TreeRuntime, gang: Gang) -> None:
+    """The gang is admitted: counted as running, and held in its pool's admitted gangs."""
+    _count(rt.running, gang, 1)
+    held = rt.admitted.get(gang.pool)
+    if held is None:
+        held = rt.admitted[gang.pool] = {}
+    held[gang.id] = gang
+
+
+def _stopped_running(rt: TreeRuntime, gang: Gang) -> None:
+    _count(rt.running, gang, -1)
+    held = rt.admitted.get(gang.pool)
+    if held is not None:
+        held.pop(gang.id, None)
+        if not held:
+            del rt.admitted[gang.pool]
 
 
 def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
