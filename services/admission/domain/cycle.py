@@ -44,6 +44,10 @@ class Scratch:
     kept: dict[str, set[str]] = field(default_factory=dict)  # pool -> jobs first in line for a slot there
     admitted: set[str] = field(default_factory=set)  # gangs admitted by this cycle
     limits: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # memo of `slot_limits`
+    # (job, leaf) -> why the job has no running-job slot there (`_job_limits`), until a slot is
+    # taken or kept: the answer depends on nothing else, and a cycle asks it for every gang that
+    # waits for a slot, often thousands of gangs of the same few jobs
+    no_slot: dict[tuple[str, str], Verdict] = field(default_factory=dict)
 
     def ledger(self, rt: TreeRuntime, pool: str) -> Ledger:
         found = self.held.get(pool)
@@ -75,6 +79,7 @@ class Scratch:
         for pool, _ in self.slot_limits(pools, gang.pool):
             if gang.job not in self.jobs_running(rt, pool):
                 self.kept.setdefault(pool, set()).add(gang.job)
+                self.no_slot.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +144,10 @@ def _take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitle
     for gang in waiting:
         since[gang.job] = min(since.get(gang.job, gang.arrival), gang.arrival)
     waiting.sort(key=lambda g: (since[g.job], g.job, g.arrival, g.id))
+    no_slot = scratch.no_slot
     for gang in waiting:
+        if (gang.job, gang.pool) in no_slot:
+            continue  # its job has no slot there (found for an earlier gang of it): it would neither go nor keep one
         view = pools[gang.pool]
         verdict = judge(rt, gang, view, entitlements.get(gang.pool), pools, preemption_on, scratch)
         if verdict is None:
@@ -254,6 +262,9 @@ def _non_slack_fits(need: Vector, limit: Vector, held: Ledger) -> bool:
 def _job_limits(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], scratch: Scratch) -> Verdict | None:
     """Check d: a job with nothing running needs a slot at its pool and every ancestor; slots kept
     for jobs ahead of it in line count as taken."""
+    known = scratch.no_slot.get((gang.job, gang.pool))
+    if known is not None:
+        return known
     for pool, limit in scratch.slot_limits(pools, gang.pool):
         running = scratch.jobs_running(rt, pool)
         if gang.job in running:
@@ -261,8 +272,10 @@ def _job_limits(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], sc
         kept = len(scratch.kept.get(pool, set()) - {gang.job})
         if len(running) + kept + 1 > limit:
             ahead = f" and {kept} kept for jobs waiting longer" if kept else ""
-            return Verdict("job_limit", f"pool {pool} has {len(running)} running jobs of {limit}{ahead}",
-                           movable=False)
+            verdict = Verdict("job_limit", f"pool {pool} has {len(running)} running jobs of {limit}{ahead}",
+                              movable=False)
+            scratch.no_slot[(gang.job, gang.pool)] = verdict
+            return verdict
     return None
 
 
@@ -288,7 +301,10 @@ def _admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePo
     scratch.admitted.add(gang.id)
     scratch.ledger(rt, gang.pool).hold(gang, gang.resources, 1.0)
     for pool, _ in scratch.slot_limits(pools, gang.pool):
-        scratch.jobs_running(rt, pool).add(gang.job)
+        running = scratch.jobs_running(rt, pool)
+        if gang.job not in running:
+            running.add(gang.job)
+            scratch.no_slot.clear()
     attempt = gang.attempt + 1
     # The tasks are the members' `TaskSpec`s as enqueued (the same id and resources, validated
     # already), the rest plain values of the state: the model is built without validating them

@@ -526,21 +526,36 @@ def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
         rt.slot_waiters = set()
         return
     marked: set[str] = set()
+    # where a job waits for a slot depends on its leaf and the running jobs only: found once per
+    # (job, leaf) (a leaf's queues hold many gangs of the same few jobs)
+    found: dict[tuple[str, str], str | None] = {}
     for queues in rt.queues.values():
         for queue in queues.values():
             for gang in queue.ordered():
-                if gang.job in rt.running.get(gang.pool, {}):
-                    gang.slot_wait = None
-                    continue
-                for pool in _chain(gang.pool):
-                    running = rt.running.get(pool, {})
-                    cap = limit(pool)
-                    if cap is not None and gang.job not in running and len(running) >= cap:
-                        gang.slot_wait = pool
-                        break
+                key = (gang.job, gang.pool)
+                wait = found[key] if key in found else found.setdefault(key, _slot_wait(rt, gang, limit))
+                if wait != _ROOM:
+                    gang.slot_wait = wait
                 if gang.slot_wait is not None:
                     marked.add(gang.id)
     rt.slot_waiters = marked
+
+
+_ROOM = ""  # `_slot_wait`: a slot everywhere (no pool path is empty)
+
+
+def _slot_wait(rt: TreeRuntime, gang: Gang, limit: Callable[[str], int | None]) -> str | None:
+    """Where the gang's job waits for a slot: None if it runs in the gang's leaf (it needs none),
+    else the first pool up from the leaf whose running-job limit it finds full, else `_ROOM` (the
+    gang keeps its mark: first in line for the slot that freed)."""
+    if gang.job in rt.running.get(gang.pool, {}):
+        return None
+    for pool in _chain(gang.pool):
+        running = rt.running.get(pool, {})
+        cap = limit(pool)
+        if cap is not None and gang.job not in running and len(running) >= cap:
+            return pool
+    return _ROOM
 
 
 def _on_pool_changed(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
