@@ -24,10 +24,11 @@ from bench.entitlement import bench_entitlement
 from bench.pipeline import bench_pipeline
 from bench.projection_speed import measure
 from bench.report import Row, Section, machine_facts
+from bench.scale import measure as measure_scale
 from bench.workload import Workload, gang_payload_size
 from services.common.packs import PACK_EVENTS
 
-NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "projection", "pipeline")
+NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "scale", "projection", "pipeline")
 NEEDS_BASELINE = frozenset({"raw", "admission", "projection"})
 
 ENTITLEMENT_GOALS: dict[int, float] = {10_000: 0.050, 100_000: 1.0}  # pools -> seconds
@@ -54,6 +55,8 @@ class Sizes:
     pipeline_seconds: float
     pipeline_raw_n: int
     pipeline_processes: bool = True  # each service in its own process, as `poolwise up` runs them
+    scale: tuple[tuple[str, tuple[int, int]], ...] = (("history", (5000, 100_000)), ("fair_share", (5000, 20_000)),
+                                                      ("job_limits", (20_000, 90_000)))
 
     @classmethod
     def full(cls) -> Sizes:
@@ -68,7 +71,8 @@ class Sizes:
         return cls(raw_n=3000, duck_n=5000, entitlement=(1000, 10_000), entitlement_dominant=(),
                    entitlement_repeat=2, admission=Workload(gangs=3000, leaves=100, hosts=20),
                    projection_n=5000, pipeline_gangs=1500, pipeline_leaves=20,
-                   pipeline_rates=(LATENCY_GOAL_RATE,), pipeline_seconds=0.4, pipeline_raw_n=2000)
+                   pipeline_rates=(LATENCY_GOAL_RATE,), pipeline_seconds=0.4, pipeline_raw_n=2000,
+                   scale=(("history", (200, 800)), ("fair_share", (200, 800)), ("job_limits", (2000, 4000))))
 
 
 def _share(value: float, reference: float) -> float | None:
@@ -176,6 +180,38 @@ def admission_section(base: Baseline, sizes: Sizes) -> Section:
                    "pending in their new queue, so admitted + left pending = gangs.")
     s.notes.append("A ratio below 1 against raw consume means the fold, not NATS, bounds a service's input rate; "
                    "preemption folds every input again (PreemptionState holds an AdmissionState).")
+    return s
+
+
+# --- scale ----------------------------------------------------------------------------------------
+
+
+SCALE_ROWS: dict[str, tuple[tuple[str, str], ...]] = {
+    "history": (("cycle_ms", "a cycle with 100 gangs pending"),),
+    "fair_share": (("first_cycle_ms", "the cycle that orders and admits them"),
+                   ("next_cycle_ms", "the next cycle (nothing new)")),
+    "job_limits": (("first_cycle_ms", "the cycle that admits what the limits let through"),
+                   ("held_back_cycle_ms", "the next cycle, every other gang held back")),
+}
+SCALE_SIZE: dict[str, tuple[str, str]] = {
+    "history": ("finished", "gangs finished before"), "fair_share": ("pending", "gangs pending in one fair_share leaf"),
+    "job_limits": ("gangs", "gangs over 1,000 leaves with max_running_jobs 2"),
+}
+
+
+def scale_section(sizes: Sizes) -> Section:
+    runs = measure_scale(dict(sizes.scale))
+    s = Section("scale", "Admission cycles as the state grows (bench/scale.py)",
+                params={name: f"{small:,} / {large:,}" for name, (small, large) in sizes.scale})
+    for name, (small, large) in runs.items():
+        count, what = SCALE_SIZE[name]
+        for key, label in SCALE_ROWS[name]:
+            s.add(Row(f"{name}: {int(small[count]):,} {what}: {label}", small[key], "ms"))
+            growth = large[key] / small[key] if small[key] > 0 else None
+            s.add(Row(f"{name}: {int(large[count]):,} {what}: {label}", large[key], "ms", ratio=growth,
+                      against=f"the {int(small[count]):,} above (sizes x{large[count] / small[count]:g})"))
+    s.notes.append("A ratio near 1 is a cost that does not grow with that size; near the sizes' ratio, one that "
+                   "grows in proportion (the gangs held back by job limits: each is judged every cycle).")
     return s
 
 
@@ -319,6 +355,8 @@ async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
         elif name == "admission":
             assert base is not None
             section = await _timed(lambda: now(partial(admission_section, base, sizes)))
+        elif name == "scale":
+            section = await _timed(lambda: now(lambda: scale_section(sizes)))
         elif name == "projection":
             assert base is not None
             section = await _timed(lambda: now(partial(projection_section, base, sizes)))

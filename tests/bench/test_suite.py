@@ -9,7 +9,8 @@ import pytest
 
 from bench.baseline import Baseline, harmonic
 from bench.pipeline import bench_pipeline
-from bench.suite import Sizes, admission_section, entitlement_section, projection_section, raw_section
+from bench.scale import fair_share, history, job_limits
+from bench.suite import Sizes, admission_section, entitlement_section, projection_section, raw_section, scale_section
 from bench.workload import Workload
 
 BASE = Baseline(n=10, payload_size=400, nats={"raw_publish_pipelined": 40_000.0, "raw_consume_pull_callback": 80_000.0,
@@ -43,6 +44,21 @@ def test_admission_section() -> None:
     assert "fold GangEnqueued (AdmissionState.apply)" in names
     fold = section.rows[names.index("fold GangEnqueued (AdmissionState.apply)")]
     assert fold.value > 0 and fold.ratio == pytest.approx(fold.value / 80_000.0)
+
+
+def test_scale_shapes_build_what_they_say() -> None:
+    after = history(300)
+    assert (after["gangs"], after["live"]) == (400, 100)  # 300 finished, the 100 pending admitted by the cycle
+    ordered = fair_share(400)  # room for half of them
+    assert ordered["decisions"] == 200 + 2  # admissions, the entitlements computed and the cycle's close
+    limited = job_limits(4000)  # 1,000 leaves, 4 gangs each of 4 jobs: 2 jobs a leaf may run
+    assert limited["decisions"] == 2000 + 2
+
+
+def test_scale_section_compares_each_size_with_the_smaller() -> None:
+    section = scale_section(replace(TINY, scale=(("history", (50, 100)), ("fair_share", (50, 100)))))
+    assert [r.ratio is None for r in section.rows] == [True, False] * 3
+    assert all(r.value > 0 for r in section.rows)
 
 
 def test_projection_section() -> None:
