@@ -45,7 +45,7 @@ from events import (
 )
 from events.subjects import PREFIX
 from services.common.decodes import SHARED
-from services.common.log import EventLog, Stored
+from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.telemetry import span
 
@@ -175,27 +175,44 @@ OUTBOX_BATCHES = 8  # folded batches whose decisions may wait to be published be
 
 async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int:
     """Step 1: fold the whole log; publish the decisions it makes that the log lacks. Returns the
-    last folded sequence."""
-    everything = await log.read(1)  # ids of the whole log: refusals live on subjects we do not fold
+    last folded sequence.
+
+    The log is read a piece at a time (`read_in_chunks`), so a restart holds one piece and the
+    state, never the whole log. A decision lands after the position it is based on, so a decision
+    made again is known to be in the log once its id has been seen in what comes after it: the
+    decisions made and not seen yet are kept (by id, in the order they were made), those seen
+    dropped, and what is left at the end is missing (a crash came between deciding and
+    publishing) and is published. Ids are read from every subject: refusals live on subjects we
+    do not fold."""
     wanted = subject_filter(tuple(subjects))
-    history = [s for s in everything if wanted(s.subject)]
-    present = {s.msg_id for s in everything if s.msg_id}
-    if not any(s.msg_id for s in everything):  # adapters that do not keep ids: read them from the events
-        present = set()
-        for s in everything:
-            with suppress(DecodeError):
-                present.update(e.id for e in decode_all(s.data, read_envelope))
-    else:  # a pack's message id is not its events' ids
-        for s in everything:
-            if is_pack(s.data):
-                with suppress(DecodeError):
-                    present.update(e.id for e in decode_all(s.data, read_envelope))
-    with gc_paused():
-        result = fold_batch(folder, history, 0, read_envelope)
-    missing = [d for d in result.decisions if d.id not in present]
-    if missing:
-        await log.append(missing)
-    return result.last_seq
+    made: dict[str, Envelope] = {}  # decided again and not seen in the log (yet)
+    folded = 0
+    async for piece in read_in_chunks(log, 1):
+        with gc_paused():
+            result = fold_batch(folder, [s for s in piece if wanted(s.subject)], folded, read_envelope)
+        folded = max(folded, result.last_seq)
+        for decision in result.decisions:
+            made[decision.id] = decision
+        if made:
+            for seen in _ids_in(piece):
+                made.pop(seen, None)
+    if made:
+        await log.append(list(made.values()))
+    return folded
+
+
+def _ids_in(piece: Sequence[Stored]) -> Iterator[str]:
+    """The event ids of every message: its message id (`Nats-Msg-Id`), and the ids of a pack's
+    events (a pack's message id is not theirs); a message stored without one (an adapter that
+    keeps none) is read for them."""
+    for stored in piece:
+        if stored.msg_id and not is_pack(stored.data):
+            yield stored.msg_id
+            continue
+        if stored.msg_id:
+            yield stored.msg_id
+        with suppress(DecodeError):
+            yield from (e.id for e in decode_all(stored.data, read_envelope))
 
 
 async def run_folder(

@@ -7,7 +7,7 @@ suite (`tests/contract/test_log_contract.py`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,3 +101,22 @@ class EventLog(Protocol):
         a batch smaller than `max_batch` is followed by that pause before the next is taken, so
         that what arrives meanwhile comes as one batch (see `LINGER` of the preemption service)."""
         ...
+
+
+READ_CHUNK = 20_000  # messages per read when a service folds the log from the start
+
+
+async def read_in_chunks(log: EventLog, start_seq: int = 1, subjects: Sequence[str] = (),
+                         chunk: int | None = None) -> AsyncIterator[list[Stored]]:
+    """What `log.read(start_seq, subjects)` gives, as it stands when called, in pieces of at most
+    `chunk` (default `READ_CHUNK`) positions of the log each, in log order: a service that folds
+    a long log from the start holds one piece at a time, not the whole log."""
+    chunk = chunk or READ_CHUNK
+    end = await log.last_seq()
+    position = max(start_seq, 1)
+    while position <= end:
+        last = min(end, position + chunk - 1)
+        piece = await log.read(position, subjects, last)
+        if piece:
+            yield piece
+        position = last + 1

@@ -56,7 +56,7 @@ from events.commands import (
 )
 from projections.store import ProjectionStore
 from services.common.folding import gc_paused, rejection_of_malformed
-from services.common.log import BatchHandler, EventLog, StaleWrite, Stored
+from services.common.log import BatchHandler, EventLog, StaleWrite, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.requests import error_reply, serve_requests
 from services.tree.domain import paths
@@ -207,10 +207,11 @@ class TreeService:
         return self.view.fold(batch, decoded)
 
     async def catch_up(self) -> None:
-        batch = await self.log.read(self.position + 1, SUBJECTS)
-        rejections = await self.fold(batch)
-        if rejections:
-            await self.log.append(rejections)
+        """Fold what the log holds beyond our position (at a start: the whole log, a piece at a time)."""
+        async for batch in read_in_chunks(self.log, self.position + 1, SUBJECTS):
+            rejections = await self.fold(batch)
+            if rejections:
+                await self.log.append(rejections)
 
     async def on_batch(self, batch: Sequence[Stored]) -> None:
         """Fold a consumed batch, then project it (`fold_consumed`, then the projections)."""

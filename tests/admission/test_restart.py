@@ -18,6 +18,7 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup
 
+import services.common.log
 from events import (
     ClockTicked,
     CycleCompleted,
@@ -198,6 +199,20 @@ SOME = 3  # the entitlements and two admissions of the crash phase's cycle: its 
 @pytest.mark.parametrize("keep", [0, 1, SOME, -1, None], ids=["none", "entitlements", "some", "all-but-closing",
                                                           "all-then-no-ack"])
 async def test_a_service_that_dies_mid_cycle_finishes_it_after_a_restart(log: EventLog, keep: int | None) -> None:
+    await _dies_mid_cycle_and_finishes_it(log, keep)
+
+
+@pytest.mark.parametrize("keep", [1, SOME, None], ids=["entitlements", "some", "all-then-no-ack"])
+async def test_a_restart_that_reads_the_log_a_few_positions_at_a_time_finishes_the_cycle_too(
+        log: EventLog, keep: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart reads the log in pieces (`read_in_chunks`): the decisions made again are matched with
+    what the log holds across pieces (a decision lands pieces after its basis) and only the
+    missing ones are published."""
+    monkeypatch.setattr(services.common.log, "READ_CHUNK", 2)
+    await _dies_mid_cycle_and_finishes_it(log, keep)
+
+
+async def _dies_mid_cycle_and_finishes_it(log: EventLog, keep: int | None) -> None:
     clean_log = MemoryLog()
     clean = await _clean_run(clean_log)
     phases = _phases()
@@ -313,13 +328,23 @@ class _Recording(MemoryLog):
     def __init__(self) -> None:
         super().__init__()
         self.asked: list[Envelope] = []
+        self.reads: list[int] = []  # how many positions each read asked for
+
+    async def read(self, start_seq: int = 1, subjects: Sequence[str] = (), end_seq: int | None = None
+                   ) -> list[Stored]:
+        self.reads.append((end_seq if end_seq is not None else await self.last_seq()) - start_seq + 1)
+        return await super().read(start_seq, subjects, end_seq)
 
     async def append(self, envelopes: Sequence[Envelope]) -> list[Appended]:
         self.asked += envelopes
         return await super().append(envelopes)
 
 
-async def test_a_restart_asks_to_publish_nothing_the_log_already_has() -> None:
+@pytest.mark.parametrize("chunk", [None, 1, 3])
+async def test_a_restart_asks_to_publish_nothing_the_log_already_has(chunk: int | None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    if chunk is not None:  # read back a piece at a time: a decision and its basis in different pieces
+        monkeypatch.setattr(services.common.log, "READ_CHUNK", chunk)
     log = _Recording()
     async with anyio.create_task_group() as tg:
         first = Service(log)
@@ -329,10 +354,13 @@ async def test_a_restart_asks_to_publish_nothing_the_log_already_has() -> None:
             await first.settled(log)
         tg.cancel_scope.cancel()
     stored = {e.id for _, e, _ in await _contents(log)}
-    log.asked = []
+    log.asked, log.reads = [], []
     async with anyio.create_task_group() as tg:
         second = Service(log)
-        await second.start(tg)
+        await second.start(tg)  # ready once it has folded the log again
+        rebuilt = list(log.reads)
         await second.settled(log)
         tg.cancel_scope.cancel()
     assert [e.event.type for e in log.asked if e.id in stored] == []
+    if chunk is not None:  # the restart held at most `chunk` positions of the log at a time
+        assert rebuilt and max(rebuilt) <= chunk
