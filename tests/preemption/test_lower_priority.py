@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.preemption.harness import System, admitted, gang, gangs, host, pool, preempted, requests, tree
+from tests.preemption.harness import System, admitted, gang, gangs, host, pool, preempted, requests, task, tree
 
 
 def full_pool(priorities: list[int], *, option: bool = True, enabled: bool = True, state: str = "running",
@@ -120,6 +120,43 @@ def test_fair_share_a_victim_whose_job_would_then_use_less_is_not_taken() -> Non
     s.set_state("running", *[f"j1g{i}" for i in range(7)], at=1)
     s.feed(gang("h", "/a", priority=5, cpu=2, job="J1"), at=10)
     assert preempted(s.tick(10)) == ["j1g6", "j1g5"]
+
+
+def test_fair_share_counts_what_the_jobs_gangs_ask_for_as_the_cycle_does_not_what_they_still_hold() -> None:
+    """J1's gang j1a asks for 4 cpu, of which 3 tasks have ended: the cycle still counts J1 at 4 of 20
+    cpu (0.2), while its live tasks hold 1. J2 holds 4 one-cpu gangs (0.2). Taking one of J2's for h
+    (J1, 4 cpu, 3 left) would leave J2 at 0.15, below J1: the next cycle would admit it back before
+    h, and the pass take it again, without end. So nothing is taken."""
+    s = System()
+    s.feed(tree(), host(cpu=20), pool("/a", preempt_lower_priority=True, mode="fair_share"), at=0)
+    s.feed(gang("j1a", "/a", job="J1", tasks=4, priority=9), [gang(f"j2g{i}", "/a", job="J2") for i in range(4)],
+           [gang(f"j3g{i}", "/a", job="J3", priority=9) for i in range(12)], at=0)
+    assert len(admitted(s.tick(0))) == 17
+    s.set_state("running", "j1a", *[f"j2g{i}" for i in range(4)], at=1)
+    s.feed([task(f"j1a/{i}", "succeeded") for i in range(3)], at=2)
+    s.feed(gang("h", "/a", job="J1", cpu=4, priority=5), at=10)
+    assert preempted(s.tick(10)) == []
+    assert preempted(s.tick(11)) == []
+
+
+def test_no_room_is_made_for_a_gang_whose_job_the_next_cycle_gives_no_slot() -> None:
+    """/p runs at most 2 jobs. w (J3) has waited for a slot at /p since J1 and J2 took both; when J2
+    ends, the next cycle keeps the freed slot for w (it waits longest; it does not fit yet), so h
+    (J4) finds /p full. Room made for h would go back to J1's gang at the next cycle, and the pass
+    take it again at every tick: so nothing is taken, as the cycle will judge h."""
+    s = System()
+    s.feed(tree(), host(cpu=10), pool("/p", max_running_jobs=2),
+           pool("/p/a", preempt_lower_priority=True, reservation={"cpu": 6}), pool("/p/b"), at=0)
+    s.feed([gang(f"j1g{i}", "/p/a", job="J1", priority=0) for i in range(6)], gang("x", "/p/b", job="J2"), at=0)
+    assert len(admitted(s.tick(0))) == 7
+    s.feed(gang("w", "/p/b", job="J3", cpu=8), at=1)
+    s.tick(1)
+    assert s.gang("w").slot_wait == "/p"  # preemption's copy of the fold marks slot waiters too
+    s.feed(task("x/0", "succeeded"), gang("h", "/p/a", job="J4", cpu=3, priority=5), at=2)
+    for at in (3, 4, 5):
+        out = s.tick(at)
+        assert (preempted(out), admitted(out)) == ([], [])
+    assert s.state_of("h", "w") == {"h": "pending", "w": "pending"}
 
 
 def test_a_non_preemptible_gang_blocked_by_entitlement_may_take_preemptible_ones() -> None:

@@ -97,7 +97,7 @@ def decide_cycle(state: AdmissionState, tree: str, entitlements: dict[str, PoolE
     preemption_on = state.config.tree(tree).options.preemption.enabled
     scratch = Scratch()
     out: list[Outcome] = []
-    _take_waiting_jobs(rt, pools, entitlements, preemption_on, scratch, out)
+    take_waiting_jobs(rt, pools, entitlements, preemption_on, scratch, out)
     queues = rt.queues
     for path in sorted(queues):  # 1. leaf pools in path order
         view = pools.get(path)
@@ -133,7 +133,7 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
                                             reason=f"{verdict.check}: {verdict.detail}"), f"moved:{gang.id}"))
 
 
-def _take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitlements: dict[str, PoolEntitlement],
+def take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitlements: dict[str, PoolEntitlement],
                        preemption_on: bool, scratch: Scratch, out: list[Outcome]) -> None:
     """Gangs of jobs waiting for a running-job slot, first, by their job's arrival (DOMAIN §4 d)."""
     waiting = [g for g in map(rt.gangs.__getitem__, rt.slot_waiters)

@@ -41,10 +41,10 @@ from services.admission.domain.cycle import (
     Scratch,
     Verdict,
     _admit,
-    _take_waiting_jobs,
     decide_cycle,
     in_order,
     judge,
+    take_waiting_jobs,
 )
 from services.admission.domain.model import (
     ADMITTED,
@@ -291,7 +291,7 @@ def _pending(state: AdmissionState, rt: TreeRuntime, gang: Gang,
     # kept for them), then whatever it admitted in the pools and queues before this one (in this
     # queue, the gangs ahead are taken in order by `_verdicts`).
     scratch = Scratch()
-    _take_waiting_jobs(rt, pools, entitlements, preemption_on, scratch, [])
+    take_waiting_jobs(rt, pools, entitlements, preemption_on, scratch, [])
     ours = (gang.pool, CYCLE_ORDER.index(queue_name))
     admitted_ids: set[str] = set()
     for event in decided:

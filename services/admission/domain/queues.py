@@ -13,7 +13,7 @@ head is chosen when asked (`head(usage)`), not when the gang is queued.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 
 from services.admission.domain.model import Gang
@@ -76,6 +76,10 @@ class GangQueue:
         return len(self._gangs) - self._start
 
     def __iter__(self) -> Iterator[Gang]:
+        return iter(self._gangs[self._start:])
+
+    def members(self) -> Iterable[Gang]:
+        """The gangs in no particular order (for reading only), without sorting them first."""
         return iter(self._gangs[self._start:])
 
     def ordered(self) -> list[Gang]:
@@ -186,6 +190,9 @@ class UnorderedQueue(GangQueue):
     def __iter__(self) -> Iterator[Gang]:
         self._sort()
         return super().__iter__()
+
+    def members(self) -> Iterable[Gang]:
+        return self._members.values()
 
     def ordered(self) -> list[Gang]:
         self._sort()

@@ -126,10 +126,10 @@ class AdmissionState:
     last_seq: int = 0
     due: list[str] = field(default_factory=list)  # trees whose cycle the last tick started
     full: list[str] = field(default_factory=list)  # trees that reached `cycle_gangs` since their last cycle
-    # A reader's copy of the fold (preemption's): the same gangs, tasks, ledgers and counts, but
-    # queue order is kept only where preemption reads it (pools with `preempt_lower_priority`;
-    # elsewhere `UnorderedQueue`s sort when asked), and jobs waiting for a running-job slot are
-    # not marked (only the admission cycle and `explain` read `Gang.slot_wait`).
+    # A reader's copy of the fold (preemption's): the same gangs, tasks, ledgers, counts and
+    # marks of jobs waiting for a running-job slot (preemption inside a pool judges job limits as
+    # the next cycle will), but queue order is kept only where preemption reads it (pools with
+    # `preempt_lower_priority`; elsewhere `UnorderedQueue`s sort when asked).
     reader: bool = False
     _timers: list[tuple[float, str, str, str, int]] = field(default_factory=list)
 
@@ -497,8 +497,7 @@ def _on_cycle(state: AdmissionState, event: Event, seq: int, out: list[Outcome])
     if event.service == SERVICE:
         rt = state.runtime(event.tree)
         rt.dirty, rt.fresh = False, 0
-        if not state.reader:
-            mark_slot_waiters(state.config, rt)
+        mark_slot_waiters(state.config, rt)
 
 
 def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
@@ -531,7 +530,7 @@ def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
     found: dict[tuple[str, str], str | None] = {}
     for queues in rt.queues.values():
         for queue in queues.values():
-            for gang in queue.ordered():
+            for gang in queue.members():  # (in any order: each gang's mark is its own)
                 key = (gang.job, gang.pool)
                 wait = found[key] if key in found else found.setdefault(key, _slot_wait(rt, gang, limit))
                 if wait != _ROOM:

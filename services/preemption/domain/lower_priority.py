@@ -5,8 +5,12 @@ For each leaf pool with the option, in path order, and each of its queues in cyc
 
     1. The blocked gang: the first gang in the queue's cycle order that is not held back by a job
        limit, judged as the admission cycle judges it (`cycle.judge`) on what the pool holds with
-       outstanding requests (and this pass's other decisions) counted as given back. If it fits
-       now, its room is already on the way: it is counted as held and nothing is taken for it.
+       outstanding requests (and this pass's other decisions) counted as given back. Job limits
+       are judged as the next cycle will: with the running-job slots that jobs waiting longer take
+       or keep first (the cycle's `take_waiting_jobs`, run on a scratch), so that no room is made
+       for a gang whose job has no slot (the room would go back to the victims, and the next pass
+       take them again, without end). If it fits now, its room is already on the way: it is
+       counted as held and nothing is taken for it.
     2. Only a gang blocked by its pool's entitlement (or controller limit) can be helped.
        Candidates: the pool's admitted preemptible gangs in the same bucket (revocable for a
        revocable gang, else non-revocable) of strictly lower priority, in the order
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events import PoolEntitlement, PreemptionRequested
-from services.admission.domain.cycle import Scratch, Verdict, dominant_share, in_order, judge
+from services.admission.domain.cycle import Scratch, Verdict, dominant_share, in_order, judge, take_waiting_jobs
 from services.admission.domain.model import CYCLE_ORDER, Gang, Ledger
 from services.admission.domain.queues import fifo_key
 from services.admission.domain.state import TreeRuntime
@@ -47,19 +51,22 @@ class Blocked:
 def make_room(rt: TreeRuntime, pools: dict[str, EffectivePool], holdings: Holdings) -> list[Preemption]:
     out: list[Preemption] = []
     capacity = pools["/"].limit if "/" in pools else {}
+    slots: Slots | None = None
     for pool in sorted(rt.queues):
         view = pools.get(pool)
         entitlement = rt.entitlements.get(pool)
         if view is None or entitlement is None or not view.preempt_lower_priority:
             continue
+        if slots is None:
+            slots = slots_first_taken(rt, pools)
         for name in CYCLE_ORDER:
-            blocked = blocked_head(rt, view, name, entitlement, pools, holdings, capacity)
+            blocked = blocked_head(rt, view, name, entitlement, pools, holdings, capacity, slots)
             if blocked is None:
                 continue
             if blocked.verdict is not None:
                 if blocked.verdict.check not in HELPABLE:
                     continue
-                victims = _victims(rt, view, entitlement, pools, holdings, blocked, capacity)
+                victims = _victims(rt, view, entitlement, pools, holdings, blocked, capacity, slots)
                 if not victims:
                     continue
                 for victim in victims:
@@ -69,14 +76,41 @@ def make_room(rt: TreeRuntime, pools: dict[str, EffectivePool], holdings: Holdin
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """The running-job slots as the next admission cycle finds them once the jobs waiting for one
+    longest have gone first (`take_waiting_jobs`): per pool with a limit, the jobs running there
+    and the jobs a slot is kept for."""
+
+    running: dict[str, set[str]]
+    kept: dict[str, set[str]]
+    taken: frozenset[str]  # the waiting gangs that go first (admitted before the queues are run)
+
+    def scratch(self, pool: str, held: Ledger) -> Scratch:
+        return Scratch(held={pool: held}, running={p: set(jobs) for p, jobs in self.running.items()},
+                       kept={p: set(jobs) for p, jobs in self.kept.items()})
+
+
+def slots_first_taken(rt: TreeRuntime, pools: dict[str, EffectivePool]) -> Slots:
+    if not rt.slot_waiters:
+        return Slots({}, {}, frozenset())
+    first = Scratch()
+    take_waiting_jobs(rt, pools, rt.entitlements, True, first, [])
+    return Slots(first.running, first.kept, frozenset(first.admitted))
+
+
 def blocked_head(rt: TreeRuntime, view: EffectivePool, name: str, entitlement: PoolEntitlement,
-                 pools: dict[str, EffectivePool], holdings: Holdings, capacity: Vector) -> Blocked | None:
+                 pools: dict[str, EffectivePool], holdings: Holdings, capacity: Vector,
+                 slots: Slots | None = None) -> Blocked | None:
     """The gang the queue `name` of the pool stops at, or None when nothing waits there."""
     queue = rt.queues[view.path][name]
     if not len(queue):
         return None
-    scratch = Scratch(held={view.path: holdings.ledger(view.path)})
+    slots = slots or slots_first_taken(rt, pools)
+    scratch = slots.scratch(view.path, holdings.ledger(view.path))
     for gang in in_order(rt, view, queue.ordered(), capacity):
+        if gang.id in slots.taken:
+            continue  # a waiting job's: admitted before the queues are run
         verdict = judge(rt, gang, view, entitlement, pools, True, scratch)
         if verdict is not None and not verdict.movable:
             continue  # held back by a job limit: the cycle goes past it
@@ -85,13 +119,13 @@ def blocked_head(rt: TreeRuntime, view: EffectivePool, name: str, entitlement: P
 
 
 def _victims(rt: TreeRuntime, view: EffectivePool, entitlement: PoolEntitlement, pools: dict[str, EffectivePool],
-             holdings: Holdings, blocked: Blocked, capacity: Vector) -> list[Gang]:
+             holdings: Holdings, blocked: Blocked, capacity: Vector, slots: Slots) -> list[Gang]:
     need = blocked.gang
     trial = copy_ledger(holdings.ledger(view.path))
     candidates = sorted(((t, g) for g in holdings.of_pool(view.path)
                          if g.id not in holdings.taken and g.revocable == need.revocable and g.priority < need.priority
                          for t in g.tasks if is_candidate(t, g)), key=lambda tg: lower_priority_key(tg[0], tg[1]))
-    behind = _Behind(holdings, view, need, blocked.queue, capacity)
+    behind = _Behind(rt, holdings, view, need, blocked.queue, capacity)
     chosen: list[Gang] = []
     for _task, gang in candidates:
         if any(g.id == gang.id for g in chosen):
@@ -103,7 +137,7 @@ def _victims(rt: TreeRuntime, view: EffectivePool, entitlement: PoolEntitlement,
         chosen.append(gang)
         behind.took(gang)
         release(trial, gang)
-        if judge(rt, need, view, entitlement, pools, True, Scratch(held={view.path: trial})) is None:
+        if judge(rt, need, view, entitlement, pools, True, slots.scratch(view.path, trial)) is None:
             return chosen
     return []
 
@@ -132,22 +166,30 @@ def _helps(victim: Gang, shortfall: tuple[Vector, Vector]) -> bool:
 
 class _Behind:
     """Whether a victim, once requeued to `pending`, comes after the blocked gang in the order the
-    next cycle uses (so that it is not admitted back into the room made for that gang)."""
+    next cycle uses (so that it is not admitted back into the room made for that gang).
 
-    def __init__(self, holdings: Holdings, view: EffectivePool, blocked: Gang, queue: str, capacity: Vector) -> None:
+    Under `fair_share` that order compares the jobs' usage as the cycle works it out
+    (`cycle._job_usage`: what the pool's admitted gangs ask for, added up in the order they came):
+    the victim's job must not use less than the blocked gang's job once the victims are requeued.
+    Gangs with a preemption request outstanding may or may not be admitted still when the next
+    cycle runs, so the victim's job is counted without them and the blocked gang's job with them:
+    the victim stays behind whichever way they go."""
+
+    def __init__(self, rt: TreeRuntime, holdings: Holdings, view: EffectivePool, blocked: Gang, queue: str,
+                 capacity: Vector) -> None:
         self.view = view
         self.blocked = blocked
         self.queue = queue
         self.capacity = capacity
-        self.usage: dict[str, Vector] = {}  # job -> what its admitted gangs hold once requests are done
-        if view.mode == "fair_share":
-            for gang in holdings.of_pool(view.path):
-                if gang.id not in holdings.taken and not any(t.preemption_requested for t in gang.tasks):
-                    add_into(self.usage.setdefault(gang.job, {}), held_by(gang))
+        self.holdings = holdings
+        self.of_job: dict[str, list[Gang]] = {}  # the pool's admitted gangs, per job, in the order they came
+        if view.mode == "fair_share" and queue == "pending":
+            for gang in sorted(rt.admitted.get(view.path, {}).values(), key=_by_number):
+                self.of_job.setdefault(gang.job, []).append(gang)
+        self.chosen: set[str] = set()
 
     def took(self, victim: Gang) -> None:
-        if victim.job in self.usage:
-            add_into(self.usage[victim.job], held_by(victim), -1.0)
+        self.chosen.add(victim.id)
 
     def stays_behind(self, victim: Gang) -> bool:
         if self.queue != "pending":
@@ -157,10 +199,19 @@ class _Behind:
             return fifo_key(victim, self.view.fifo_sort) > fifo_key(blocked, self.view.fifo_sort)
         if blocked.head_rank > 0 or victim.job == blocked.job:
             return True  # head of pending / same job: the higher priority goes first
-        left = dict(self.usage.get(victim.job, {}))
-        add_into(left, held_by(victim), -1.0)
-        mine = dominant_share(self.usage.get(blocked.job, {}), self.capacity)
-        return dominant_share(left, self.capacity) >= mine
+        gone = self.chosen | self.holdings.taken | {victim.id}
+        theirs: Vector = {}
+        for gang in self.of_job.get(victim.job, ()):
+            if gang.id not in gone and not any(t.preemption_requested for t in gang.tasks):
+                add_into(theirs, gang.resources)
+        mine: Vector = {}
+        for gang in self.of_job.get(blocked.job, ()):
+            add_into(mine, gang.resources)
+        return dominant_share(theirs, self.capacity) >= dominant_share(mine, self.capacity)
+
+
+def _by_number(gang: Gang) -> int:
+    return gang.number
 
 
 def _decision(rt: TreeRuntime, view: EffectivePool, entitlement: PoolEntitlement, holdings: Holdings,
