@@ -627,12 +627,12 @@ def _started_running(rt: TreeRuntime, gang: Gang) -> None:
 
 
 def _stopped_running(rt: TreeRuntime, gang: Gang) -> None:
+    """The gang is no longer admitted (requeued, cancelled or done)."""
     _count(rt.running, gang, -1)
-    held = rt.admitted.get(gang.pool)
-    if held is not None:
-        held.pop(gang.id, None)
-        if not held:
-            del rt.admitted[gang.pool]
+    held = rt.admitted[gang.pool]
+    del held[gang.id]  # (it is there: `_started_running` put it there; a KeyError is a bug)
+    if not held:
+        del rt.admitted[gang.pool]
 
 
 def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
