@@ -206,13 +206,11 @@ def _ids_in(piece: Sequence[Stored]) -> Iterator[str]:
     events (a pack's message id is not theirs); a message stored without one (an adapter that
     keeps none) is read for them."""
     for stored in piece:
-        if stored.msg_id and not is_pack(stored.data):
-            yield stored.msg_id
-            continue
         if stored.msg_id:
             yield stored.msg_id
-        with suppress(DecodeError):
-            yield from (e.id for e in decode_all(stored.data, read_envelope))
+        if not stored.msg_id or is_pack(stored.data):
+            with suppress(DecodeError):
+                yield from (e.id for e in decode_all(stored.data, read_envelope))
 
 
 async def run_folder(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec, as_model
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
@@ -190,12 +191,11 @@ def in_order(rt: TreeRuntime, view: EffectivePool, gangs: list[Gang], capacity: 
     return ordered
 
 
+BY_NUMBER = attrgetter("number")  # the order a tree's gangs came in (`Gang.number`)
+
+
 def _rank(entry: tuple[int, int, int, str, Gang]) -> tuple[int, int, int, str]:
     return entry[0], entry[1], entry[2], entry[3]
-
-
-def _by_number(gang: Gang) -> int:
-    return gang.number
 
 
 def dominant_share(vector: Vector, capacity: Vector) -> float:
@@ -209,7 +209,7 @@ def _job_usage(rt: TreeRuntime, pool: str, capacity: Vector) -> dict[str, float]
     if not held:
         return {}
     totals: dict[str, Vector] = {}
-    for gang in sorted(held.values(), key=_by_number) if len(held) > 1 else held.values():
+    for gang in sorted(held.values(), key=BY_NUMBER) if len(held) > 1 else held.values():
         add_into(totals.setdefault(gang.job, {}), gang.resources)
     return {job: dominant_share(v, capacity) for job, v in totals.items()}
 
@@ -262,10 +262,13 @@ def _non_slack_fits(need: Vector, limit: Vector, held: Ledger) -> bool:
 def _job_limits(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], scratch: Scratch) -> Verdict | None:
     """Check d: a job with nothing running needs a slot at its pool and every ancestor; slots kept
     for jobs ahead of it in line count as taken."""
+    limits = scratch.slot_limits(pools, gang.pool)
+    if not limits:
+        return None  # (most pools: no running-job limit on the way up)
     known = scratch.no_slot.get((gang.job, gang.pool))
     if known is not None:
         return known
-    for pool, limit in scratch.slot_limits(pools, gang.pool):
+    for pool, limit in limits:
         running = scratch.jobs_running(rt, pool)
         if gang.job in running:
             continue

@@ -28,7 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events import PoolEntitlement, PreemptionRequested
-from services.admission.domain.cycle import Scratch, Verdict, dominant_share, in_order, judge, take_waiting_jobs
+from services.admission.domain.cycle import (
+    BY_NUMBER,
+    Scratch,
+    Verdict,
+    dominant_share,
+    in_order,
+    judge,
+    take_waiting_jobs,
+)
 from services.admission.domain.model import CYCLE_ORDER, Gang, Ledger
 from services.admission.domain.queues import fifo_key
 from services.admission.domain.state import TreeRuntime
@@ -100,13 +108,11 @@ def slots_first_taken(rt: TreeRuntime, pools: dict[str, EffectivePool]) -> Slots
 
 
 def blocked_head(rt: TreeRuntime, view: EffectivePool, name: str, entitlement: PoolEntitlement,
-                 pools: dict[str, EffectivePool], holdings: Holdings, capacity: Vector,
-                 slots: Slots | None = None) -> Blocked | None:
+                 pools: dict[str, EffectivePool], holdings: Holdings, capacity: Vector, slots: Slots) -> Blocked | None:
     """The gang the queue `name` of the pool stops at, or None when nothing waits there."""
     queue = rt.queues[view.path][name]
     if not len(queue):
         return None
-    slots = slots or slots_first_taken(rt, pools)
     scratch = slots.scratch(view.path, holdings.ledger(view.path))
     for gang in in_order(rt, view, queue.ordered(), capacity):
         if gang.id in slots.taken:
@@ -184,7 +190,7 @@ class _Behind:
         self.holdings = holdings
         self.of_job: dict[str, list[Gang]] = {}  # the pool's admitted gangs, per job, in the order they came
         if view.mode == "fair_share" and queue == "pending":
-            for gang in sorted(rt.admitted.get(view.path, {}).values(), key=_by_number):
+            for gang in sorted(rt.admitted.get(view.path, {}).values(), key=BY_NUMBER):
                 self.of_job.setdefault(gang.job, []).append(gang)
         self.chosen: set[str] = set()
 
@@ -208,10 +214,6 @@ class _Behind:
         for gang in self.of_job.get(blocked.job, ()):
             add_into(mine, gang.resources)
         return dominant_share(theirs, self.capacity) >= dominant_share(mine, self.capacity)
-
-
-def _by_number(gang: Gang) -> int:
-    return gang.number
 
 
 def _decision(rt: TreeRuntime, view: EffectivePool, entitlement: PoolEntitlement, holdings: Holdings,
