@@ -9,6 +9,7 @@ from events.codec import PACKABLE, DecodeError, decode, decode_all, encode, enco
 from events.config import DEFAULT_KINDS, PoolConfig, TreeOptions
 from events.decisions import (
     CYCLE_DECISION_TYPES,
+    INPUT_QUOTE_LIMIT,
     CycleCompleted,
     EntitlementsComputed,
     GangAdmitted,
@@ -46,6 +47,7 @@ __all__ = [
     "CYCLE_DECISION_TYPES",
     "DEFAULT_KINDS",
     "EVENT_TYPES",
+    "INPUT_QUOTE_LIMIT",
     "PACKABLE",
     "POOLWISE_EVENTS",
     "TERMINAL_TASK_STATES",

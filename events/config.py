@@ -78,3 +78,8 @@ class TreeOptions(Frozen):
     # (a burst is decided as it is folded). Written into every TreeConfigured, so a log keeps the
     # value its cycles were started by.
     cycle_gangs: int = Field(default=5000, ge=1)
+    # poolwise's own: the most members a gang may have (its declared `size`). A gang is admitted in
+    # one `GangAdmitted` that lists every member, and one log message holds at most the server's
+    # payload (1 MiB by default): a gang too large for it is refused when it comes (rule
+    # `gang_too_large`; its members' bytes on the wire are bounded too, whatever this says).
+    max_tasks_per_gang: int = Field(default=10_000, ge=1)

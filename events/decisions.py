@@ -171,3 +171,8 @@ class InputRejected(Event):
     input_id: str | None = None
     input_seq: int | None = None
     input_part: int | None = Field(default=None, ge=1)
+
+
+# A refusal quotes at most this many characters of its input: an input message may be up to the
+# server's payload limit, and its refusal (the quote plus a reason) must still fit one message.
+INPUT_QUOTE_LIMIT = 4096

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from events import (
+    INPUT_QUOTE_LIMIT,
     DecodeError,
     Envelope,
     Event,
@@ -85,7 +86,7 @@ def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now
     parts = stored.subject.split(".")
     tree = parts[2] if len(parts) >= 3 and parts[0] == PREFIX and parts[1] in ("gang", "task", "clock", "config") \
         else None
-    text = stored.data.decode("utf-8", errors="replace")[:4096]
+    text = stored.data.decode("utf-8", errors="replace")[:INPUT_QUOTE_LIMIT]
     event = InputRejected(tree=tree, ref=error.event_id or f"seq:{stored.seq}",
                           input_type=error.event_type or "unknown",
                           reason=str(error), rule=error.rule, field=error.field, input=text,
@@ -94,6 +95,36 @@ def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now
                     basis=stored.seq, event=event)
 
 
+
+FAULT_TEXT_LIMIT = 1000  # characters of an exception's text kept in its refusal
+
+
+def fault_text(error: BaseException) -> str:
+    """What a refusal says of an exception: its type and message (deterministic: the same input
+    raises the same, so a replay derives the same refusal)."""
+    return f"{type(error).__name__}: {error}"[:FAULT_TEXT_LIMIT]
+
+
+def rejection_of_fault(service: str, envelope: Envelope, seq: int, part: int, error: Exception,
+                       now: float) -> Envelope:
+    """The `InputRejected` (rule `internal_error`) for an event whose fold or decision raised.
+
+    No input may put a service into a crash loop (a restart folds the same entry and raises
+    again): the event is refused with the exception's type and message and the service goes on.
+    Whatever the fold changed before it raised stays changed (the code that raised is a bug to fix;
+    the refusal says where it struck), and a replay derives the same refusal at the same place."""
+    event = envelope.event
+    tree = getattr(event, "tree", None)
+    text = f"{service} could not handle {event.type} {envelope.id}: {fault_text(error)}"
+    try:
+        quoted = event.model_dump_json()[:INPUT_QUOTE_LIMIT]
+    except Exception:  # (a view whose model cannot be built: the type and id say enough)
+        quoted = ""
+    refusal = InputRejected(tree=tree if isinstance(tree, str) else None, ref=envelope.id, input_type=event.type,
+                            reason=text, rule="internal_error", input=quoted, input_id=envelope.id,
+                            input_seq=seq, input_part=part or None)
+    return Envelope(id=derived_id(service, seq, "fault", envelope.id), time=at_seconds(now), source=service,
+                    basis=seq, event=refusal)
 
 
 class _GcPause:
@@ -164,7 +195,11 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
             continue
         end = len(envelopes) - 1
         for part, envelope in enumerate(envelopes):
-            result.decisions.extend(folder.step(envelope, stored.seq, part, part == end))
+            try:
+                result.decisions.extend(folder.step(envelope, stored.seq, part, part == end))
+            except Exception as error:  # a poison input: refused, and the stream moves on
+                result.decisions.append(rejection_of_fault(folder.service, envelope, stored.seq, part, error,
+                                                           folder.now))
         result.last_seq = stored.seq
     return result
 

@@ -7,7 +7,7 @@ from events import Envelope, at_seconds
 from services.admission.domain.cycle_order import CycleOrder
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import seconds_of
-from services.common.folding import decision_envelope
+from services.common.folding import decision_envelope, rejection_of_fault
 from services.preemption.domain.state import SERVICE, PreemptionState
 
 SUBJECTS = ADMISSION_SUBJECTS  # preemption folds what admission folds
@@ -33,7 +33,10 @@ class PreemptionFolder:
     def _fold(self, envelope: Envelope, seq: int) -> list[Envelope]:
         """One event, at the position admission's fold applies it (a pass runs on an admission
         `CycleCompleted`: its decisions are based on that cycle's trigger)."""
-        outcomes = self.state.apply(envelope.event, seq, seconds_of(envelope))
+        try:
+            outcomes = self.state.apply(envelope.event, seq, seconds_of(envelope))
+        except Exception as error:  # refused, and the fold goes on (CycleOrder's held events with it)
+            return [rejection_of_fault(SERVICE, envelope, seq, 0, error, self.state.now)]
         if not outcomes:
             return []
         time = at_seconds(self.state.now)

@@ -63,6 +63,7 @@ class Gang:
     resources: Vector = field(default_factory=dict)
     slot_wait: str | None = None  # pool whose running-job limit holds this gang back
     number: int = 0  # its place among the tree's gangs, in the order they came (1, 2, ...)
+    wire_bytes: int = 0  # at most what its members take in a `GangAdmitted` (`rules.members_bytes`)
 
     @property
     def waiting_deadline(self) -> float:

@@ -4,10 +4,11 @@ A refused input changes nothing; the service publishes an `InputRejected` with t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from events import GangEnqueued, TaskStateChanged
+from events import GangEnqueued, TaskSpec, TaskStateChanged
 from services.admission.domain.facts import pool_facts
 from services.admission.domain.model import ADMITTED, PENDING, RANK, TERMINAL, WAITING, Gang, Task
 from services.admission.domain.vectors import TOLERANCE, Vector, total
@@ -28,11 +29,44 @@ class Refusal:
 
 @dataclass(slots=True)
 class NewGang:
-    """First members that pass every check: the pool the gang goes to and what they need (the
-    sum of their resources, in task order: the gang's `resources`)."""
+    """First members that pass every check: the pool the gang goes to, what they need (the sum of
+    their resources, in task order: the gang's `resources`) and their bytes (`members_bytes`)."""
 
     pool: str
     need: Vector
+    wire_bytes: int = 0
+
+
+# A gang is admitted in one `GangAdmitted` listing every member, and a log message holds at most
+# the server's payload limit (1 MiB by default): its members may take at most this many bytes on
+# the wire, which leaves room for the envelope and the rest of the event.
+MAX_GANG_BYTES = 768 * 1024
+
+
+def members_bytes(specs: Sequence[TaskSpec]) -> int:
+    """An upper bound of the bytes these members take in JSON (`{"id":...,"resources":{...}}`, a
+    comma each): ids of plain printable ASCII count a byte a character, any other id six (a
+    `\\uXXXX` escape is the longest a character gets), a resource kind its name and 28 bytes (its
+    quotes, colon, comma and the longest float)."""
+    ids = "".join([spec.id for spec in specs])
+    plain = ids.isascii() and ids.isprintable() and '"' not in ids and "\\" not in ids
+    kinds = sum([len(kind) + 28 for spec in specs for kind in spec.resources])
+    return 26 * len(specs) + (len(ids) if plain else 6 * len(ids)) + kinds
+
+
+def _too_large(config: TreeState, event: GangEnqueued, wire_bytes: int, pool: str | None,
+               members: int = 0) -> Refusal | None:
+    """`gang_too_large`: a declared size above the tree's `max_tasks_per_gang`, or members that
+    would take more than `MAX_GANG_BYTES` in the gang's `GangAdmitted`."""
+    most = config.tree(event.tree).options.max_tasks_per_gang
+    if event.size > most:
+        return Refusal("gang_too_large", f"gang {event.gang}: size {event.size} is above the tree's "
+                                         f"max_tasks_per_gang {most}", pool)
+    if wire_bytes > MAX_GANG_BYTES:
+        return Refusal("gang_too_large", f"gang {event.gang}: its {members + len(event.tasks)} members would take "
+                                         f"{wire_bytes} bytes on the wire, above the {MAX_GANG_BYTES} one admission "
+                                         f"message can hold", pool)
+    return None
 
 
 def check_new_gang(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal | NewGang:
@@ -48,7 +82,7 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     member order, as `total` adds); None when one fails (or it cannot tell quickly)."""
     tree = config.trees.get(event.tree)
     record = tree.unfinished.get(event.gang) if tree is not None else None
-    if record is None:
+    if tree is None or record is None:
         return None
     facts = pool_facts(config, event.tree, record.pool)
     specs = event.tasks
@@ -72,7 +106,10 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
             return None
     if facts.max_jobs and _over_max_jobs(rt, event, record.pool, facts.max_jobs) is not None:
         return None
-    return NewGang(record.pool, need)
+    wire_bytes = members_bytes(specs)
+    if event.size > tree.options.max_tasks_per_gang or wire_bytes > MAX_GANG_BYTES:
+        return None
+    return NewGang(record.pool, need, wire_bytes)
 
 
 def _checks(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal | NewGang:
@@ -100,6 +137,10 @@ def _checks(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal 
     if len(specs) > event.size:
         return Refusal("too_many_members", f"gang {event.gang}: {len(specs)} members for a gang of size "
                                            f"{event.size}", pool_path)
+    wire_bytes = members_bytes(specs)
+    too_large = _too_large(config, event, wire_bytes, pool_path)
+    if too_large is not None:
+        return too_large
     ids = [spec.id for spec in specs]
     if not rt.tasks.keys().isdisjoint(ids) or len(set(ids)) < len(ids):
         return Refusal("duplicate_task", f"gang {event.gang}: task id {_duplicate_task(rt, ids)} is already used",
@@ -113,7 +154,7 @@ def _checks(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal 
         refusal = _over_max_jobs(rt, event, pool_path, facts.max_jobs)
         if refusal is not None:
             return refusal
-    return NewGang(pool_path, need)
+    return NewGang(pool_path, need, wire_bytes)
 
 
 def _duplicate_task(rt: TreeRuntime, ids: list[str]) -> str | None:
@@ -144,7 +185,9 @@ def _over_max_jobs(rt: TreeRuntime, event: GangEnqueued, pool_path: str,
     return None
 
 
-def check_more_members(config: TreeState, rt: TreeRuntime, gang: Gang, event: GangEnqueued) -> Refusal | None:
+def check_more_members(config: TreeState, rt: TreeRuntime, gang: Gang, event: GangEnqueued,
+                       wire_bytes: int = 0) -> Refusal | None:
+    """The checks of later members (`wire_bytes`: theirs, `members_bytes`), in order."""
     if gang.state == PENDING:
         return Refusal("too_many_members", f"gang {gang.id} already has all {gang.size} members", gang.pool)
     if gang.state != WAITING:
@@ -155,6 +198,9 @@ def check_more_members(config: TreeState, rt: TreeRuntime, gang: Gang, event: Ga
     if len(gang.tasks) + len(event.tasks) > gang.size:
         return Refusal("too_many_members", f"gang {gang.id}: {len(gang.tasks)} + {len(event.tasks)} members "
                                            f"exceed its size {gang.size}", gang.pool)
+    too_large = _too_large(config, event, gang.wire_bytes + wire_bytes, gang.pool, len(gang.tasks))
+    if too_large is not None:
+        return too_large
     tree = config.tree(event.tree)
     kinds = set(tree.kinds)
     for spec in event.tasks:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from events import (
+    INPUT_QUOTE_LIMIT,
     ClockTicked,
     CycleCompleted,
     EntitlementsComputed,
@@ -323,6 +324,7 @@ def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, 
         out.append(_finished(rt, gang, "rejected"))
         return
     gang = _new_gang(state, rt, event, checked.pool, checked.need)  # its resources: what its members need
+    gang.wire_bytes = checked.wire_bytes
     rt.gangs[gang.id] = rt.live[gang.id] = gang
     _count(rt.jobs, gang, 1)
     _add_members(state, rt, gang, event, seq, counted=True)
@@ -339,10 +341,12 @@ def _new_gang(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, pool:
 
 def _more_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int,
                   out: list[Outcome]) -> None:
-    refusal = rules.check_more_members(state.config, rt, gang, event)
+    wire_bytes = rules.members_bytes(event.tasks)
+    refusal = rules.check_more_members(state.config, rt, gang, event, wire_bytes)
     if refusal is not None:
         out.append(_rejected(rt, event, seq, refusal.rule, refusal.message, event.gang))
         return
+    gang.wire_bytes += wire_bytes
     _add_members(state, rt, gang, event, seq)
 
 
@@ -671,7 +675,7 @@ def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
 
 def _rejected(rt: TreeRuntime, event: Event, seq: int, rule: str, message: str, ref: str) -> Outcome:
     return Outcome(InputRejected(tree=rt.name, ref=ref, input_type=event.type, reason=message, rule=rule,
-                                 input=event.model_dump_json(), input_seq=seq), f"rejected:{seq}")
+                                 input=event.model_dump_json()[:INPUT_QUOTE_LIMIT], input_seq=seq), f"rejected:{seq}")
 
 
 def running_jobs(rt: TreeRuntime, pool: str) -> int:
