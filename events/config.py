@@ -83,3 +83,8 @@ class TreeOptions(Frozen):
     # payload (1 MiB by default): a gang too large for it is refused when it comes (rule
     # `gang_too_large`; its members' bytes on the wire are bounded too, whatever this says).
     max_tasks_per_gang: int = Field(default=10_000, ge=1)
+    # poolwise's own: seconds of log time a finished gang (done, cancelled, timed out, rejected) is
+    # remembered by admission, preemption and explain; then it is forgotten (what comes for it
+    # later is refused with rule `gang_forgotten`, and its id stays used: docs/architecture.md,
+    # "Retention"). None: never forgotten (memory grows with every gang ever run).
+    gang_retention: float | None = Field(default=3600.0, ge=0)

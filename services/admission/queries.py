@@ -37,6 +37,7 @@ class ExplainingFolder:
         self.inner = inner or AdmissionFolder()
         self.service = self.inner.service
         self.history = History()
+        self.inner.state.on_forget = self.history.forget  # a forgotten gang's notes go with it
 
     @property
     def state(self) -> AdmissionState:

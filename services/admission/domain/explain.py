@@ -191,6 +191,11 @@ class History:
             found = self.notes[(tree, gang)] = GangNotes()
         return found
 
+    def forget(self, tree: str, gang: str) -> None:
+        """The gang was forgotten (its tree's `gang_retention`): so are its notes."""
+        self.notes.pop((tree, gang), None)
+        self.admitted.pop((tree, gang), None)
+
     def observe(self, event: Event, time: float) -> None:
         """Note what `event` (stamped `time`, seconds) tells about a gang; other events are ignored."""
         if event_class(event) is GangAdmitted:  # the model (as decided), or a view of it (events.views)
@@ -213,7 +218,8 @@ class History:
                 notes.cancelled_at = time
             elif event.outcome == "rejected" and notes.refusal is not None:
                 notes.rejection, notes.refusal = notes.refusal, None  # the refusal of its first members
-        elif isinstance(event, InputRejected) and event.input_type == "GangEnqueued" and event.tree is not None:
+        elif (isinstance(event, InputRejected) and event.input_type == "GangEnqueued" and event.tree is not None
+              and event.rule != "gang_forgotten"):  # (no notes again for a gang forgotten)
             self._of(event.tree, event.ref).refusal = f"{event.reason} [{event.rule}]"
 
 
@@ -235,6 +241,9 @@ def explain(state: AdmissionState, tree: str, gang_id: str, history: History | N
     if rt is None or gang is None:
         message = (f"no gang {gang_id} in tree {tree} (as of log position {state.last_seq}): never enqueued, "
                    f"or its first members have not been read yet")
+        if rt is not None and gang_id in rt.forgotten:
+            message = (f"gang {gang_id} of tree {tree} finished and was forgotten after the tree's gang_retention "
+                       f"(as of log position {state.last_seq}); its history is in the log and in SQL (table gangs)")
         return Explanation(tree, gang_id, UNKNOWN, (Finding(UNKNOWN, message),), as_of=state.last_seq,
                            cycle_seq=rt.entitlement_seq if rt is not None else 0, now=state.now)
     notes = (history or History()).get(tree, gang_id)

@@ -88,12 +88,12 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     specs = event.tasks
     if facts is None or not facts.leaf or len(specs) > event.size:
         return None
-    kinds, tasks = facts.kinds, rt.tasks
+    kinds, tasks, forgotten = facts.kinds, rt.tasks, rt.forgotten_tasks
     need: Vector = {}
     get = need.get
     for spec in specs:
         resources = spec.resources
-        if not kinds.issuperset(resources) or spec.id in tasks:
+        if not kinds.issuperset(resources) or spec.id in tasks or (forgotten and spec.id in forgotten):
             return None
         for kind, amount in resources.items():
             value = get(kind, 0.0) + amount
@@ -142,7 +142,7 @@ def _checks(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal 
     if too_large is not None:
         return too_large
     ids = [spec.id for spec in specs]
-    if not rt.tasks.keys().isdisjoint(ids) or len(set(ids)) < len(ids):
+    if not rt.tasks.keys().isdisjoint(ids) or not rt.forgotten_tasks.isdisjoint(ids) or len(set(ids)) < len(ids):
         return Refusal("duplicate_task", f"gang {event.gang}: task id {_duplicate_task(rt, ids)} is already used",
                        pool_path)
     need = total([spec.resources for spec in specs])
@@ -158,10 +158,11 @@ def _checks(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal 
 
 
 def _duplicate_task(rt: TreeRuntime, ids: list[str]) -> str | None:
-    """The first of `ids` used already (in the tree, or earlier in `ids`)."""
+    """The first of `ids` used already (in the tree, by a gang remembered or forgotten, or earlier
+    in `ids`)."""
     seen: set[str] = set()
     for task_id in ids:
-        if task_id in rt.tasks or task_id in seen:
+        if task_id in rt.tasks or task_id in rt.forgotten_tasks or task_id in seen:
             return task_id
         seen.add(task_id)
     return None

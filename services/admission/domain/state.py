@@ -117,6 +117,10 @@ class TreeRuntime:
     dirty: bool = False  # inputs since the last cycle (the clock ticks for them)
     fresh: int = 0  # gangs made pending since the last cycle
     cycle_gangs: int = TreeOptions().cycle_gangs  # the tree's option (`_on_tree_configured`)
+    # Finished gangs forgotten after the tree's `gang_retention` (`AdmissionState._forget`): their
+    # ids, and their tasks' ids, stay used (what comes for them later is refused: `gang_forgotten`).
+    forgotten: set[str] = field(default_factory=set)
+    forgotten_tasks: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -132,7 +136,12 @@ class AdmissionState:
     # the next cycle will), but queue order is kept only where preemption reads it (pools with
     # `preempt_lower_priority`; elsewhere `UnorderedQueue`s sort when asked).
     reader: bool = False
+    # Called with (tree, gang) when a finished gang is forgotten (explain's notes follow).
+    on_forget: Callable[[str, str], None] | None = None
     _timers: list[tuple[float, str, str, str, int]] = field(default_factory=list)
+    # When finished gangs are forgotten: (deadline, gang, tree). Apart from `_timers`, since
+    # forgetting decides nothing: it waits for the next event past its time (no tick for it).
+    _forgets: list[tuple[float, str, str]] = field(default_factory=list)
 
     # --- the fold -----------------------------------------------------------------------------
 
@@ -142,6 +151,8 @@ class AdmissionState:
         if time > self.now:
             if self._timers and self._timers[0][0] <= time:
                 self._advance(time, seq, out)
+            if self._forgets and self._forgets[0][0] <= time:
+                self._forget_due(time)
             self.now = time
         if seq > self.last_seq:
             self.last_seq = seq
@@ -194,6 +205,39 @@ class AdmissionState:
     def _timer(self, deadline: float, gang: Gang, kind: str) -> None:
         heapq.heappush(self._timers, (deadline, gang.id, gang.tree, kind, gang.attempt))
 
+    # --- retention ------------------------------------------------------------------------------
+
+    def _retire(self, rt: TreeRuntime, gang: Gang) -> None:
+        """The gang has finished: it is forgotten `gang_retention` seconds of log time from now (the
+        tree's option as it is now; None: never)."""
+        retention = self.config.tree(rt.name).options.gang_retention
+        if retention is not None:
+            heapq.heappush(self._forgets, (self.now + retention, gang.id, rt.name))
+
+    def _forget_due(self, time: float) -> None:
+        """Forget the finished gangs whose retention ended at or before `time`, in deadline order
+        (ties by gang id), after the timers due by then have fired."""
+        forgets = self._forgets
+        while forgets and forgets[0][0] <= time:
+            _, gang_id, tree = heapq.heappop(forgets)
+            rt = self.trees.get(tree)
+            gang = rt.gangs.get(gang_id) if rt is not None else None
+            if rt is not None and gang is not None and gang.state in FINISHED:
+                self._forget(rt, gang)
+
+    def _forget(self, rt: TreeRuntime, gang: Gang) -> None:
+        """Drop a finished gang: its tasks, members and notes. Its id and its tasks' ids stay used."""
+        del rt.gangs[gang.id]
+        rt.forgotten.add(gang.id)
+        tasks = rt.tasks
+        for task in gang.tasks:
+            if tasks.get(task.id) is task:
+                del tasks[task.id]
+            rt.forgotten_tasks.add(task.id)
+        rt.slot_waiters.discard(gang.id)
+        if self.on_forget is not None:
+            self.on_forget(rt.name, gang.id)
+
     def next_deadline(self) -> float | None:
         """When the earliest timer fires (the service's clock ticks then, so timers fire on a
         quiet log); stale entries may make this early, never late."""
@@ -207,6 +251,7 @@ class AdmissionState:
         out.append(Outcome(GangTimedOut(tree=rt.name, gang=gang.id, pool=gang.pool, members=len(gang.tasks),
                                         size=gang.size, deadline=deadline), f"timed_out:{gang.id}"))
         out.append(_finished(rt, gang, "timed_out"))
+        self._retire(rt, gang)
 
     def _enqueue(self, rt: TreeRuntime, gang: Gang) -> None:
         """Put a complete gang into the pending queue of its pool; it is now demand."""
@@ -307,6 +352,9 @@ def _on_enqueued(state: AdmissionState, event: Event, seq: int, out: list[Outcom
     rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None:
+        if rt.forgotten and event.gang in rt.forgotten:
+            out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang), event.gang))
+            return
         _first_members(state, rt, event, seq, out)
     else:
         _more_members(state, rt, gang, event, seq, out)
@@ -322,6 +370,7 @@ def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, 
         rt.gangs[gang.id] = gang
         out.append(_rejected(rt, event, seq, checked.rule, checked.message, event.gang))
         out.append(_finished(rt, gang, "rejected"))
+        state._retire(rt, gang)
         return
     gang = _new_gang(state, rt, event, checked.pool, checked.need)  # its resources: what its members need
     gang.wire_bytes = checked.wire_bytes
@@ -376,6 +425,10 @@ def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) 
     assert isinstance(event, TaskStateChanged)
     rt = state.runtime(event.tree)
     task = rt.tasks.get(event.task)
+    if task is None and rt.forgotten_tasks and event.task in rt.forgotten_tasks:
+        out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang, event.task),
+                             event.task))
+        return
     gang = rt.gangs.get(task.gang) if task is not None else None
     refusal = rules.check_transition(task, gang, event)
     if refusal is not None:
@@ -409,12 +462,16 @@ def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[
     _stopped_running(rt, gang)
     state._forget_job(rt, gang)
     out.append(_finished(rt, gang, "done"))
+    state._retire(rt, gang)
 
 
 def _on_cancelled(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
     assert isinstance(event, GangCancelled)
     rt = state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
+    if gang is None and rt.forgotten and event.gang in rt.forgotten:
+        out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang), event.gang))
+        return
     if gang is None or gang.state in FINISHED:
         what = "no such gang" if gang is None else f"gang {event.gang} is already {gang.state}"
         out.append(_rejected(rt, event, seq, "cancel_finished" if gang else "unknown_gang", f"cannot cancel: {what}",
@@ -431,6 +488,7 @@ def _on_cancelled(state: AdmissionState, event: Event, seq: int, out: list[Outco
     gang.state = CANCELLED
     state._forget_job(rt, gang)
     out.append(_finished(rt, gang, "cancelled"))
+    state._retire(rt, gang)
 
 
 def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -671,6 +729,15 @@ _CHAINS_KEPT = 65_536
 def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
     return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type,unused-ignore]
                    f"finished:{gang.id}")
+
+
+def _forgotten(state: AdmissionState, rt: TreeRuntime, gang: str, task: str | None = None) -> str:
+    """The refusal of an input for a gang forgotten after its retention."""
+    retention = state.config.tree(rt.name).options.gang_retention
+    after = f"{retention:g} s of log time" if retention is not None else "its retention"
+    what = f"task {task} of gang {gang}" if task is not None else f"gang {gang}"
+    return (f"{what}: the gang finished and was forgotten {after} later (tree option gang_retention); "
+            f"its ids are not used again")
 
 
 def _rejected(rt: TreeRuntime, event: Event, seq: int, rule: str, message: str, ref: str) -> Outcome:
