@@ -3,15 +3,27 @@
 Which log: `--nats-url` / `NATS_URL`, else the system running on `--data-dir` (its `nats.url`),
 else the store a stopped `poolwise up` left in `--data-dir` (read through a private server).
 Exit 0 when every decision matches, 1 when one differs or is missing, 2 for bad input.
+
+The log is read a piece at a time (memory: the services' folded state, not the log). On a
+terminal (stdout and stderr both), a progress bar on stderr (positions, events/s, ETA: the
+stream's last sequence is the total); nothing extra with `--json` or when either is not a terminal.
+`--to SEQ` folds the log through SEQ only and checks the decisions recorded through it and those
+re-derived from it; `--tree T` reports only the decisions of tree T (everything is folded). See
+`services/replay/verify.py` for exactly what each checks. `--from SEQ` is not offered: it needs
+snapshots of the services' state, which do not exist yet.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from events.subjects import TREE_NAME
 from services.cli.args import InputError
 from services.cli.errors import run_async
 from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
@@ -19,6 +31,7 @@ from services.common.natsserver import resolve_nats_url
 
 if TYPE_CHECKING:
     from services.replay import Report
+    from services.replay.reader import OnProgress
 
 
 def register(app: typer.Typer) -> None:
@@ -31,11 +44,25 @@ def replay(
     nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
                                                   help="NATS server; default: the data dir's.")] = None,
     as_json: AsJson = False,
+    to_seq: Annotated[int | None, typer.Option("--to", metavar="SEQ", help=(
+        "Fold the log through position SEQ only: check the decisions recorded through it and those "
+        "re-derived from it."))] = None,
+    tree: Annotated[str | None, typer.Option("--tree", metavar="TREE", help=(
+        "Report only the decisions of this tree (the whole log is still folded)."))] = None,
+    chunk: Annotated[int | None, typer.Option("--chunk", hidden=True, help="Positions per read.")] = None,
 ) -> None:
-    """Audit replay: re-derive the decisions of the whole log with the services' own code and compare."""
+    """Audit replay: re-derive the decisions of the log with the services' own code and compare."""
     if not verify:
         raise InputError("replay does one thing so far: say `poolwise replay --verify`")
+    if to_seq is not None and to_seq < 1:
+        raise InputError(f"--to {to_seq}: a log position is 1 or more")
+    if chunk is not None and chunk < 1:
+        raise InputError(f"--chunk {chunk}: at least 1")
+    if tree is not None and not TREE_NAME.match(tree):
+        raise InputError(f"--tree {tree!r}: not a tree name (letters, digits, - and _, at most 64)")
     from services.replay.reader import NoLog, verify_data_dir, verify_jetstream  # imports every service
+
+    options = {"tree": tree, "to_seq": to_seq, "chunk": chunk}
 
     async def on_server(url: str) -> Report:
         from services.cli.client import connect
@@ -43,7 +70,7 @@ def replay(
 
         log = JetStreamLog(await connect(url, name="poolwise-replay"), owns_connection=True)
         try:
-            return await verify_jetstream(log)
+            return await verify_jetstream(log, **options, on_progress=progress)
         except NoLog as exc:
             raise InputError(f"{url}: {exc}") from None
         finally:
@@ -58,11 +85,12 @@ def replay(
             raise InputError(f"no log found: no running poolwise and no store in {data_dir} (set NATS_URL or "
                              "--data-dir)")
         try:
-            return await verify_data_dir(data_dir)
+            return await verify_data_dir(data_dir, **options, on_progress=progress)
         except NoLog as exc:
             raise InputError(f"{data_dir}: {exc}") from None
 
-    report = run_async(go)
+    with progress_bar(enabled=not as_json and sys.stdout.isatty() and sys.stderr.isatty()) as progress:
+        report = run_async(go)  # `go` reports its progress to `progress`
     if as_json:
         typer.echo(json.dumps(report.to_dict(), sort_keys=True))
     else:
@@ -70,11 +98,49 @@ def replay(
     raise typer.Exit(0 if report.ok else 1)
 
 
+@contextmanager
+def progress_bar(*, enabled: bool) -> Iterator[OnProgress | None]:
+    """A rich progress bar on stderr, fed by the reader's progress (None when not `enabled`)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from services.replay.reader import Progress as Step
+
+    bar = Progress(TextColumn("replay"), BarColumn(), TaskProgressColumn(),
+                   TextColumn("seq {task.completed:,.0f}/{task.total:,.0f}"),
+                   TextColumn("{task.fields[rate]:,.0f} events/s"), TimeElapsedColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    task = bar.add_task("replay", total=1, rate=0.0)
+
+    def update(step: Step) -> None:
+        bar.update(task, completed=step.position, total=max(step.end, 1), rate=step.events_per_second)
+
+    with bar:
+        yield update
+
+
 def print_report(report: Report) -> None:
     recorded = sum(c.recorded for c in report.counts.values())
     derived = sum(c.derived for c in report.counts.values())
     typer.echo(f"replay: {report.messages} messages ({report.malformed} malformed), {recorded} decisions recorded, "
                f"{derived} re-derived")
+    scope = [f"{report.events} events through seq {report.last_seq}"]
+    if report.to_seq is not None:
+        scope.append(f"stopped at --to {report.to_seq}" + (
+            f" (read on to seq {report.read_to} for decisions made by then)" if report.read_to > report.to_seq else ""))
+    if report.tree is not None:
+        scope.append(f"decisions of tree {report.tree} only")
+    typer.echo(f"  {'; '.join(scope)}")
     width = max([len("decision"), *(len(t) for t in report.counts)])
     typer.echo(f"  {'decision':<{width}}  recorded  re-derived  matched")
     for name, count in sorted(report.counts.items()):

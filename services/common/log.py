@@ -107,12 +107,13 @@ READ_CHUNK = 20_000  # messages per read when a service folds the log from the s
 
 
 async def read_in_chunks(log: EventLog, start_seq: int = 1, subjects: Sequence[str] = (),
-                         chunk: int | None = None) -> AsyncIterator[list[Stored]]:
-    """What `log.read(start_seq, subjects)` gives, as it stands when called, in pieces of at most
-    `chunk` (default `READ_CHUNK`) positions of the log each, in log order: a service that folds
-    a long log from the start holds one piece at a time, not the whole log."""
+                         chunk: int | None = None, end_seq: int | None = None) -> AsyncIterator[list[Stored]]:
+    """What `log.read(start_seq, subjects, end_seq)` gives, as it stands when called (`end_seq`
+    default: the last sequence then), in pieces of at most `chunk` (default `READ_CHUNK`) positions
+    of the log each, in log order: a service that folds a long log from the start holds one piece
+    at a time, not the whole log."""
     chunk = chunk or READ_CHUNK
-    end = await log.last_seq()
+    end = await log.last_seq() if end_seq is None else end_seq
     position = max(start_seq, 1)
     while position <= end:
         last = min(end, position + chunk - 1)

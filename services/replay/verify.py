@@ -1,5 +1,6 @@
-"""`verify(messages)`: re-derive every decision of a log with the services' own pure code, and
-compare it with what the log records (ARCHITECTURE invariant 3, `poolwise replay --verify`).
+"""`Verifier`: re-derive every decision of a log with the services' own pure code, a piece of the
+log at a time, and compare it with what the log records (ARCHITECTURE invariant 3, `poolwise replay
+--verify`). `verify(messages)` does it on a whole log held in a list.
 
 Re-derived, for each deciding service, exactly as its shell decides live:
 
@@ -9,14 +10,21 @@ Re-derived, for each deciding service, exactly as its shell decides live:
   its `basis` and its time. Folding the log as recorded puts every service in the state it
   decided from: a cycle's decisions take effect at its trigger (admission applies them as it
   makes them, preemption reads through `CycleOrder`), every other decision where it lands.
+  Messages are decoded as the live services decode them (`events.read_envelope` / `read_pack`
+  views), once for both folders and the comparison.
 - tree: the rejections of malformed config and host messages (`TreeView.fold`), and every
   recorded refusal of a command: the command (in the record's `input`) is judged again
   (`parse_command`, `judge`) on the tree as folded through the record's `basis`. Commands are not
   on the log, so a refusal the log lacks cannot be found; accepted commands are inputs (config
-  events), not decisions.
+  events), not decisions. A refusal lands after its basis, so the refusals to judge are given to
+  the `Verifier` before the log (`command_refusals`: the shell reads them first, from the
+  `poolwise.rejected.*` subjects only, which the server filters; a refusal recorded on another
+  subject is not judged and is reported `unexpected`). They are held until judged: one record per
+  refused operator command.
 
 Compared: every event of a decision type (`DECISION_TYPES`, whoever published it) against the
-re-derived decisions, by id, then by content: the envelope and the event as encoded on the wire.
+re-derived decisions, by id, then by content: the envelope and the event as encoded on the wire
+(the recorded bytes first: equal bytes are equal content; otherwise as decoded and encoded again).
 Ignored, and only this:
 
 - the envelope's `trace` (telemetry context; absent unless tracing is on);
@@ -24,24 +32,49 @@ Ignored, and only this:
   `reason`, `field` and `ref`: the truncated text cannot be parsed again as it came (the id,
   basis, time and subject are still checked).
 
+Matching a piece at a time: a decision lands after its basis, so a re-derived decision is usually
+made before its record is read. Held, and only this: the re-derived decisions whose record has
+not been read yet, the records read whose decision has not been re-derived yet (both by id:
+decisions "in flight"), and each matched id as an 8-byte fingerprint (to tell a second record of
+an id, or a second derivation, from a first). So what `feed` holds is the services' folded state,
+the decisions in flight and the findings, never the log.
+
+Scope (both optional; the fold is always of everything up to where it stops):
+
+- `tree=T`: only decisions whose event names tree `T` (recorded or re-derived) are compared,
+  counted and reported; decisions of no tree (a refusal whose tree could not be read) are not.
+- `to_seq=S`: the services fold the log through position `S` and no further. Checked: every
+  decision recorded at or before `S` (it must be re-derived from the log through `S`: it landed
+  after its basis), and every decision re-derived from the log through `S` (it must be recorded:
+  those not recorded by `S` are looked for by id in the messages after `S`, which are not
+  folded; `done` tells the shell when all are found, and a missing one makes it read to the end).
+  Not checked: decisions recorded after `S` that are not re-derived from the log through `S`
+  (e.g. a preemption pass whose admission cycle, triggered at or before `S`, closes after it).
+
 Findings: `differs` (same id, other content), `unexpected` (recorded, not re-derived: a forged
 or misplaced decision), `missing` (re-derived, not in the log: lost or removed), `duplicate`
-(the same id recorded twice). Pure: no I/O, no clock; `reader.py` reads a log and calls this.
+(the same id recorded twice, or re-derived twice). Each names what the decision was about (the
+key fields of its event: `about`), and a `differs` the fields that differ. Pure: no I/O, no clock;
+`reader.py` reads a log and feeds this.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Sequence
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Literal, get_args
 
-from events import DecodeError, Envelope, InputRejected, decode_all, encode
+from events import DecodeError, Envelope, InputRejected, decode_all, encode, read_envelope, read_pack
+from events.codec import pack_parts
 from events.envelope import DecisionEvent
+from events.subjects import PREFIX
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
-from services.common.folding import Folder, fold_batch
+from services.common.folding import Folder, fold_batch, gc_paused
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
@@ -52,6 +85,7 @@ from services.tree.service import SERVICE as TREE
 
 DECISION_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in get_args(DecisionEvent))
 IGNORED_ENVELOPE_FIELDS: frozenset[str] = frozenset({"trace"})
+REFUSAL_SUBJECTS: tuple[str, ...] = (f"{PREFIX}.rejected.*",)  # where the tree records refused commands
 
 Kind = Literal["differs", "unexpected", "missing", "duplicate"]
 
@@ -69,10 +103,13 @@ class Finding:
     detail: str = ""
     recorded: dict[str, Any] | None = None
     derived: dict[str, Any] | None = None
+    about: str = ""  # the key fields of the decision's event (`about`)
 
     def line(self) -> str:
         where = f"seq {self.seq}" if self.seq is not None else "not in the log"
         text = f"{self.kind:<10} {self.id}  {self.type} by {self.source}, {where}, basis {self.basis}"
+        if self.about:
+            text += f" [{self.about}]"
         return f"{text}: {self.detail}" if self.detail else text
 
 
@@ -89,6 +126,11 @@ class Report:
     malformed: int = 0
     counts: dict[str, TypeCount] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    events: int = 0  # events in the messages folded (a pack holds many)
+    last_seq: int = 0  # the last position folded
+    read_to: int = 0  # the last position read (past `to_seq`: looking for decisions in flight there)
+    to_seq: int | None = None
+    tree: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -104,11 +146,14 @@ class Report:
         return {
             "ok": self.ok,
             "messages": self.messages,
+            "events": self.events,
             "malformed": self.malformed,
+            "scope": {"tree": self.tree, "to_seq": self.to_seq, "last_seq": self.last_seq, "read_to": self.read_to},
             "counts": {t: {"recorded": c.recorded, "rederived": c.derived, "matched": c.matched}
                        for t, c in sorted(self.counts.items())},
             "findings": [{"kind": f.kind, "id": f.id, "type": f.type, "source": f.source, "seq": f.seq,
-                          "basis": f.basis, "detail": f.detail, "recorded": f.recorded, "rederived": f.derived}
+                          "basis": f.basis, "about": f.about, "detail": f.detail, "recorded": f.recorded,
+                          "rederived": f.derived}
                          for f in self.findings],
         }
 
@@ -153,36 +198,88 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# --- re-deriving ------------------------------------------------------------------------------------
+# --- what a decision is about -----------------------------------------------------------------------
+
+ABOUT_LIMIT = 240  # characters of a finding's `about`
+_TEXT = 48  # characters of one string field
+_ITEMS = 3  # items of a list shown (then `…`)
 
 
-def _folded(folder: Folder, subjects: Sequence[str], messages: Sequence[Stored]) -> list[Envelope]:
-    wanted = subject_filter(tuple(subjects))
-    return fold_batch(folder, [m for m in messages if wanted(m.subject)], 0).decisions
+def about(wired: dict[str, Any] | None) -> str:
+    """The key fields of a decision's event, generically from its fields in declaration order
+    (`tree=default gang=g2 pool=/p queue=pending tasks=[2: g2/0, g2/1] attempt=1`): scalars as they
+    are (long texts cut), lists as their length and first items (an item with an `id` or a `path`
+    by it), mappings as `{k: v}`; `type` and `version` left out (the finding names the type)."""
+    event = (wired or {}).get("event")
+    if not isinstance(event, dict):
+        return ""
+    parts: list[str] = []
+    for name, value in event.items():
+        if name in ("type", "version") or value is None or value == [] or value == {}:
+            continue
+        parts.append(f"{name}={_brief(value)}")
+    text = " ".join(parts)
+    return text if len(text) <= ABOUT_LIMIT else text[:ABOUT_LIMIT - 1] + "…"
+
+
+def _brief(value: Any, depth: int = 0) -> str:
+    if isinstance(value, str):
+        text = value if len(value) <= _TEXT else value[:_TEXT - 1] + "…"
+        return text if text and " " not in text and "=" not in text else json.dumps(text, ensure_ascii=False)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        items = [_item(v, depth) for v in value[:_ITEMS]]
+        more = ", …" if len(value) > _ITEMS else ""
+        return f"[{len(value)}: {', '.join(items)}{more}]"
+    if isinstance(value, dict):
+        if depth:
+            return "{…}"
+        items = [f"{k}: {_brief(v, depth + 1)}" for k, v in list(value.items())[:_ITEMS]]
+        more = ", …" if len(value) > _ITEMS else ""
+        return "{" + ", ".join(items) + more + "}"
+    return json.dumps(value)
+
+
+def _item(value: Any, depth: int) -> str:
+    if isinstance(value, dict):
+        for key in ("id", "path", "gang", "task", "name"):
+            if isinstance(value.get(key), str):
+                return _brief(value[key], depth + 1)
+    return _brief(value, depth + 1)
+
+
+# --- the tree's refusals of commands ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class _Refusal:
+class Refusal:
+    """A recorded refusal of a command, to judge again at its basis."""
+
     seq: int
     envelope: Envelope
 
 
-def _tree_decisions(messages: Sequence[Stored], refusals: Sequence[_Refusal]) -> list[Envelope]:
-    """The tree's malformed-message rejections, and each recorded refusal judged again at its basis."""
-    view = TreeView()
-    derived: list[Envelope] = []
-    pending = sorted(refusals, key=lambda r: (r.envelope.basis or 0, r.seq))
-    i = 0
-    for stored in [*messages, None]:
-        limit = stored.seq if stored is not None else None
-        while i < len(pending) and (limit is None or (pending[i].envelope.basis or 0) < limit):
-            again = _judge_again(view, pending[i].envelope)
-            if again is not None:
-                derived.append(again)
-            i += 1
-        if stored is not None:
-            derived.extend(view.fold([stored]))
-    return derived
+def _is_command_refusal(envelope: Envelope) -> bool:
+    event = envelope.event
+    return envelope.source == TREE and isinstance(event, InputRejected) and event.input_seq is None
+
+
+_on_refusal_subject = subject_filter(REFUSAL_SUBJECTS)
+
+
+def command_refusals(messages: Iterable[Stored]) -> list[Refusal]:
+    """The recorded refusals of commands among `messages` (those on `REFUSAL_SUBJECTS`)."""
+    out: list[Refusal] = []
+    for stored in messages:
+        if not _on_refusal_subject(stored.subject):
+            continue
+        try:
+            envelopes = decode_all(stored.data, read_envelope, read_pack)
+        except DecodeError:
+            continue
+        out.extend(Refusal(stored.seq, e) for e in envelopes if _is_command_refusal(e))
+    return out
 
 
 def _judge_again(view: TreeView, recorded: Envelope) -> Envelope | None:
@@ -212,72 +309,356 @@ def _judge_again(view: TreeView, recorded: Envelope) -> Envelope | None:
     return rejection(decision, event.input_type, command.model_dump_json(), basis, view.now)
 
 
-def _is_command_refusal(envelope: Envelope) -> bool:
-    event = envelope.event
-    return envelope.source == TREE and isinstance(event, InputRejected) and event.input_seq is None
+# --- matching -----------------------------------------------------------------------------------------
 
 
-# --- comparing ------------------------------------------------------------------------------------
+class _Fingerprints:
+    """A set of ids kept as 64-bit fingerprints (`hash`, per process), about 8 bytes an id: the
+    recent ones in a set, the rest in sorted arrays merged like a binary counter (at most a
+    logarithmic number of them). A collision (about n²/2⁶⁵) can only make a second record of a
+    forged id read `duplicate` instead of `unexpected`."""
+
+    SPILL = 1 << 16
+
+    def __init__(self) -> None:
+        self.recent: set[int] = set()
+        self.tiers: list[array[int]] = []
+
+    def add(self, key: str) -> None:
+        self.recent.add(hash(key))
+        if len(self.recent) >= self.SPILL:
+            merged = array("q", sorted(self.recent))
+            self.recent = set()
+            while self.tiers and len(self.tiers[-1]) <= len(merged):
+                merged = array("q", sorted(chain(self.tiers.pop(), merged)))  # two runs: a linear merge
+            self.tiers.append(merged)
+
+    def __contains__(self, key: str) -> bool:
+        h = hash(key)
+        if h in self.recent:
+            return True
+        for tier in self.tiers:
+            i = bisect_left(tier, h)
+            if i < len(tier) and tier[i] == h:
+                return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self.recent) + sum(len(t) for t in self.tiers)
 
 
-def verify(messages: Sequence[Stored]) -> Report:
-    """Re-derive every decision from `messages` (a whole log, in order) and compare."""
-    report = Report(messages=len(messages))
-    recorded: list[tuple[Stored, Envelope]] = []
-    refusals: list[_Refusal] = []
-    for stored in messages:
+@dataclass(frozen=True, slots=True)
+class Made:
+    """A re-derived decision as compared: its keys and its bytes as the service would write them
+    (plain values: it may come from a folder in another process)."""
+
+    id: str
+    type: str
+    source: str
+    basis: int | None
+    tree: str | None
+    data: bytes
+
+    @classmethod
+    def of(cls, decision: Envelope) -> Made:
+        tree = getattr(decision.event, "tree", None)
+        return cls(decision.id, decision.type, decision.source, decision.basis, tree if isinstance(tree, str) else None,
+                   encode(decision))
+
+    def wire(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.data)
+        for name in IGNORED_ENVELOPE_FIELDS:
+            data.pop(name, None)
+        return data
+
+
+@dataclass(slots=True)
+class _Record:
+    """A decision as the log records it: where, and its bytes (a pack's part)."""
+
+    seq: int
+    part: int
+    envelope: Envelope
+    raw: bytes
+
+
+class _Decoded:
+    """One piece's messages, each decoded once (as the live services decode), handed to every
+    folder through `fold_batch`'s decoder hooks."""
+
+    __slots__ = ("found",)
+
+    def __init__(self) -> None:
+        self.found: dict[int, list[Envelope] | DecodeError] = {}
+
+    def put(self, stored: Stored) -> list[Envelope] | DecodeError:
         try:
-            envelopes = decode_all(stored.data)  # one event, or a pack of decisions
-        except DecodeError:
-            report.malformed += 1
-            continue
-        for envelope in envelopes:
-            if envelope.type in DECISION_TYPES:
-                recorded.append((stored, envelope))
-                if _is_command_refusal(envelope):
-                    refusals.append(_Refusal(stored.seq, envelope))
+            result: list[Envelope] | DecodeError = decode_all(stored.data, read_envelope, read_pack)
+        except DecodeError as error:
+            result = error
+        self.found[id(stored.data)] = result
+        return result
 
-    derived: dict[str, Envelope] = {}
-    produced = [
-        *_folded(AdmissionFolder(), ADMISSION_SUBJECTS, messages),
-        *_folded(PreemptionFolder(), PREEMPTION_SUBJECTS, messages),
-        *_tree_decisions(messages, refusals),
-    ]
-    repeated = Counter(d.id for d in produced)
-    for decision in produced:
-        if decision.id not in derived:
-            derived[decision.id] = decision
-            report.count(decision.type).derived += 1
-    for decision_id, n in repeated.items():
-        if n > 1:  # a service would publish it once (de-duplicated): the re-derivation is suspect
-            d = derived[decision_id]
-            report.findings.append(Finding("duplicate", decision_id, d.type, d.source, None, d.basis,
-                                           f"re-derived {n} times", None, wire(d)))
+    def one(self, data: bytes) -> Envelope:
+        found = self.found[id(data)]
+        if isinstance(found, DecodeError):
+            raise found
+        return found[0]
 
-    seen: set[str] = set()
-    for stored, envelope in recorded:
-        count = report.count(envelope.type)
-        count.recorded += 1
-        mine = wire(envelope)
-        if envelope.id in seen:
-            report.findings.append(Finding("duplicate", envelope.id, envelope.type, envelope.source, stored.seq,
-                                           envelope.basis, "the id is recorded more than once", mine))
-            continue
-        seen.add(envelope.id)
-        rederived = derived.get(envelope.id)
-        if rederived is None:
-            report.findings.append(Finding("unexpected", envelope.id, envelope.type, envelope.source, stored.seq,
-                                           envelope.basis, "recorded, but no service decides it from this log",
-                                           mine))
-            continue
-        theirs = wire(rederived)
-        if mine != theirs:
-            report.findings.append(Finding("differs", envelope.id, envelope.type, envelope.source, stored.seq,
-                                           envelope.basis, "; ".join(differences(mine, theirs)), mine, theirs))
-            continue
-        count.matched += 1
-    for decision_id, decision in derived.items():
-        if decision_id not in seen:
-            report.findings.append(Finding("missing", decision_id, decision.type, decision.source, None,
-                                           decision.basis, "re-derived, but not in the log", None, wire(decision)))
-    return report
+    def pack(self, data: bytes) -> list[Envelope] | None:
+        found = self.found[id(data)]
+        if isinstance(found, DecodeError):
+            raise found
+        return found
+
+
+class Verifier:
+    """Re-derive and compare, fed the log a piece at a time, in order (`feed`), then `finish`.
+
+    `refusals`: the recorded refusals of commands (`command_refusals` of the log through `to_seq`),
+    judged again as the fold reaches their basis. `tree`, `to_seq`: the scope (module docstring)."""
+
+    def __init__(self, refusals: Iterable[Refusal] = (), *, tree: str | None = None,
+                 to_seq: int | None = None) -> None:
+        self.report = Report(tree=tree, to_seq=to_seq)
+        self.tree = tree
+        self.to_seq = to_seq
+        self.admission: Folder = AdmissionFolder()
+        self.preemption: Folder = PreemptionFolder()
+        self.view = TreeView()
+        self.refusals = sorted((r for r in refusals if to_seq is None or r.seq <= to_seq),
+                               key=lambda r: (r.envelope.basis or 0, r.seq))
+        self.judged = 0  # refusals judged so far (`refusals[:judged]`, dropped as judged)
+        self.derived: dict[str, Made] = {}  # re-derived, record not read yet (in derivation order)
+        self.recorded: dict[str, _Record] = {}  # recorded, not re-derived yet
+        self.settled = _Fingerprints()  # ids recorded and re-derived (matched, or not)
+        self.repeats: dict[str, tuple[int, Made]] = {}  # re-derived more than once: (times, decision)
+        self.found: list[tuple[int, int, Finding]] = []  # findings on records, with (seq, part)
+        self.position = 0
+        self._admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))
+        self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
+        self._finished = False
+
+    # -- the shell's questions
+
+    @property
+    def done(self) -> bool:
+        """Whether nothing after this position can change the report (only with `to_seq`)."""
+        return self.to_seq is not None and self.position >= self.to_seq and not self.derived
+
+    @property
+    def in_flight(self) -> int:
+        """Decisions held: re-derived and not read yet, plus read and not re-derived yet."""
+        return len(self.derived) + len(self.recorded)
+
+    # -- feeding
+
+    def feed(self, piece: Sequence[Stored]) -> None:
+        """The next messages of the log, in order (any number; a position read twice is skipped)."""
+        if piece and piece[0].seq <= self.position:
+            piece = [s for s in piece if s.seq > self.position]
+        if not piece:
+            return
+        if self.to_seq is not None and piece[-1].seq > self.to_seq:
+            cut = bisect_right([s.seq for s in piece], self.to_seq)
+            head, tail = piece[:cut], piece[cut:]
+            if head:
+                self.feed(head)
+            self.position = max(self.position, self.to_seq)
+            self._look_past(tail)
+            return
+        with gc_paused():
+            self._fold(piece)
+
+    def _fold(self, piece: Sequence[Stored]) -> None:
+        report = self.report
+        decoded = _Decoded()
+        for stored in piece:
+            result = decoded.put(stored)
+            if isinstance(result, DecodeError):
+                report.malformed += 1
+            else:
+                report.events += len(result)
+        report.messages += len(piece)
+        after = self.position
+        # 1. re-derive: each service folds the piece (decisions made before their records are read)
+        for folder, wants in ((self.admission, self._admission_wants), (self.preemption, self._preemption_wants)):
+            mine = [s for s in piece if wants(s.subject)]
+            if mine:
+                for decision in fold_batch(folder, mine, after, decoded.one, decoded.pack).decisions:
+                    self._derive(decision)
+        self._fold_tree(piece)
+        # 2. compare what the piece records
+        for stored in piece:
+            envelopes = decoded.found[id(stored.data)]
+            if isinstance(envelopes, DecodeError):
+                continue
+            parts: list[bytes] | None = None
+            for part, envelope in enumerate(envelopes):
+                if envelope.type not in DECISION_TYPES:
+                    continue
+                if len(envelopes) == 1:
+                    raw = stored.data
+                else:
+                    parts = parts or pack_parts(stored.data)
+                    raw = parts[part]
+                self._record(_Record(stored.seq, part, envelope, raw))
+        self.position = piece[-1].seq
+        report.last_seq = report.read_to = self.position
+
+    def _fold_tree(self, piece: Sequence[Stored]) -> None:
+        """The tree's view folded through the piece; each refusal judged before the first message
+        beyond its basis is folded (on the tree as of its basis)."""
+        view = self.view
+        start = 0
+        while start < len(piece):
+            if self.judged < len(self.refusals):
+                basis = self.refusals[self.judged].envelope.basis or 0
+                end = start
+                while end < len(piece) and piece[end].seq <= basis:
+                    end += 1
+            else:
+                end = len(piece)
+            if end > start:
+                for decision in view.fold(piece[start:end]):
+                    self._derive(decision)
+                start = end
+            if start < len(piece):
+                self._judge_until(piece[start].seq)
+
+    def _judge_until(self, limit: int | None) -> None:
+        """Judge the refusals based before `limit` (None: all that are left)."""
+        refusals = self.refusals
+        while self.judged < len(refusals) and (limit is None or (refusals[self.judged].envelope.basis or 0) < limit):
+            again = _judge_again(self.view, refusals[self.judged].envelope)
+            self.judged += 1
+            if again is not None:
+                self._derive(again)
+        if self.judged == len(refusals) and refusals:
+            self.refusals, self.judged = [], 0
+
+    def _look_past(self, piece: Sequence[Stored]) -> None:
+        """Past `to_seq`: only the records of decisions re-derived and not read yet are compared."""
+        for stored in piece:
+            if not self.derived:
+                break
+            if stored.msg_id is not None and stored.data[:1] != b"[" and stored.msg_id not in self.derived:
+                continue  # one event, by its message id: not one we wait for
+            try:
+                envelopes = decode_all(stored.data, read_envelope, read_pack)
+            except DecodeError:
+                continue
+            parts = pack_parts(stored.data) if len(envelopes) > 1 else [stored.data]
+            for part, envelope in enumerate(envelopes):
+                if envelope.id in self.derived:
+                    self._record(_Record(stored.seq, part, envelope, parts[part]))
+        if piece:
+            self.report.read_to = max(self.report.read_to, piece[-1].seq)
+
+    # -- matching
+
+    def _in_scope(self, envelope: Envelope) -> bool:
+        return self.tree is None or getattr(envelope.event, "tree", None) == self.tree
+
+    def _made_in_scope(self, made: Made) -> bool:
+        return self.tree is None or made.tree == self.tree
+
+    def _derive(self, decision: Envelope) -> None:
+        self.add_made(Made.of(decision))
+
+    def add_made(self, decision: Made) -> None:
+        """A decision re-derived (by a folder here, or in another process: in any order with the
+        records, as long as every one is added before `finish`)."""
+        key = decision.id
+        if key in self.derived or key in self.settled or key in self.repeats:
+            times, first = self.repeats.get(key, (1, decision))
+            self.repeats[key] = (times + 1, first)
+            return
+        if self._made_in_scope(decision):
+            self.report.count(decision.type).derived += 1
+        record = self.recorded.pop(key, None)
+        if record is None:
+            self.derived[key] = decision
+        else:
+            self._compare(record, decision)
+
+    def _record(self, record: _Record) -> None:
+        envelope = record.envelope
+        key = envelope.id
+        in_scope = self._in_scope(envelope)
+        if in_scope:
+            self.report.count(envelope.type).recorded += 1
+        decision = self.derived.pop(key, None)
+        if decision is not None:
+            self._compare(record, decision)
+        elif key in self.recorded or key in self.settled:
+            if in_scope:
+                mine = wire(envelope)
+                self._found(record, Finding("duplicate", key, envelope.type, envelope.source, record.seq,
+                                            envelope.basis, "the id is recorded more than once", mine,
+                                            about=about(mine)))
+        else:
+            self.recorded[key] = record
+
+    def _compare(self, record: _Record, decision: Made) -> None:
+        self.settled.add(decision.id)
+        envelope = record.envelope
+        in_scope = self._in_scope(envelope)
+        if not in_scope and not self._made_in_scope(decision):
+            return
+        if record.raw == decision.data:  # the bytes the service would write: the same content
+            if in_scope:
+                self.report.count(envelope.type).matched += 1
+            return
+        mine, theirs = wire(envelope), decision.wire()
+        if mine == theirs:
+            if in_scope:
+                self.report.count(envelope.type).matched += 1
+            return
+        self._found(record, Finding("differs", envelope.id, envelope.type, envelope.source, record.seq, envelope.basis,
+                                    "; ".join(differences(mine, theirs)), mine, theirs, about=about(mine)))
+
+    def _found(self, record: _Record, finding: Finding) -> None:
+        self.found.append((record.seq, record.part, finding))
+
+    # -- the end
+
+    def finish(self) -> Report:
+        """The report: what is still held is judged (records never re-derived are unexpected,
+        re-derived decisions never read are missing). Call once, after the last piece."""
+        report = self.report
+        if self._finished:
+            return report
+        self._finished = True
+        with gc_paused():
+            self._judge_until(None)  # refusals based at or after the last position folded
+        findings: list[Finding] = []
+        for key, (times, decision) in self.repeats.items():
+            if self._made_in_scope(decision):
+                theirs = decision.wire()
+                findings.append(Finding("duplicate", key, decision.type, decision.source, None, decision.basis,
+                                        f"re-derived {times} times", None, theirs, about=about(theirs)))
+        for record in self.recorded.values():
+            envelope = record.envelope
+            if self._in_scope(envelope):
+                mine = wire(envelope)
+                self._found(record, Finding("unexpected", envelope.id, envelope.type, envelope.source, record.seq,
+                                            envelope.basis, "recorded, but no service decides it from this log",
+                                            mine, about=about(mine)))
+        findings.extend(f for _, _, f in sorted(self.found, key=lambda found: (found[0], found[1])))
+        for key, decision in self.derived.items():
+            if self._made_in_scope(decision):
+                theirs = decision.wire()
+                findings.append(Finding("missing", key, decision.type, decision.source, None, decision.basis,
+                                        "re-derived, but not in the log", None, theirs, about=about(theirs)))
+        report.findings = findings
+        self.recorded.clear()
+        self.derived.clear()
+        return report
+
+
+def verify(messages: Sequence[Stored], *, tree: str | None = None, to_seq: int | None = None) -> Report:
+    """Re-derive every decision from `messages` (a whole log, in order) and compare."""
+    verifier = Verifier(command_refusals(messages), tree=tree, to_seq=to_seq)
+    verifier.feed(messages)
+    return verifier.finish()
