@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
@@ -25,13 +26,76 @@ class PoolEntitlement(Frozen):
 
 
 class EntitlementsComputed(Event):
+    """One admission cycle's entitlements of a tree, or a part of them.
+
+    Readers keep each tree's entitlement map (path -> `PoolEntitlement`) and fold every event
+    into it with `fold_entitlements`: `replace` empties the map first; then the paths in
+    `removed` leave it and the `pools` are set. A computation that fits one message is written
+    whole, as one event with `replace` (what v1 always was: v1 events read as v2 with the
+    defaults). A larger tree's is written as the pools whose (rounded) numbers changed since the
+    tree's previous computation and the paths gone since, in `parts` events of at most
+    `ENTITLEMENT_PART_POOLS` pools and well under 512 KiB each (`part` counts from 1; `alerts` in
+    the first; only a first part may `replace`). The cycle's decisions are applied at its
+    trigger, so readers see the map of a whole computation (docs/architecture.md). v2 added
+    `removed`, `replace`, `part` and `parts`."""
+
     type: Literal["EntitlementsComputed"] = "EntitlementsComputed"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     tree: str
     capacity: Resources
     slack_capacity: Resources = Field(default_factory=dict)
     pools: list[PoolEntitlement]
     alerts: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+    replace: bool = True
+    part: int = Field(default=1, ge=1)
+    parts: int = Field(default=1, ge=1)
+
+
+ENTITLEMENT_PART_POOLS = 1000
+"""At most this many pools (and removed paths) in one `EntitlementsComputed`."""
+
+
+class _Folded(Protocol):
+    """What `fold_entitlements` reads of an event: the model's fields (or its view's)."""
+
+    @property
+    def pools(self) -> Sequence[PoolEntitlement]: ...
+
+    @property
+    def removed(self) -> Sequence[str]: ...
+
+    @property
+    def replace(self) -> bool: ...
+
+
+class EntitlementMap(dict[str, PoolEntitlement]):
+    """A tree's entitlement map as `fold_entitlements` keeps it: `last` is the last event folded
+    into it (a writer that knows that event knows the whole map without reading it)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.last: object = None
+
+
+def fold_entitlements(current: Mapping[str, PoolEntitlement], event: _Folded) -> EntitlementMap:
+    """The entitlement map after `event` (see `EntitlementsComputed`): `current` itself, changed
+    in place, when it is an `EntitlementMap` and the event does not replace it; a new map
+    otherwise. Costs what the event holds, not what the map holds."""
+    if event.replace:
+        found = EntitlementMap()
+    elif type(current) is EntitlementMap:
+        found = current
+    else:
+        found = EntitlementMap(current)
+    for path in event.removed:
+        found.pop(path, None)
+    for pool in event.pools:
+        found[pool.path] = pool
+    found.last = event
+    return found
 
 
 class GangAdmitted(Event):

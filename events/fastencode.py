@@ -86,7 +86,8 @@ _EXPECTED: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "ClockTicked": (("type", "lit"), ("version", "lit"), ("tree", "str?")),
     # decisions
     "EntitlementsComputed": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("capacity", "floats"),
-                             ("slack_capacity", "floats"), ("pools", "list:PoolEntitlement"), ("alerts", "strs")),
+                             ("slack_capacity", "floats"), ("pools", "list:PoolEntitlement"), ("alerts", "strs"),
+                             ("removed", "strs"), ("replace", "bool"), ("part", "int"), ("parts", "int")),
     "CycleCompleted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("service", "str"),
                        ("trigger_seq", "int"), ("decisions", "int")),
     "GangAdmitted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),

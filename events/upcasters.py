@@ -21,6 +21,9 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     # v2 names the refused input's place in a pack of inputs (`input_part`); a v1 refusal always
     # named a message of one event.
     ("InputRejected", 1): lambda d: {**d, "version": 2},
+    # v2 may hold a part of a computation, or only the pools that changed (`removed`, `replace`,
+    # `part`, `parts`); a v1 event was always the whole map of its tree: it replaces the map.
+    ("EntitlementsComputed", 1): lambda d: {**d, "version": 2, "replace": True, "part": 1, "parts": 1},
 }
 
 

@@ -153,12 +153,16 @@ class PoolEntitlementView(_View, frozen=True, kw_only=True):
 class EntitlementsComputedView(_EventView, tag="EntitlementsComputed", frozen=True, kw_only=True):
     model = EntitlementsComputed
     type = "EntitlementsComputed"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     tree: str
     capacity: dict[str, Finite]
     slack_capacity: dict[str, Finite] = msgspec.field(default_factory=dict)
     pools: list[PoolEntitlementView]
     alerts: list[str] = msgspec.field(default_factory=list)
+    removed: list[str] = msgspec.field(default_factory=list)
+    replace: bool = True
+    part: Annotated[int, Meta(ge=1)] = 1
+    parts: Annotated[int, Meta(ge=1)] = 1
 
 
 EventView = GangEnqueuedView | GangAdmittedView | GangMovedToQueueView | EntitlementsComputedView

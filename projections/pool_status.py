@@ -10,16 +10,19 @@ Tables:
     pool_starvation(tree, pool, status, previous, since, below_since, kinds[], usage MAP,
                     entitlement MAP, demand MAP, seq, changed_at)
 
-`pool_entitlements` is the latest `EntitlementsComputed` of each tree, one row per pool and kind
-(every kind of the tree's capacity, 0 where the computation gives none); `capacity` is the tree's
-capacity of that kind then. The shares are fractions of the tree's capacity, per pool (the same on
-each of its kind rows), with the kind that dominates.
+`pool_entitlements` is each tree's entitlement map as its `EntitlementsComputed` events fold
+(`events.decisions.fold_entitlements`: a whole map, or a large tree's pools that changed and paths
+removed, in parts), one row per pool and kind (every kind of the tree's capacity, 0 where the
+computation gives none); `capacity` is the tree's capacity of that kind then. The shares are
+fractions of the tree's capacity, per pool (the same on each of its kind rows), with the kind that
+dominates. `computed_seq` and `computed_at` are those of the event that last wrote the pool (a
+capacity change writes every pool).
 
 `entitlement_history` samples each pool's entitlement once per second of log time (`HISTORY_WINDOW`;
 windows aligned to whole epoch seconds of the computations' envelope time). For each second in
 which a tree had computations, the *last* of them gives a pool a row if the pool's values then
 differ from its previous row (a kind missing from a map counts as 0) or it has no row yet; a pool
-of a previous (non-NULL) row that is not in that computation (deleted) gets a row with NULL maps
+of a previous (non-NULL) row that is not in the tree's map then (deleted) gets a row with NULL maps
 and shares. A row carries that computation's seq, time and values; the computations before it in
 the second leave no row (an admission cycle recomputes every pool many times a second). Maps hold
 every kind of the pool's `pool_entitlements` rows (0 where the computation gives none); a pool
@@ -33,14 +36,16 @@ before it:
     SELECT * FROM entitlement_history WHERE path = '/a' AND computed_at <= TIMESTAMPTZ '2024-05-01 12:00:30+00'
     ORDER BY seq DESC LIMIT 1;
 
-Kept in memory: each tree's open second (a reference to its latest computation: nothing else is
-done per computation) and, once a second of the tree was closed, each pool's last history row.
-Both are in the tables, read back after a start or a rollback: a tree's latest computation is what
-`pool_entitlements` holds (closing its second again, if it was closed already, writes nothing);
-the last history row of each pool is what the next second is compared with. (A tree whose latest
+Kept in memory: each tree's entitlement map (as `pool_entitlements` holds it), its open second (the
+pools written in it: only those are compared when it closes) and, once a second of the tree was
+closed, each pool's last history row. All are in the tables, read back after a start or a
+rollback: a tree's map is what `pool_entitlements` holds (closing its second again, if it was
+closed already, compares every pool and writes nothing); the last history row of each pool is what
+the next second is compared with. (A tree whose latest
 computation has no pool with a kind has no `pool_entitlements` row: if the store stops, or a batch
 rolls back, while that second is open, the NULL rows it would give are not written.) A batch
-writes each tree's `pool_entitlements` rows once, from the last computation it holds.
+writes the `pool_entitlements` rows of the pools its computations wrote or removed, once each
+(all of a tree's after a `replace`).
 
 `pool_starvation` is each pool's latest `PoolStarvationChanged` (status ok, below_fair_share or
 starving; `since` when it entered that status, `below_since` when its current stretch below fair
@@ -152,6 +157,9 @@ class PoolStatusProjection(Projection):
         # or a rollback). `_due`: the earliest end of an open window.
         self._open: dict[str, _Open] | None = None
         self._due: datetime | None = None
+        # Each tree's map: path -> (seq, time, values) of the event that last wrote it (read back
+        # with `_open`).
+        self._maps: dict[str, dict[str, _Pool]] = {}
         # Per tree, once it closed a window: each pool's values as its last history row has them
         # (a pool whose last row is NULL, or that has none: absent). The store is the only writer.
         self._rows: dict[str, dict[str, Values]] = {}
@@ -165,14 +173,16 @@ class PoolStatusProjection(Projection):
         self._open = None
         self._due = None
         self._rows = {}
+        self._maps = {}
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         windows = self._open
         if windows is None:
-            windows = self._open = _latest_stored(conn)
+            windows, self._maps = _latest_stored(conn)
+            self._open = windows
             self._due = min((window.end for window in windows.values()), default=None)
         history: list[tuple[Any, ...]] = []
-        latest: dict[str, tuple[int, datetime, EntitlementsComputed]] = {}
+        written: dict[str, set[str] | None] = {}  # per tree, the paths to write again (None: all)
         starvation: dict[tuple[str, str], Row | None] = {}  # None: the pool was deleted
         for item in items:
             envelope = item.event
@@ -186,24 +196,36 @@ class PoolStatusProjection(Projection):
             if event_class(event) is EntitlementsComputed:  # the model or its view (events.views)
                 event = cast(EntitlementsComputed, event)
                 tree = event.tree
-                latest[tree] = (item.seq, time, event)
                 window = windows.get(tree)
-                if window is not None:
-                    if time >= window.start:  # its window (open: the time is before its end)
-                        window.seq, window.time, window.pools = item.seq, time, event
-                        continue
+                if window is not None and time < window.start:
                     self._close(conn, [tree], history)  # the log's time went back: a window before it
-                start = _EPOCH + (time - _EPOCH) // _WINDOW * _WINDOW
-                window = windows[tree] = _Open(item.seq, time, start, start + _WINDOW, event)
-                if self._due is None or window.end < self._due:
-                    self._due = window.end
+                    window = None
+                if window is None:
+                    start = _EPOCH + (time - _EPOCH) // _WINDOW * _WINDOW
+                    window = windows[tree] = _Open(item.seq, time, start, start + _WINDOW, set())
+                    if self._due is None or window.end < self._due:
+                        self._due = window.end
+                window.seq, window.time = item.seq, time
+                touched = self._fold(event, item.seq, time)
+                if touched is None:
+                    window.dirty = None
+                    written[tree] = None
+                else:
+                    if window.dirty is not None:
+                        window.dirty |= touched
+                    if tree not in written:
+                        written[tree] = set(touched)
+                    else:
+                        paths = written[tree]
+                        if paths is not None:
+                            paths |= touched
             elif isinstance(event, PoolStarvationChanged):
                 starvation[(event.tree, event.pool)] = _starvation_row(event, item.seq, time)
             elif isinstance(event, PoolDeleted):
                 starvation[(event.tree, event.path)] = None
         insert_rows(conn, "entitlement_history", ENTITLEMENT_HISTORY, history)
-        if latest:
-            self._entitlements(conn, latest)
+        if written:
+            self._entitlements(conn, written)
         if starvation:
             keys = list(starvation)
             delete_keys(conn, "pool_starvation", pa.table({"tree": [k[0] for k in keys], "pool": [k[1] for k in keys]}))
@@ -220,25 +242,66 @@ class PoolStatusProjection(Projection):
         for tree in sorted(trees):
             window = windows.pop(tree)
             rows = self._rows[tree]
-            seq, time, pools = window.seq, window.time, window.pools
-            now = pools if isinstance(pools, dict) else _values(pools)
-            for path, values in now.items():
+            seq, time = window.seq, window.time
+            pools = self._maps.get(tree, {})
+            paths = sorted(pools) if window.dirty is None else sorted(window.dirty)
+            for path in paths:
+                found = pools.get(path)
+                if found is None:
+                    continue
+                values = found[2]
                 previous = rows.get(path)
                 if previous is None or (previous != values and not _same(previous, values)):
                     history.append((tree, path, seq, time, *values))
                     rows[path] = values
-            for path in sorted(rows.keys() - now.keys()):
+            gone = rows.keys() - pools.keys() if window.dirty is None else \
+                {path for path in window.dirty if path in rows and path not in pools}
+            for path in sorted(gone):
                 history.append((tree, path, seq, time, None, None, None, None, None, None, None))
                 del rows[path]
         self._due = min((window.end for window in windows.values()), default=None)
 
-    def _entitlements(self, conn: Connection, latest: dict[str, tuple[int, datetime, EntitlementsComputed]]) -> None:
-        """Each tree's latest computation as its `pool_entitlements` rows."""
-        trees = sorted(latest)
-        conn.execute(f"DELETE FROM pool_entitlements WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
+    def _fold(self, event: EntitlementsComputed, seq: int, time: datetime) -> set[str] | None:
+        """Fold one computation into its tree's map (`events.decisions.fold_entitlements`, with
+        each pool as `pool_entitlements` holds it): the paths it wrote or removed (None: all of
+        the tree's, a `replace`)."""
+        tree = event.tree
+        pools = self._maps.get(tree)
+        if pools is None or event.replace:
+            pools = self._maps[tree] = {}
+        touched: set[str] = set(event.removed)
+        for path in event.removed:
+            pools.pop(path, None)
+        capacity = dict(event.capacity)
+        found = _values(event)
+        for pool in event.pools:
+            path = pool.path
+            touched.add(path)
+            values = found.get(path)
+            if values is None:  # no kind at all: no row
+                pools.pop(path, None)
+            else:
+                pools[path] = (seq, time, values, capacity)
+        return None if event.replace else touched
+
+    def _entitlements(self, conn: Connection, written: dict[str, set[str] | None]) -> None:
+        """The `pool_entitlements` rows of the pools written: all of a tree's (None), or those paths'."""
+        trees = sorted(tree for tree, paths in written.items() if paths is None)
+        if trees:
+            conn.execute(f"DELETE FROM pool_entitlements WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
+        keys = [(tree, path) for tree, paths in sorted(written.items(), key=lambda kv: kv[0]) if paths is not None
+                for path in sorted(paths)]
+        if keys:
+            delete_keys(conn, "pool_entitlements", pa.table({"tree": [k[0] for k in keys],
+                                                             "path": [k[1] for k in keys]}))
         columns: list[list[Any]] = [[] for _ in POOL_ENTITLEMENTS]
-        for seq, time, event in latest.values():
-            _kind_columns(columns, event, seq, time)
+        for tree in sorted(written):
+            pools = self._maps.get(tree, {})
+            paths = written[tree]
+            for path in sorted(pools) if paths is None else sorted(paths):
+                found = pools.get(path)
+                if found is not None:
+                    _kind_columns(columns, tree, path, *found)
         if columns[0]:
             insert_arrow(conn, "pool_entitlements", pa.Table.from_arrays(
                 [pa.array(values, type=field.type) for values, field in zip(columns, POOL_ENTITLEMENTS, strict=True)],
@@ -249,19 +312,22 @@ class PoolStatusProjection(Projection):
 # (maps), fair_share, usage_share, demand_share, dominant_kind.
 Values = tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float], float | None, float | None,
                float | None, str | None]
+# A pool of a tree's map: the seq and time of the event that wrote it, its values (each map with
+# every kind of its `pool_entitlements` rows), and the tree's capacity in that event.
+_Pool = tuple[int, datetime, Values, Mapping[str, float]]
 
 
 @dataclass(slots=True)
 class _Open:
-    """A tree's window of log time [start, end) whose history rows are not written yet, and the
-    latest computation of the tree in it (its pools: the event, or as read back from
-    `pool_entitlements`)."""
+    """A tree's window of log time [start, end) whose history rows are not written yet: the seq
+    and time of the tree's latest computation in it, and the paths its computations wrote or
+    removed (None: maybe every pool, after a `replace` or as read back)."""
 
     seq: int
     time: datetime
     start: datetime
     end: datetime
-    pools: EntitlementsComputed | dict[str, Values]
+    dirty: set[str] | None
 
 
 def _values(event: EntitlementsComputed) -> dict[str, Values]:
@@ -279,26 +345,32 @@ def _values(event: EntitlementsComputed) -> dict[str, Values]:
     return found
 
 
-def _latest_stored(conn: Connection) -> dict[str, _Open]:
-    """Each tree's latest computation as `pool_entitlements` holds it, as an open window (it may
-    have been closed already: closing it again writes nothing)."""
+def _latest_stored(conn: Connection) -> tuple[dict[str, _Open], dict[str, dict[str, _Pool]]]:
+    """Each tree's map as `pool_entitlements` holds it, and its latest computation as an open
+    window (it may have been closed already: closing it again writes nothing)."""
     found: dict[str, _Open] = {}
-    maps: dict[tuple[str, str], tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
+    maps: dict[str, dict[str, _Pool]] = {}
+    rows_of: dict[tuple[str, str], list[Row]] = {}
     for row in fetch_rows(conn, "SELECT * FROM pool_entitlements ORDER BY tree, path, kind"):
         tree, path = row["tree"], row["path"]
         window = found.get(tree)
-        if window is None:
+        if window is None or row["computed_seq"] > window.seq:
             time = row["computed_at"]
             start = _EPOCH + (time - _EPOCH) // _WINDOW * _WINDOW
-            window = found[tree] = _Open(row["computed_seq"], time, start, start + _WINDOW, {})
-        kinds = maps.get((tree, path))
-        if kinds is None:
-            kinds = maps[(tree, path)] = ({}, {}, {})
-        for values, name in zip(kinds, _MAPS, strict=True):
-            values[row["kind"]] = row[name]
-        assert isinstance(window.pools, dict)
-        window.pools[path] = (*kinds, row["fair_share"], row["usage_share"], row["demand_share"], row["dominant_kind"])
-    return found
+            found[tree] = _Open(row["computed_seq"], time, start, start + _WINDOW, None)
+        rows_of.setdefault((tree, path), []).append(row)
+    for (tree, path), rows in rows_of.items():
+        kinds: tuple[dict[str, float], dict[str, float], dict[str, float]] = ({}, {}, {})
+        capacity: dict[str, float] = {}
+        for row in rows:
+            for values, name in zip(kinds, _MAPS, strict=True):
+                values[row["kind"]] = row[name]
+            capacity[row["kind"]] = row["capacity"]
+        first = rows[0]
+        values_of: Values = (*kinds, first["fair_share"], first["usage_share"], first["demand_share"],
+                             first["dominant_kind"])
+        maps.setdefault(tree, {})[path] = (first["computed_seq"], first["computed_at"], values_of, capacity)
+    return found, maps
 
 
 def _last_rows(conn: Connection, trees: list[str]) -> dict[str, dict[str, Values]]:
@@ -333,27 +405,27 @@ def _maps_and_kinds(capacity: Mapping[str, float], pool: PoolEntitlement
     return maps, sorted(capacity.keys() | maps[0].keys() | maps[1].keys() | maps[2].keys())
 
 
-def _kind_columns(columns: list[list[Any]], event: EntitlementsComputed, seq: int, time: datetime) -> None:
-    """Append the `pool_entitlements` rows of `event` to `columns` (one list per column of
-    `POOL_ENTITLEMENTS`, in its order)."""
+def _kind_columns(columns: list[list[Any]], tree: str, path: str, seq: int, time: datetime, values: Values,
+                  capacity: Mapping[str, float]) -> None:
+    """Append the `pool_entitlements` rows of one pool to `columns` (one list per column of
+    `POOL_ENTITLEMENTS`, in its order): a row per kind of its maps."""
     (trees, paths, kinds_, entitlements, non_slacks, slacks, capacities, fairs, usages, demands, dominants, seqs,
      times) = columns
-    tree, capacity = event.tree, event.capacity
-    for pool in event.pools:
-        maps, kinds = _maps_and_kinds(capacity, pool)
-        n = len(kinds)
-        trees.extend([tree] * n)
-        paths.extend([pool.path] * n)
-        kinds_.extend(kinds)
-        for out, values in zip((entitlements, non_slacks, slacks), maps, strict=True):
-            out.extend([float(values.get(kind, 0.0)) for kind in kinds])
-        capacities.extend([float(capacity.get(kind, 0.0)) for kind in kinds])
-        fairs.extend([pool.fair_share] * n)
-        usages.extend([pool.usage_share] * n)
-        demands.extend([pool.demand_share] * n)
-        dominants.extend([pool.dominant_kind] * n)
-        seqs.extend([seq] * n)
-        times.extend([time] * n)
+    maps = values[:3]
+    kinds = sorted(maps[0])
+    n = len(kinds)
+    trees.extend([tree] * n)
+    paths.extend([path] * n)
+    kinds_.extend(kinds)
+    for out, found in zip((entitlements, non_slacks, slacks), maps, strict=True):
+        out.extend([float(found.get(kind, 0.0)) for kind in kinds])
+    capacities.extend([float(capacity.get(kind, 0.0)) for kind in kinds])
+    fairs.extend([values[3]] * n)
+    usages.extend([values[4]] * n)
+    demands.extend([values[5]] * n)
+    dominants.extend([values[6]] * n)
+    seqs.extend([seq] * n)
+    times.extend([time] * n)
 
 
 def _starvation_row(event: PoolStarvationChanged, seq: int, time: datetime) -> Row:

@@ -122,8 +122,9 @@ def test_a_model_of_another_shape_is_refused() -> None:
         expect_plain(GangAdmitted, {k: v for k, v in fields.items() if k != "queue"})
     with pytest.raises(TypeError):
         expect_plain(GangAdmitted, dict(reversed(fields.items())))
-    computed = {"type": "EntitlementsComputed", "version": 1, "tree": REQUIRED, "capacity": REQUIRED,
-                "slack_capacity": FACTORY, "pools": REQUIRED, "alerts": FACTORY}
+    computed = {"type": "EntitlementsComputed", "version": 2, "tree": REQUIRED, "capacity": REQUIRED,
+                "slack_capacity": FACTORY, "pools": REQUIRED, "alerts": FACTORY, "removed": FACTORY, "replace": True,
+                "part": 1, "parts": 1}
     expect_plain(EntitlementsComputed, computed)
     with pytest.raises(TypeError):  # a default factory is not a default value
         expect_plain(EntitlementsComputed, {**computed, "alerts": []})

@@ -1,6 +1,7 @@
 """One admission cycle of one tree, as the service and the scenario runner run it:
 
-    1. compute every pool's entitlement from the state (`EntitlementsComputed`);
+    1. compute every pool's entitlement from the state (`EntitlementsComputed`: the whole map, or
+       for a large tree the pools that changed, in parts: `entitle.compute_cycle`);
     2. run the admission cycle against those entitlements (`GangAdmitted`, `GangMovedToQueue`);
     3. close the cycle (`CycleCompleted`), so readers know every decision of it is in the log.
 
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 from events import CycleCompleted, InputRejected
 from services.admission.domain.cycle import decide_cycle
-from services.admission.domain.entitle import compute_for
+from services.admission.domain.entitle import compute_cycle
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
 
 
 def decide_tree(state: AdmissionState, tree: str, trigger_seq: int) -> list[Outcome]:
-    computed = compute_for(state, tree)  # 1.
-    out = [Outcome(computed, "entitlements")]
-    out += decide_cycle(state, tree, {p.path: p for p in computed.pools})  # 2.
+    computed = compute_cycle(state, tree)  # 1. (a large tree's in parts: what changed)
+    out = [Outcome(event, "entitlements" if event.part == 1 else f"entitlements.{event.part}")
+           for event in computed.events]
+    out += decide_cycle(state, tree, computed.entitlements)  # 2. on the whole map
     out.append(Outcome(CycleCompleted(tree=tree, service=SERVICE, trigger_seq=trigger_seq,  # 3.
                                       decisions=len(out) - 1), "cycle"))
     return out

@@ -6,16 +6,17 @@ built once per tree configuration and gets fresh leaf numbers every cycle."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from events import EntitlementsComputed, PoolEntitlement
+from events.decisions import ENTITLEMENT_PART_POOLS
 from services.admission.domain.entitlement import EntitlementEngine
 from services.admission.domain.entitlement.arrays import positive_amounts
-from services.admission.domain.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
+from services.admission.domain.entitlement.model import FloatArray, IntArray, JobDemand, LeafUsage, PoolInput, TreeInput
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.rounding import round_matrix
 from services.admission.domain.state import AdmissionState, TreeRuntime
@@ -64,6 +65,11 @@ class _Prepared:
     written: dict[str, tuple[Ledger | None, int]] = field(default_factory=dict)  # leaf -> its ledger, `changes`
     order: list[int] | None = None  # the engine's rows in path order (the event lists pools so)
     last: EntitlementsComputed | None = None  # what the engine gave last, while no leaf changed since
+    held: list[tuple[str, Ledger]] | None = None  # the leaves with a ledger (`rt.ledgers`, in leaf order)
+    held_changes: list[int] = field(default_factory=list)  # each one's `changes` when last written
+    held_count: int = -1  # len(rt.ledgers) when `held` was listed (ledgers are only ever added)
+    published: _Published | None = None  # the numbers of the last parts `compute_cycle` gave
+    rank: list[int] | None = None  # each engine row's place in path order
 
 
 def _engine(state: AdmissionState, tree: str) -> _Prepared:
@@ -90,15 +96,8 @@ def _engine(state: AdmissionState, tree: str) -> _Prepared:
             engine.set_usage(leaf, _usage(rt, leaf, jobs))
         found.last = None
         return found
-    written = found.written
     ledgers = rt.ledgers
-    changed: list[str] = []
-    for leaf in leaves:
-        ledger = ledgers.get(leaf)
-        seen = written.get(leaf)
-        if seen is None or seen[0] is not ledger or (ledger is not None and seen[1] != ledger.changes):
-            changed.append(leaf)
-            written[leaf] = (ledger, 0 if ledger is None else ledger.changes)
+    changed = _changed_leaves(found, ledgers)
     if changed:
         # `set_usage(leaf, _usage(rt, leaf, None))` of each, the same numbers
         kinds = given.kinds
@@ -109,6 +108,39 @@ def _engine(state: AdmissionState, tree: str) -> _Prepared:
         engine.set_usages(changed, rows)
         found.last = None
     return found
+
+
+def _changed_leaves(found: _Prepared, ledgers: dict[str, Ledger]) -> list[str]:
+    """The leaves whose ledger changed (or appeared) since they were last written to the engine,
+    in leaf order, marked written. A ledger, once made, stays the leaf's (`state._ledger`): while
+    `rt.ledgers` holds as many as when they were listed, only their `changes` are read (no dict
+    lookup per leaf: 100k leaves cost about 3 ms this way)."""
+    held = found.held
+    if held is None or found.held_count != len(ledgers):
+        written = found.written
+        changed: list[str] = []
+        for leaf in found.leaves:
+            ledger = ledgers.get(leaf)
+            seen = written.get(leaf)
+            if seen is None or seen[0] is not ledger or (ledger is not None and seen[1] != ledger.changes):
+                changed.append(leaf)
+                written[leaf] = (ledger, 0 if ledger is None else ledger.changes)
+        held = found.held = [(leaf, ledgers[leaf]) for leaf in found.leaves if leaf in ledgers]
+        found.held_changes = [written[leaf][1] for leaf, _ in held]
+        found.held_count = len(ledgers)
+        return changed
+    now = [ledger.changes for _, ledger in held]
+    before = found.held_changes
+    if now == before:
+        return []
+    found.held_changes = now
+    written = found.written
+    out: list[str] = []
+    for i in [i for i, (a, b) in enumerate(zip(now, before, strict=True)) if a != b]:
+        leaf, ledger = held[i]
+        written[leaf] = (ledger, now[i])
+        out.append(leaf)
+    return out
 
 
 def _usage_rows(ledger: Ledger, kinds: tuple[str, ...]) -> tuple[list[float], list[float], list[float], list[float]]:
@@ -211,3 +243,185 @@ _BUILDERS: dict[tuple[str, ...], _RowBuilder] = {}
 
 def _r(values: dict[str, float]) -> dict[str, float]:
     return {k: float(round(v, ROUND)) for k, v in values.items()}
+
+
+# -- what a cycle publishes: the whole map, or what changed in parts ------------------------------------
+
+PART_POOLS = ENTITLEMENT_PART_POOLS  # pools (and removed paths) per event at most
+WHOLE_POOLS = ENTITLEMENT_PART_POOLS  # a tree of at most this many pools is written whole, in one event
+PART_BYTES = 256 * 1024  # about this many bytes of pools per event at most (NATS: 1 MiB a message)
+
+
+@dataclass(slots=True)
+class CycleEntitlements:
+    """What one cycle computes for a tree: the events it publishes (`EntitlementsComputed`, one
+    or several parts), and the tree's whole entitlement map once they are folded (what the cycle
+    decides on)."""
+
+    events: list[EntitlementsComputed]
+    entitlements: dict[str, PoolEntitlement]
+
+
+@dataclass(slots=True, eq=False)
+class _Published:
+    """The numbers of the parts `compute_cycle` gave last, in the engine's row order: the raw
+    matrix (entitlement, non-slack, slack per kind, then the three shares), the rounded one as
+    published and the dominant kinds. They are the tree's entitlement map while that map is the
+    one those parts made (`EntitlementMap.last` is their last part)."""
+
+    raw: FloatArray
+    rounded: FloatArray
+    dominant: IntArray
+    token: object = None
+
+
+def compute_cycle(state: AdmissionState, tree: str) -> CycleEntitlements:
+    """The entitlements one admission cycle publishes for `tree`, and the map it decides on.
+
+    A tree of at most `WHOLE_POOLS` pools gets one event with its whole map (`compute_for`: as v1
+    did). A larger one gets the pools whose rounded numbers differ from the tree's entitlement
+    map as the fold holds it (`TreeRuntime.entitlements`) and the paths that left it, split into
+    parts; every pool (`replace`) when every pool changed, the map is empty, or the capacity
+    changed since its last computation (a pool's `pool_entitlements` rows name the capacity).
+    Folding the parts into the map gives the whole computation, whatever the map held.
+
+    Cost: while the map is the one this function's previous parts made (the usual case: a cycle's
+    decisions are applied at once), the previous numbers are kept as matrices, so a cycle
+    compares the engine's raw numbers in one vectorised pass, rounds only the rows that moved,
+    and builds models only for those; otherwise every pool is compared with the map."""
+    prepared = _engine(state, tree)
+    if len(prepared.engine.paths) <= WHOLE_POOLS:  # the root `/` is one of the event's pools
+        whole = compute_for(state, tree)
+        prepared.published = None
+        return CycleEntitlements([whole], {p.path: p for p in whole.pools})
+    rt = state.runtime(tree)
+    current = rt.entitlements
+    result = prepared.engine.compute()
+    given = prepared.given
+    kinds = result.kinds
+    raw = np.hstack((result.entitlement_matrix, result.non_slack_matrix, result.slack_matrix, result.shares_matrix))
+    dominant = result.dominant_index
+    paths = result.paths
+    capacity, slack_capacity = _r(dict(given.capacity)), _r(dict(given.revocable_capacity))
+    alerts = [str(a) for a in result.alerts]
+    build = _row_builder(kinds)
+    previous = prepared.published
+    last = getattr(current, "last", None)
+    pools: list[PoolEntitlement]
+    removed: list[str] = []
+    if previous is not None and last is previous.token and raw.shape == previous.raw.shape:
+        # the map is what the previous parts made: compare matrices
+        moved = np.flatnonzero((raw != previous.raw).any(axis=1) | (dominant != previous.dominant))
+        rounded = previous.rounded
+        pools = []
+        if moved.size:
+            fresh = np.asarray(round_matrix(raw[moved], ROUND), dtype=np.float64).reshape(moved.size, raw.shape[1])
+            differs = (fresh != rounded[moved]).any(axis=1) | (dominant[moved] != previous.dominant[moved])
+            rounded[moved] = fresh
+            rows = moved[differs].tolist()
+            if rows:
+                rank = _rank(prepared, paths)
+                rows.sort(key=rank.__getitem__)
+                values = rounded[rows].tolist()
+                dom = dominant[rows].tolist()
+                pools = [build(paths[row], value, kinds[d] if d >= 0 else None)
+                         for row, value, d in zip(rows, values, dom, strict=True)]
+        replace = len(pools) == len(paths)
+        previous.raw, previous.dominant = raw, dominant
+    else:
+        every_value = round_matrix(raw, ROUND)
+        rounded = np.array(every_value, dtype=np.float64).reshape(raw.shape)
+        every_dom: list[int] = dominant.tolist()
+        every = [build(paths[row], every_value[row], kinds[every_dom[row]] if every_dom[row] >= 0 else None)
+                 for row in _path_order(prepared, paths)]
+        same_capacity = (isinstance(last, _HasCapacity) and dict(last.capacity) == capacity
+                         and dict(last.slack_capacity) == slack_capacity)
+        if not current or not same_capacity:
+            pools = every
+        else:
+            pools = [pool for pool in every if not _same_pool(current.get(pool.path), pool)]
+            added = sum(1 for pool in pools if pool.path not in current)
+            if len(current) + added > len(every):  # some of the map is gone from the tree
+                names = {pool.path for pool in every}
+                removed = sorted(path for path in current if path not in names)
+        replace = len(pools) == len(every)
+        if replace:
+            removed = []
+        previous = prepared.published = _Published(raw, rounded, dominant)
+    events = _parts(tree, capacity, slack_capacity, pools, removed, replace, alerts, len(kinds))
+    previous.token = events[-1]
+    entitlements: dict[str, PoolEntitlement] = {} if replace else dict(current)
+    for path in removed:
+        del entitlements[path]
+    for pool in pools:
+        entitlements[pool.path] = pool
+    return CycleEntitlements(events, entitlements)
+
+
+@runtime_checkable
+class _HasCapacity(Protocol):
+    @property
+    def capacity(self) -> Mapping[str, float]: ...
+
+    @property
+    def slack_capacity(self) -> Mapping[str, float]: ...
+
+
+def _same_pool(old: PoolEntitlement | None, new: PoolEntitlement) -> bool:
+    """The same numbers (`old` may be a view of one: events.views)."""
+    return (old is not None and old.entitlement == new.entitlement
+            and old.non_slack_entitlement == new.non_slack_entitlement
+            and old.slack_entitlement == new.slack_entitlement and old.fair_share == new.fair_share
+            and old.usage_share == new.usage_share and old.demand_share == new.demand_share
+            and old.dominant_kind == new.dominant_kind)
+
+
+def _path_order(prepared: _Prepared, paths: tuple[str, ...]) -> list[int]:
+    """The engine's rows (the root `/` first) in path order, as the whole event lists them."""
+    order = prepared.order
+    if order is None or len(order) != len(paths):
+        order = prepared.order = sorted(range(len(paths)), key=paths.__getitem__)
+    return order
+
+
+def _rank(prepared: _Prepared, paths: tuple[str, ...]) -> list[int]:
+    """Each engine row's place in path order (made once per engine)."""
+    rank = prepared.rank
+    if rank is None or len(rank) != len(paths):
+        order = _path_order(prepared, paths)
+        rank = prepared.rank = [0] * len(order)
+        for place, row in enumerate(order):
+            rank[row] = place
+    return rank
+
+
+def _parts(tree: str, capacity: dict[str, float], slack_capacity: dict[str, float], pools: list[PoolEntitlement],
+           removed: list[str], replace: bool, alerts: list[str], kinds: int) -> list[EntitlementsComputed]:
+    """The events of one computation: the removed paths, then the pools, in parts of at most
+    `PART_POOLS` of them and about `PART_BYTES` (at least one part; `replace` and the alerts
+    in the first)."""
+    cuts: list[tuple[list[str], list[PoolEntitlement]]] = []
+    gone: list[str] = []
+    kept: list[PoolEntitlement] = []
+    count = size = 0
+    per_pool = 200 + 3 * kinds * 40  # bytes of a pool beside its path, generously
+    for path in removed:
+        if count == PART_POOLS or size + len(path) + 4 > PART_BYTES:
+            cuts.append((gone, kept))
+            gone, kept, count, size = [], [], 0, 0
+        gone.append(path)
+        count += 1
+        size += len(path) + 4
+    for pool in pools:
+        cost = per_pool + len(pool.path)
+        if count == PART_POOLS or (count and size + cost > PART_BYTES):
+            cuts.append((gone, kept))
+            gone, kept, count, size = [], [], 0, 0
+        kept.append(pool)
+        count += 1
+        size += cost
+    cuts.append((gone, kept))
+    total = len(cuts)
+    return [entitlements_computed(tree, capacity, slack_capacity, kept, alerts if part == 1 else [], gone,
+                                  replace and part == 1, part, total)
+            for part, (gone, kept) in enumerate(cuts, start=1)]

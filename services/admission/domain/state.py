@@ -547,9 +547,11 @@ def _on_preemption(state: AdmissionState, event: Event, seq: int, out: list[Outc
 
 
 def _on_entitlements(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    event = cast(EntitlementsComputed, event)  # the model or its view (events.views)
+    event = cast(EntitlementsComputed, event)  # the model or its view (events.views); v1 read as v2
     rt = state.runtime(event.tree)
-    rt.entitlements = {p.path: p for p in event.pools}
+    # the whole map (`replace`), or the pools that changed and the paths removed: in place
+    from events.decisions import fold_entitlements
+    rt.entitlements = fold_entitlements(rt.entitlements, event)
     rt.entitlement_seq = seq
 
 

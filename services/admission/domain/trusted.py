@@ -90,21 +90,30 @@ def pool_entitlement(path: str, entitlement: dict[str, float], non_slack_entitle
     return model
 
 
-expect_plain(EntitlementsComputed, {"type": "EntitlementsComputed", "version": 1, "tree": REQUIRED,
+expect_plain(EntitlementsComputed, {"type": "EntitlementsComputed", "version": 2, "tree": REQUIRED,
                                     "capacity": REQUIRED, "slack_capacity": FACTORY, "pools": REQUIRED,
-                                    "alerts": FACTORY})
+                                    "alerts": FACTORY, "removed": FACTORY, "replace": True, "part": 1, "parts": 1})
 _ENTITLEMENTS_COMPUTED_SET = frozenset({"tree", "capacity", "slack_capacity", "pools", "alerts"})
+_ENTITLEMENTS_PART_SET = frozenset({"tree", "capacity", "slack_capacity", "pools", "alerts", "removed", "replace",
+                                    "part", "parts"})
 
 
 def entitlements_computed(tree: str, capacity: dict[str, float], slack_capacity: dict[str, float],
-                          pools: list[PoolEntitlement], alerts: list[str]) -> EntitlementsComputed:
-    """`EntitlementsComputed.model_validate({...})` of every field, for values of the declared
-    types (floats, not ints, in the maps; the pools made by `pool_entitlement`; all taken over: do
-    not change them afterwards). An admission cycle makes one per tree."""
+                          pools: list[PoolEntitlement], alerts: list[str], removed: list[str] | None = None,
+                          replace: bool = True, part: int = 1, parts: int = 1) -> EntitlementsComputed:
+    """`EntitlementsComputed.model_validate({...})` of every field given, for values of the
+    declared types (floats, not ints, in the maps; the pools made by `pool_entitlement`; `part`
+    and `parts` from 1; all taken over: do not change them afterwards). An admission cycle makes
+    one per tree, or one per part of a large tree's. Without `removed`, the fields set are those
+    of the whole-map event as validating the v1 fields gives them (with `replace`, `part` and
+    `parts` left at their defaults)."""
     model = _new(EntitlementsComputed)
-    _set(model, "__dict__", {"type": "EntitlementsComputed", "version": 1, "tree": tree, "capacity": capacity,
-                             "slack_capacity": slack_capacity, "pools": pools, "alerts": alerts})
-    _set(model, "__pydantic_fields_set__", set(_ENTITLEMENTS_COMPUTED_SET))
+    _set(model, "__dict__", {"type": "EntitlementsComputed", "version": 2, "tree": tree, "capacity": capacity,
+                             "slack_capacity": slack_capacity, "pools": pools, "alerts": alerts,
+                             "removed": [] if removed is None else removed, "replace": replace, "part": part,
+                             "parts": parts})
+    whole = removed is None and replace and part == 1 and parts == 1
+    _set(model, "__pydantic_fields_set__", set(_ENTITLEMENTS_COMPUTED_SET if whole else _ENTITLEMENTS_PART_SET))
     _set(model, "__pydantic_extra__", None)
     _set(model, "__pydantic_private__", None)
     return model
