@@ -50,6 +50,8 @@ def replay(
     tree: Annotated[str | None, typer.Option("--tree", metavar="TREE", help=(
         "Report only the decisions of this tree (the whole log is still folded)."))] = None,
     chunk: Annotated[int | None, typer.Option("--chunk", hidden=True, help="Positions per read.")] = None,
+    process_from: Annotated[int | None, typer.Option("--process-from", hidden=True, help=(
+        "Positions of log from which the verifier runs in a process of its own."))] = None,
 ) -> None:
     """Audit replay: re-derive the decisions of the log with the services' own code and compare."""
     if not verify:
@@ -62,7 +64,7 @@ def replay(
         raise InputError(f"--tree {tree!r}: not a tree name (letters, digits, - and _, at most 64)")
     from services.replay.reader import NoLog, verify_data_dir, verify_jetstream  # imports every service
 
-    options = {"tree": tree, "to_seq": to_seq, "chunk": chunk}
+    options = {"tree": tree, "to_seq": to_seq, "chunk": chunk, "process_from": process_from}
 
     async def on_server(url: str) -> Report:
         from services.cli.client import connect

@@ -42,7 +42,7 @@ PROCESS_FROM = 50_000  # positions of log from which the verifier runs in a proc
 @dataclass(frozen=True, slots=True)
 class Progress:
     position: int  # the last position verified
-    end: int  # the last position to read (the stream's last sequence when the replay started)
+    end: int  # the last position to fold: the stream's last sequence when the replay started, or `to_seq`
     messages: int
     events: int
     elapsed: float  # seconds since the replay started
@@ -70,7 +70,7 @@ async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | No
     async for piece in read_in_chunks(log, 1, REFUSAL_SUBJECTS, max(chunk, 100_000), end_seq=stop):
         refusals.extend(stored for stored in piece if command_refusals([stored]))
     if on_progress is not None:
-        on_progress(Progress(0, end, 0, 0, time.perf_counter() - began))
+        on_progress(Progress(0, stop, 0, 0, time.perf_counter() - began))
     if stop >= (PROCESS_FROM if process_from is None else process_from):
         from services.replay.worker import verify_in_process
 
@@ -91,7 +91,7 @@ async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | No
                 await anyio.to_thread.run_sync(verifier.feed, piece)
                 if on_progress is not None:
                     report = verifier.report
-                    on_progress(Progress(piece[-1].seq, end, report.messages, report.events,
+                    on_progress(Progress(min(piece[-1].seq, stop), stop, report.messages, report.events,
                                          time.perf_counter() - began))
                 if verifier.done:  # with `to_seq`: nothing further can change the report
                     break

@@ -112,6 +112,7 @@ async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int,
                             tree: str | None, to_seq: int | None, on_progress: Any) -> Report:
     from services.replay.reader import Progress
 
+    stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
     try:
@@ -121,11 +122,15 @@ async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int,
             worker.take(block=False)
             status = worker.status
             if on_progress is not None:
-                on_progress(Progress(status.position, end, status.messages, status.events, time.perf_counter() - began))
+                on_progress(Progress(min(status.position, stop), stop, status.messages, status.events,
+                                     time.perf_counter() - began))
             if status.done:
                 break
         await anyio.to_thread.run_sync(worker.send, ("finish",))
         report: Report = await anyio.to_thread.run_sync(worker.take, True)
+        if on_progress is not None:
+            on_progress(Progress(min(report.read_to, stop), stop, report.messages, report.events,
+                                 time.perf_counter() - began))
         return report
     finally:
         with anyio.CancelScope(shield=True):
