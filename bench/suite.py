@@ -12,10 +12,12 @@ Quick sizes run in well under 30 s.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from bench.admission import bench_admission
@@ -26,9 +28,10 @@ from bench.projection_speed import measure
 from bench.report import Row, Section, machine_facts
 from bench.scale import measure as measure_scale
 from bench.workload import Workload, gang_payload_size
+from services.common.natsserver import EmbeddedNats
 from services.common.packs import PACK_EVENTS
 
-NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "scale", "projection", "pipeline")
+NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "scale", "large-tree", "projection", "pipeline")
 NEEDS_BASELINE = frozenset({"raw", "admission", "projection"})
 
 ENTITLEMENT_GOALS: dict[int, float] = {10_000: 0.050, 100_000: 1.0}  # pools -> seconds
@@ -57,6 +60,7 @@ class Sizes:
     pipeline_processes: bool = True  # each service in its own process, as `poolwise up` runs them
     scale: tuple[tuple[str, tuple[int, int]], ...] = (("history", (5000, 100_000)), ("fair_share", (5000, 20_000)),
                                                       ("job_limits", (20_000, 90_000)))
+    large_tree: tuple[tuple[int, int], ...] = ((100, 100), (100, 1000))  # (parents, leaves per parent)
 
     @classmethod
     def full(cls) -> Sizes:
@@ -72,7 +76,8 @@ class Sizes:
                    entitlement_repeat=2, admission=Workload(gangs=3000, leaves=100, hosts=20),
                    projection_n=5000, pipeline_gangs=1500, pipeline_leaves=20,
                    pipeline_rates=(LATENCY_GOAL_RATE,), pipeline_seconds=0.4, pipeline_raw_n=2000,
-                   scale=(("history", (200, 800)), ("fair_share", (200, 800)), ("job_limits", (2000, 4000))))
+                   scale=(("history", (200, 800)), ("fair_share", (200, 800)), ("job_limits", (2000, 4000))),
+                   large_tree=((30, 100),))
 
 
 def _share(value: float, reference: float) -> float | None:
@@ -212,6 +217,50 @@ def scale_section(sizes: Sizes) -> Section:
                       against=f"the {int(small[count]):,} above (sizes x{large[count] / small[count]:g})"))
     s.notes.append("A ratio near 1 is a cost that does not grow with that size; near the sizes' ratio, one that "
                    "grows in proportion (the gangs held back by job limits: each is judged every cycle).")
+    return s
+
+
+# --- large trees ----------------------------------------------------------------------------------
+
+LARGE_TREE_GOALS: dict[int, tuple[float, float | None]] = {10_100: (10.0, 10.0), 100_100: (50.0, None)}  # ms, KB
+
+
+async def large_tree_section(sizes: Sizes) -> Section:
+    from bench.large_tree import cycle_costs, run_live
+
+    s = Section("large-tree", "Large trees: live on JetStream, and what a cycle costs (bench/large_tree.py)",
+                params={"trees": ", ".join(f"{p} x {leaves}" for p, leaves in sizes.large_tree)})
+    with tempfile.TemporaryDirectory(prefix="poolwise-bench-large-") as tmp:
+        async with EmbeddedNats(Path(tmp)) as server:
+            for parents, leaves in sizes.large_tree:
+                run = await run_live(server.url, parents, leaves, "shared", 300.0)
+                what = f"{run.pools:,} pools live on JetStream"
+                s.add(Row(f"{what}: configured, a gang submitted and admitted", run.seconds, "s",
+                          goal="gang admitted", met=run.admitted))
+                s.add(Row(f"{what}: the gang's enqueue to its admission read back", run.decide_seconds * 1e3, "ms"))
+                s.add(Row(f"{what}: EntitlementsComputed messages (first cycle: every pool)",
+                          run.entitlement_messages, "msgs"))
+                s.add(Row(f"{what}: largest message", run.largest_message_bytes / 1024, "KiB", goal="< 1024 KiB",
+                          met=run.largest_message_bytes < 1024 * 1024))
+    for parents, leaves in sizes.large_tree:
+        for shape in ("quota", "shared"):
+            costs = cycle_costs(parents, leaves, shape)
+            goal_ms, goal_kb = LARGE_TREE_GOALS.get(costs.pools, (0.0, None)) if shape == "quota" else (0.0, None)
+            what = f"{costs.pools:,} pools, {shape}"
+            s.add(Row(f"{what}: first cycle (every pool written)", costs.first.seconds * 1e3, "ms",
+                      note=f"{costs.first.appended_bytes / 1024:,.0f} KiB, {costs.first.entitlement_events} events"))
+            s.add(Row(f"{what}: one leaf's demand changed: cycle (median of {len(costs.one_leaf)})",
+                      costs.one_leaf_ms, "ms", goal=f"<= {goal_ms:g} ms" if goal_ms else "",
+                      met=costs.one_leaf_ms <= goal_ms if goal_ms else None))
+            kb = costs.one_leaf_bytes / 1024
+            pools = sorted(c.entitlement_pools for c in costs.one_leaf)[len(costs.one_leaf) // 2]
+            s.add(Row(f"{what}: one leaf's demand changed: appended ({pools:,} pools written)", kb, "KiB",
+                      goal=f"<= {goal_kb:g} KiB" if goal_kb else "", met=kb <= goal_kb if goal_kb else None))
+    s.notes.append("quota: static reservations, limits at them (hard quotas): one leaf's demand moves its own and "
+                   "its ancestors' numbers only. shared: 80% reserved, the rest lent by share: one leaf's demand "
+                   "moves every pool's entitlement, so the cycle writes every pool (the change is the tree).")
+    s.notes.append("A cycle: the tick folded, run_cycles (entitlements, admission, decisions applied), the GC off "
+                   "as in the service; appended: every decision of the cycle encoded in its envelope.")
     return s
 
 
@@ -357,6 +406,8 @@ async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
             section = await _timed(lambda: now(partial(admission_section, base, sizes)))
         elif name == "scale":
             section = await _timed(lambda: now(lambda: scale_section(sizes)))
+        elif name == "large-tree":
+            section = await _timed(lambda: large_tree_section(sizes))
         elif name == "projection":
             assert base is not None
             section = await _timed(lambda: now(partial(projection_section, base, sizes)))

@@ -1,4 +1,4 @@
-"""`poolwise bench entitlement|admission|scale|pipeline|projection|raw|all`: measure, compare with the raw
+"""`poolwise bench entitlement|admission|scale|large-tree|pipeline|projection|raw|all`: measure, compare with the raw
 speeds of NATS and DuckDB measured in the same run, and optionally record in docs/performance.md.
 
 The benchmarks live in the source tree's `bench/` package (imported only when this command runs).
@@ -18,7 +18,8 @@ from services.cli.errors import fail, run_async
 from services.cli.options import AsJson
 from services.cli.render import console
 
-CHOICES: tuple[str, ...] = ("entitlement", "admission", "scale", "pipeline", "projection", "raw", "all")
+CHOICES: tuple[str, ...] = ("entitlement", "admission", "scale", "large-tree", "pipeline", "projection", "raw",
+                            "all")
 
 
 def register(app: typer.Typer) -> None:

@@ -18,3 +18,16 @@ async def test_a_tree_of_10100_pools_runs_on_jetstream(fresh_stream: str) -> Non
     assert 0 < run.largest_entitlement_bytes < 512 * 1024
     assert run.largest_message_bytes < 1024 * 1024
     assert run.seconds < 30
+    # every decision re-derived from the log, the parts of the entitlements included
+    from services.common.jetstream import JetStreamLog
+    from services.replay.reader import read_log
+    from services.replay.verify import verify
+
+    log = await JetStreamLog.connect(fresh_stream)
+    try:
+        messages = await read_log(log)
+    finally:
+        await log.close()
+    report = verify(messages)
+    assert report.ok, [finding.line() for finding in report.findings][:5]
+    assert report.count("EntitlementsComputed").recorded == run.entitlement_messages
