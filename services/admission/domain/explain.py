@@ -60,7 +60,7 @@ from services.admission.domain.model import (
     WAITING,
     Gang,
 )
-from services.admission.domain.state import AdmissionState, TreeRuntime, _chain
+from services.admission.domain.state import AdmissionState, TreeRuntime, _chain, is_forgotten
 from services.admission.domain.vectors import Vector, free, short_of
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import EffectivePool, capacity, effective_pools
@@ -241,7 +241,7 @@ def explain(state: AdmissionState, tree: str, gang_id: str, history: History | N
     if rt is None or gang is None:
         message = (f"no gang {gang_id} in tree {tree} (as of log position {state.last_seq}): never enqueued, "
                    f"or its first members have not been read yet")
-        if rt is not None and gang_id in rt.forgotten:
+        if rt is not None and is_forgotten(state, rt, gang_id):
             message = (f"gang {gang_id} of tree {tree} finished and was forgotten after the tree's gang_retention "
                        f"(as of log position {state.last_seq}); its history is in the log and in SQL (table gangs)")
         return Explanation(tree, gang_id, UNKNOWN, (Finding(UNKNOWN, message),), as_of=state.last_seq,

@@ -74,6 +74,7 @@ from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
 from services.tree.domain.effective import EffectivePool, effective_pool
 from services.tree.domain.state import TreeState
+from services.tree.domain.used_ids import UsedIds
 
 SERVICE = "admission"
 # An input message that leaves a tree with `TreeOptions.cycle_gangs` gangs made pending since its
@@ -117,10 +118,10 @@ class TreeRuntime:
     dirty: bool = False  # inputs since the last cycle (the clock ticks for them)
     fresh: int = 0  # gangs made pending since the last cycle
     cycle_gangs: int = TreeOptions().cycle_gangs  # the tree's option (`_on_tree_configured`)
-    # Finished gangs forgotten after the tree's `gang_retention` (`AdmissionState._forget`): their
-    # ids, and their tasks' ids, stay used (what comes for them later is refused: `gang_forgotten`).
-    forgotten: set[str] = field(default_factory=set)
-    forgotten_tasks: set[str] = field(default_factory=set)
+    # The task ids of the gangs forgotten after the tree's `gang_retention` (`AdmissionState.
+    # _forget`): they stay used. (The gang ids stay in the tree's `seen_gangs`: a gang id seen there
+    # and not in `gangs` is a forgotten gang's, and what comes for it is refused: `gang_forgotten`.)
+    forgotten_tasks: UsedIds = field(default_factory=UsedIds)
 
 
 @dataclass(slots=True)
@@ -228,7 +229,6 @@ class AdmissionState:
     def _forget(self, rt: TreeRuntime, gang: Gang) -> None:
         """Drop a finished gang: its tasks, members and notes. Its id and its tasks' ids stay used."""
         del rt.gangs[gang.id]
-        rt.forgotten.add(gang.id)
         tasks = rt.tasks
         for task in gang.tasks:
             if tasks.get(task.id) is task:
@@ -352,7 +352,8 @@ def _on_enqueued(state: AdmissionState, event: Event, seq: int, out: list[Outcom
     rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
     if gang is None:
-        if rt.forgotten and event.gang in rt.forgotten:
+        tree = state.config.trees.get(event.tree)
+        if tree is not None and tree.last_new_gang != event.gang:  # seen before: a forgotten gang's id
             out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang), event.gang))
             return
         _first_members(state, rt, event, seq, out)
@@ -425,7 +426,7 @@ def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) 
     assert isinstance(event, TaskStateChanged)
     rt = state.runtime(event.tree)
     task = rt.tasks.get(event.task)
-    if task is None and rt.forgotten_tasks and event.task in rt.forgotten_tasks:
+    if task is None and event.gang not in rt.gangs and is_forgotten(state, rt, event.gang):
         out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang, event.task),
                              event.task))
         return
@@ -469,7 +470,7 @@ def _on_cancelled(state: AdmissionState, event: Event, seq: int, out: list[Outco
     assert isinstance(event, GangCancelled)
     rt = state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
-    if gang is None and rt.forgotten and event.gang in rt.forgotten:
+    if gang is None and is_forgotten(state, rt, event.gang):
         out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang), event.gang))
         return
     if gang is None or gang.state in FINISHED:
@@ -731,6 +732,12 @@ _CHAINS_KEPT = 65_536
 def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
     return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type,unused-ignore]
                    f"finished:{gang.id}")
+
+
+def is_forgotten(state: AdmissionState, rt: TreeRuntime, gang: str) -> bool:
+    """Whether `gang` was forgotten (its id was used, and the gang is gone)."""
+    tree = state.config.trees.get(rt.name)
+    return tree is not None and gang not in rt.gangs and gang in tree.seen_gangs
 
 
 def _forgotten(state: AdmissionState, rt: TreeRuntime, gang: str, task: str | None = None) -> str:

@@ -115,8 +115,10 @@ class TreeState:
         if tree is None:
             tree = self._materialized(event.tree)
         if event.gang in tree.seen_gangs:
+            tree.last_new_gang = None
             return
         tree.seen_gangs.add(event.gang)
+        tree.last_new_gang = event.gang
         path = self._placement(tree, event)
         if path is None:
             return

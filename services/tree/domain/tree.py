@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from events import PoolConfig, TreeOptions
 from services.tree.domain import paths
+from services.tree.domain.used_ids import UsedIds
 
 DEFAULT_TREE = "default"
 
@@ -91,7 +92,10 @@ class Tree:
     version: int = 0
     configured: bool = False
     pools: dict[str, Pool] = field(default_factory=_root_only)
-    seen_gangs: set[str] = field(default_factory=set)
+    # Every gang id ever enqueued in the tree (ids are single use; compact: ~16 bytes an id), and
+    # whether the enqueue just folded started a gang (its id; None: the id was seen before).
+    seen_gangs: UsedIds = field(default_factory=UsedIds)
+    last_new_gang: str | None = None
     unfinished: dict[str, UnfinishedGang] = field(default_factory=dict)
     pool_gangs: dict[str, set[str]] = field(default_factory=dict)
 
