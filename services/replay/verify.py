@@ -495,7 +495,7 @@ class Verifier:
                 continue
             parts: list[bytes] | None = None
             for part, envelope in enumerate(envelopes):
-                if envelope.type not in DECISION_TYPES:
+                if envelope.event.type not in DECISION_TYPES:  # (`Envelope.type`: a property)
                     continue
                 if len(envelopes) == 1:
                     raw = stored.data

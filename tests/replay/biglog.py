@@ -8,7 +8,7 @@ every input, admission and then preemption fold what is new and append what they
 their shells would (a cycle's admissions in packs). About 7 events and 5 messages per gang, as the
 100k-gang log of issue 18.
 
-    python -m tests.replay.biglog GANGS [NATS_URL]   # build it; copy it onto the server's stream
+    python -m tests.replay.biglog GANGS [NATS_URL [SECONDS_PER_ROUND]]   # build it; copy it to a server
 """
 
 from __future__ import annotations
@@ -93,13 +93,15 @@ class Builder:
         await self.put(config, source="tree")
 
 
-async def build(log: EventLog, gangs: int, per_round: int = 500, leaves: int = 20) -> None:
+async def build(log: EventLog, gangs: int, per_round: int = 500, leaves: int = 20, seconds: float = 1.0) -> None:
+    """`seconds` of log time per round (500 gangs a round, 50 s: 10 gangs/s, so the trees' default
+    `gang_retention` of an hour forgets what finished an hour before)."""
     builder = Builder(log, leaves)
     await builder.configure(tasks=4 * per_round)
     running: list[tuple[str, list[str]]] = []
     made = 0
     while made < gangs or running:
-        builder.now += 1.0
+        builder.now += seconds
         batch = []
         for i in range(made, min(gangs, made + per_round)):
             name = f"g{i}"
@@ -141,11 +143,12 @@ async def copy(messages: Sequence[Stored], url: str) -> None:
 
 def main(argv: list[str]) -> None:
     gangs = int(argv[0])
+    seconds = float(argv[2]) if len(argv) > 2 else 1.0
 
     async def go() -> None:
         log = MemoryLog()
         began = time.perf_counter()
-        await build(log, gangs)
+        await build(log, gangs, seconds=seconds)
         messages = await log.read(1)
         events = sum(len(decode_all(m.data, read_envelope)) for m in messages)
         print(f"{gangs} gangs: {len(messages)} messages, {events} events, "
