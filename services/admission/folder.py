@@ -61,6 +61,13 @@ class AdmissionFolder:
     def owns(self, subject: str) -> bool:
         return subject.startswith(OWNED_PREFIXES)
 
+    def export(self) -> AdmissionState:
+        """The folded state, for a snapshot (`services/common/snapshots.py`)."""
+        return self.state
+
+    def load(self, state: AdmissionState) -> None:
+        self.state = state
+
     def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
         # 0. our own cycles' decisions, read back: applied when they were made (at the trigger).
         if is_cycle_decision(envelope):

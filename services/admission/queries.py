@@ -50,6 +50,14 @@ class ExplainingFolder:
     def owns(self, subject: str) -> bool:
         return self.inner.owns(subject)
 
+    def export(self) -> tuple[AdmissionState, History]:
+        """The folded state and explain's notes, for a snapshot (`services/common/snapshots.py`)."""
+        return (self.inner.state, self.history)  # (its `on_forget` is this history's: pickled as one)
+
+    def load(self, state: tuple[AdmissionState, History]) -> None:
+        self.inner.state, self.history = state
+        self.inner.state.on_forget = self.history.forget
+
     def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
         """The inner step; the history observes the event folded and the decisions made (as they
         take effect: a cycle's when it is decided; read back, they change nothing)."""

@@ -25,6 +25,7 @@ from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.admission.queries import ExplainingFolder, serve_queries
 from services.common.folding import run_folder
 from services.common.log import EventLog
+from services.common.snapshots import policy_for
 
 DEBOUNCE = 0.002  # seconds: after a quiet spell, inputs arriving together share one cycle
 QUIET = 0.05  # seconds without a tick after which the next one waits DEBOUNCE for more inputs
@@ -108,7 +109,7 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(
-                log, explaining, SUBJECTS, durable="admission", store=store,
+                log, explaining, SUBJECTS, durable="admission", store=store, snapshots=policy_for(log, "admission"),
                 on_batch=ticker.on_batch if ticker else None, task_status=task_status))
             if ticker is not None:
                 tg.start_soon(ticker.run)

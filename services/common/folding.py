@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import atexit
 import gc
+import logging
+import pickle
+import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
 
@@ -48,6 +51,7 @@ from events.subjects import PREFIX
 from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
+from services.common.snapshots import Snapshot, SnapshotStore, Snapshotting, code_fingerprint, load_newest
 from services.common.telemetry import span
 
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
@@ -204,13 +208,20 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
     return result
 
 
+logger = logging.getLogger(__name__)
 OnBatch = Callable[[int], Awaitable[None]]
 OUTBOX_BATCHES = 8  # folded batches whose decisions may wait to be published before folding waits
 
 
-async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int:
+async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
+                  snapshots: SnapshotStore | None = None) -> int:
     """Step 1: fold the whole log; publish the decisions it makes that the log lacks. Returns the
     last folded sequence.
+
+    With `snapshots`, the fold starts from the newest snapshot made by this code (its state, the
+    position it was taken at: `services/common/snapshots.py`) and folds only the tail after it;
+    with none usable, from the start. A snapshot is taken only when every decision made before it
+    is in the log, so the tail is all that can hold decisions the log lacks.
 
     The log is read a piece at a time (`read_in_chunks`), so a restart holds one piece and the
     state, never the whole log. A decision lands after the position it is based on, so a decision
@@ -222,7 +233,9 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
     wanted = subject_filter(tuple(subjects))
     made: dict[str, Envelope] = {}  # decided again and not seen in the log (yet)
     folded = 0
-    async for piece in read_in_chunks(log, 1):
+    if snapshots is not None:
+        folded = await _restore(log, folder, snapshots, made)
+    async for piece in read_in_chunks(log, folded + 1):
         with gc_paused():
             result = fold_batch(folder, [s for s in piece if wanted(s.subject)], folded, read_envelope)
         folded = max(folded, result.last_seq)
@@ -234,6 +247,66 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str]) -> int
     if made:
         await log.append(list(made.values()))
     return folded
+
+
+async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
+    """Load the newest usable snapshot into `folder`: the position it was taken at (0: none)."""
+    async def anchored(seq: int, anchor: int | None) -> bool:
+        found = await log.read(seq, (), seq)
+        return anchor is not None and len(found) == 1 and found[0].seq == seq and zlib.crc32(found[0].data) == anchor
+
+    snapshot, skipped = await load_newest(snapshots, folder.service, anchored=anchored)
+    for why in skipped:
+        logger.warning("snapshot passed over: %s", why)
+    if snapshot is None:
+        return 0
+    cast(Snapshotting, folder).load(snapshot.state)
+    for decision in snapshot.pending:
+        made[decision.id] = decision
+    logger.info("%s: started from its snapshot at %d", folder.service, snapshot.seq)
+    return snapshot.seq
+
+
+@dataclass(slots=True)
+class SnapshotPolicy:
+    """When a service snapshots its state: after `every` log positions folded since the last one,
+    or `seconds` of log time with at least `least` positions, and when it stops cleanly."""
+
+    store: SnapshotStore
+    every: int = 200_000
+    seconds: float = 600.0
+    least: int = 1_000
+    last_seq: int = 0
+    last_time: float = 0.0
+
+    def due(self, folded: int, now: float) -> bool:
+        since = folded - self.last_seq
+        return since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)
+
+
+async def anchor_of(log: EventLog, seq: int) -> int | None:
+    """CRC-32 of the log's message at `seq` (what a snapshot at `seq` is anchored to)."""
+    found = await log.read(seq, (), seq)
+    return zlib.crc32(found[0].data) if len(found) == 1 and found[0].seq == seq else None
+
+
+def take_snapshot(folder: Folder, folded: int) -> bytes:
+    """The folder's state through `folded`, pickled (synchronously: the state must not move while it
+    is); made into a snapshot, compressed, by `Snapshot.encode_pickled` (in a thread)."""
+    return pickle.dumps(cast(Snapshotting, folder).export(), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, folded: int, now: float,
+                        pickled: bytes) -> None:
+    policy.last_seq, policy.last_time = folded, now
+    try:
+        anchor = await anchor_of(log, folded)
+        data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), pickled,
+                                              (), anchor)
+        await policy.store.save(service, folded, data)
+        logger.info("%s: snapshot at %d (%d bytes)", service, folded, len(data))
+    except Exception as exc:  # a snapshot is a cache: the service goes on without it
+        logger.warning("%s: snapshot at %d not saved: %s: %s", service, folded, type(exc).__name__, exc)
 
 
 def _ids_in(piece: Sequence[Stored]) -> Iterator[str]:
@@ -255,6 +328,7 @@ async def run_folder(
     *,
     durable: str,
     store: ProjectionStore | None = None,
+    snapshots: SnapshotPolicy | None = None,
     on_batch: OnBatch | None = None,
     max_batch: int = 2000,
     linger: float = 0.0,
@@ -262,8 +336,13 @@ async def run_folder(
 ) -> None:
     """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
     its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
-    folded = await rebuild(log, folder, subjects)
+    folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None)
+    if snapshots is not None:
+        snapshots.last_seq, snapshots.last_time = folded, folder.now
     start = folded if store is None else min(folded, store.lowest_checkpoint)
+    published = folded  # the last position whose decisions are all in the log
+    idle = anyio.Event()  # set while no folded batch waits to be published
+    idle.set()
     task_status.started(folded)
     # Folding and publishing overlap: a batch's decisions go out (in order, batch after batch)
     # while the next batch is folded. What follows a batch's publication (its projections, then
@@ -273,14 +352,23 @@ async def run_folder(
     send, receive = anyio.create_memory_object_stream[tuple[list[Envelope], Sequence[Stored], int]](OUTBOX_BATCHES)
 
     async def handle(batch: Sequence[Stored]) -> None:
-        nonlocal folded
+        nonlocal folded, idle
+        if snapshots is not None and snapshots.due(folded, folder.now):
+            # A snapshot is taken where every decision made so far is in the log: the batches
+            # folded before wait to be published first (a moment, once per `every` positions).
+            await idle.wait()
+            pickled = take_snapshot(folder, folded)
+            tg.start_soon(save_snapshot, snapshots, log, folder.service, folded, folder.now, pickled)
         with span("fold batch", service=folder.service, events=len(batch)) as current, gc_paused():
             result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
             current.set_attribute("decisions", len(result.decisions))
         folded = result.last_seq
+        if idle.is_set():
+            idle = anyio.Event()
         await send.send((result.decisions, batch, folded))
 
     async def publish() -> None:
+        nonlocal published
         async for first in receive:
             # Group commit: the batches folded meanwhile go out with this one: their decisions in
             # one append, their projections in one transaction, one `on_batch` (under a trickle of
@@ -299,6 +387,9 @@ async def run_folder(
                 await anyio.to_thread.run_sync(store.apply, messages)
             if on_batch is not None:
                 await on_batch(ready[-1][2])
+            published = ready[-1][2]
+            if published == folded:
+                idle.set()
 
     try:
         with SHARED.user():
@@ -307,3 +398,7 @@ async def run_folder(
                 await log.consume(durable, subjects, start, handle, max_batch=max_batch, linger=linger)
     finally:
         gc.unfreeze()
+        if snapshots is not None and published == folded and folded > snapshots.last_seq:
+            # a clean stop: everything decided is in the log; keep the state for the next start
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await save_snapshot(snapshots, log, folder.service, folded, folder.now, take_snapshot(folder, folded))

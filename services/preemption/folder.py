@@ -27,6 +27,15 @@ class PreemptionFolder:
     def owns(self, subject: str) -> bool:
         return False  # admission rejects malformed inputs; preemption owns no input subject
 
+    def export(self) -> tuple[PreemptionState, tuple[object, ...]]:
+        """The folded state and what `CycleOrder` holds, for a snapshot (services/common/snapshots.py)."""
+        return (self.state, self.order.export())
+
+    def load(self, state: tuple[PreemptionState, tuple[object, ...]]) -> None:
+        self.state = state[0]
+        self.order = CycleOrder(self._fold, self.state.admission.take_due)
+        self.order.load(state[1])
+
     def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
         return self.order.feed(envelope, seq, last)
 

@@ -15,6 +15,7 @@ from events.commands import Reply
 from services.common.folding import run_folder
 from services.common.log import EventLog
 from services.common.requests import parse_request, serve_requests
+from services.common.snapshots import policy_for
 from services.preemption.commands import COMMANDS, SERVICE, PreemptionList
 from services.preemption.folder import SUBJECTS, PreemptionFolder
 
@@ -52,6 +53,7 @@ async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: Pree
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="preemption", store=store,
+                                                          snapshots=policy_for(log, "preemption"),
                                                           linger=LINGER, task_status=task_status))
             nc = getattr(log, "nc", None)
             if nc is not None:

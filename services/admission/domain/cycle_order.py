@@ -55,6 +55,13 @@ class CycleOrder(Generic[T]):
         self._held: deque[tuple[Envelope, int, bool]] = deque()
         self._position = 0  # the last position folded (not held)
 
+    def export(self) -> tuple[object, ...]:
+        """What is held and kept (for a snapshot): not the callbacks, which are the folder's wiring."""
+        return (self._open, self._early, self._held, self._position)
+
+    def load(self, state: tuple[object, ...]) -> None:
+        self._open, self._early, self._held, self._position = state  # type: ignore[assignment]
+
     @property
     def holding(self) -> int:
         """How many events wait for a cycle's decisions."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from itertools import islice
 
 from services.admission.domain.model import Gang
@@ -43,8 +44,11 @@ def fifo_key_of(fifo_sort: Sequence[str]) -> Callable[[Gang], SortKey]:
     `priority, arrival` gets a function of its own, the same keys without the loop."""
     if tuple(fifo_sort) == ("priority", "arrival"):
         return _priority_arrival_key
-    order = tuple(fifo_sort)
-    return lambda gang: fifo_key(gang, order)
+    return partial(_ordered_key, tuple(fifo_sort))  # (a partial, not a lambda: a snapshot pickles it)
+
+
+def _ordered_key(order: tuple[str, ...], gang: Gang) -> SortKey:
+    return fifo_key(gang, order)
 
 
 def _priority_arrival_key(gang: Gang) -> SortKey:

@@ -55,6 +55,14 @@ class TreeState:
     go by `_placement`, admission's per-pool facts, the entitlement engine); emptied whenever a
     config, host or pool-structure change could alter them. Read-only for callers."""
 
+    def __getstate__(self) -> tuple[object, ...]:
+        """Pickled (a snapshot) without `cache`: memoised values are made again when asked for."""
+        return (self.trees, self.hosts, self.last_seq)
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        self.trees, self.hosts, self.last_seq = state  # type: ignore[assignment]
+        self.cache = {}
+
     @classmethod
     def of(cls, events: Iterable[Event]) -> TreeState:
         """The state after `events`, numbered 1, 2, 3... (tests and the scenario runner)."""

@@ -1,0 +1,279 @@
+"""Snapshots of a service's folded state: a cache of the fold, never a source.
+
+A snapshot is what a folder held after folding the log through position `seq`, with the
+decisions it had made then that were not known to be in the log yet (`pending`), and the
+`fingerprint` of the code that made it. A service starts from the newest snapshot whose
+fingerprint is its own and folds only the tail after `seq`; one that is missing, corrupt, or made
+by other code is passed over, and with none left the service folds the log from the start. So a
+snapshot can make a start faster, never make a state different: the state from a snapshot and
+its tail equals the state from the whole log (`tests/snapshots/`).
+
+On JetStream snapshots live in the object store `poolwise_snapshots` (one object per snapshot,
+`<stream>.<service>.<seq>`), replicated with the log, so a new machine finds them; the newest
+`KEEP` of each service are kept. The in-memory log's twin is `MemorySnapshots`.
+
+What goes in (`Snapshot.encode`): a header line of JSON (format, service, seq, fingerprint, the
+payload's length and CRC), then the payload: the pickled state, zlib-compressed. A header or CRC
+that does not match, or a payload that does not load, is "corrupt".
+
+The fingerprint is a digest of the source of everything a fold runs (`events/`, every
+`services/*/domain/`, the folders, this module and `folding.py`) and the Python version: any
+change to the code makes older snapshots unusable (they are folded past, not trusted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import pickle
+import sys
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from events import Envelope
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+KEEP = 3  # snapshots kept per service (the newest)
+BUCKET = "poolwise_snapshots"
+_ROOT = Path(__file__).resolve().parents[2]
+# What a fold runs: a change to any of it changes the fingerprint.
+_SOURCES = ("events", "services/tree/domain", "services/admission/domain", "services/preemption/domain",
+            "services/admission/folder.py", "services/admission/queries.py", "services/admission/envelopes.py",
+            "services/preemption/folder.py", "services/common/folding.py", "services/common/snapshots.py")
+
+
+@cache
+def code_fingerprint() -> str:
+    """A digest of the source a fold runs and of the Python version (computed once, on first use)."""
+    digest = hashlib.sha256(f"format {FORMAT}; python {sys.version_info[:2]}".encode())
+    for name in _SOURCES:
+        path = _ROOT / name
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(str(file.relative_to(_ROOT)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+class Corrupt(Exception):
+    """A snapshot that cannot be read back."""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    service: str
+    seq: int  # the last log position folded into `state`
+    fingerprint: str
+    state: Any  # what the folder exported (`Snapshotting.export`)
+    pending: list[Envelope] = field(default_factory=list)  # decided, not known to be in the log
+    anchor: int | None = None  # CRC-32 of the log's message at `seq`: the log it was made from
+
+    def encode(self) -> bytes:
+        return self.encode_pickled(self.service, self.seq, self.fingerprint,
+                                   pickle.dumps(self.state, protocol=pickle.HIGHEST_PROTOCOL), self.pending,
+                                   self.anchor)
+
+    @staticmethod
+    def encode_pickled(service: str, seq: int, fingerprint: str, state: bytes,
+                       pending: Sequence[Envelope] = (), anchor: int | None = None) -> bytes:
+        """A snapshot of a state pickled already (pickling must happen while the state stands
+        still; compressing need not)."""
+        payload = zlib.compress(pickle.dumps((state, list(pending)), protocol=pickle.HIGHEST_PROTOCOL), 1)
+        header = {"format": FORMAT, "service": service, "seq": seq, "fingerprint": fingerprint,
+                  "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor}
+        return json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+
+    @staticmethod
+    def header(data: bytes) -> dict[str, Any]:
+        end = data.find(b"\n", 0, 4096)
+        if end < 0:
+            raise Corrupt("no header")
+        try:
+            found = json.loads(data[:end])
+        except ValueError as exc:
+            raise Corrupt(f"header: {exc}") from None
+        if not isinstance(found, dict) or found.get("format") != FORMAT:
+            raise Corrupt(f"format {found.get('format') if isinstance(found, dict) else found!r}, not {FORMAT}")
+        return found
+
+    @classmethod
+    def decode(cls, data: bytes) -> Snapshot:
+        head = cls.header(data)
+        payload = data[data.index(b"\n") + 1:]
+        if len(payload) != head.get("length") or zlib.crc32(payload) != head.get("crc"):
+            raise Corrupt("payload length or CRC does not match its header")
+        try:
+            pickled, pending = pickle.loads(zlib.decompress(payload))
+            state = pickle.loads(pickled)
+        except Exception as exc:  # a payload that does not load is as good as none
+            raise Corrupt(f"payload: {type(exc).__name__}: {exc}") from None
+        anchor = head.get("anchor")
+        return cls(str(head["service"]), int(head["seq"]), str(head["fingerprint"]), state, list(pending),
+                   anchor if isinstance(anchor, int) else None)
+
+
+class Snapshotting(Protocol):
+    """A folder that can hand out its state and take one back (in place: the service's other
+    parts, the clock and the query handlers, keep their references to it)."""
+
+    def export(self) -> Any: ...
+
+    def load(self, state: Any) -> None: ...
+
+
+class SnapshotStore(Protocol):
+    async def save(self, service: str, seq: int, data: bytes) -> None: ...
+
+    async def candidates(self, service: str) -> list[int]:
+        """The positions of the service's snapshots, newest first."""
+        ...
+
+    async def fetch(self, service: str, seq: int) -> bytes | None: ...
+
+
+Anchored = Callable[[int, int | None], Awaitable[bool]]
+
+
+async def load_newest(store: SnapshotStore, service: str, fingerprint: str | None = None, at_most: int | None = None,
+                      anchored: Anchored | None = None) -> tuple[Snapshot | None, list[str]]:
+    """The newest usable snapshot of `service` (at or before `at_most`), and why the newer ones
+    were passed over. `anchored(seq, anchor)` says whether the log holds, at `seq`, the message
+    the snapshot was made after (a stream deleted and made again under the same name does not)."""
+    fingerprint = fingerprint or code_fingerprint()
+    skipped: list[str] = []
+    try:
+        positions = await store.candidates(service)
+    except Exception as exc:  # no store, or the server would not list it: fold from the start
+        return None, [f"snapshots not listed: {type(exc).__name__}: {exc}"]
+    for seq in positions:
+        if at_most is not None and seq > at_most:
+            continue
+        try:
+            data = await store.fetch(service, seq)
+            if data is None:
+                skipped.append(f"{service}@{seq}: gone")
+                continue
+            head = Snapshot.header(data)
+            if head.get("fingerprint") != fingerprint:
+                skipped.append(f"{service}@{seq}: made by other code ({head.get('fingerprint')})")
+                continue
+            snapshot = Snapshot.decode(data)
+        except Corrupt as exc:
+            skipped.append(f"{service}@{seq}: corrupt ({exc})")
+            continue
+        except Exception as exc:
+            skipped.append(f"{service}@{seq}: not read ({type(exc).__name__}: {exc})")
+            continue
+        if snapshot.service != service or snapshot.seq != seq:
+            skipped.append(f"{service}@{seq}: names {snapshot.service}@{snapshot.seq}")
+            continue
+        if anchored is not None and not await anchored(seq, snapshot.anchor):
+            skipped.append(f"{service}@{seq}: made from another log (its message at {seq} differs)")
+            continue
+        return snapshot, skipped
+    return None, skipped
+
+
+class MemorySnapshots:
+    """Snapshots in a dict (the in-memory log's twin; tests)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, int], bytes] = {}
+
+    async def save(self, service: str, seq: int, data: bytes) -> None:
+        self.objects[(service, seq)] = data
+        for old in sorted(s for name, s in self.objects if name == service)[:-KEEP]:
+            del self.objects[(service, old)]
+
+    async def candidates(self, service: str) -> list[int]:
+        return sorted((s for name, s in self.objects if name == service), reverse=True)
+
+    async def fetch(self, service: str, seq: int) -> bytes | None:
+        return self.objects.get((service, seq))
+
+
+class ObjectStoreSnapshots:
+    """Snapshots in a JetStream object store (`BUCKET`), names `<stream>.<service>.<seq>`."""
+
+    def __init__(self, js: Any, stream: str, bucket: str = BUCKET, replicas: int = 1) -> None:
+        self.js = js
+        self.stream = stream
+        self.bucket = bucket
+        self.replicas = replicas
+        self._store: Any = None
+
+    async def _obs(self) -> Any:
+        if self._store is None:
+            from nats.js.api import ObjectStoreConfig, StorageType
+            from nats.js.errors import BucketNotFoundError, NotFoundError
+
+            try:
+                self._store = await self.js.object_store(self.bucket)
+            except (BucketNotFoundError, NotFoundError):
+                self._store = await self.js.create_object_store(self.bucket, config=ObjectStoreConfig(
+                    description="poolwise: snapshots of the services' folded state",
+                    storage=StorageType.FILE, replicas=self.replicas))
+        return self._store
+
+    def _name(self, service: str, seq: int) -> str:
+        return f"{self.stream}.{service}.{seq}"
+
+    async def save(self, service: str, seq: int, data: bytes) -> None:
+        obs = await self._obs()
+        await obs.put(self._name(service, seq), data)
+        for old in (await self.candidates(service))[KEEP:]:
+            try:
+                await obs.delete(self._name(service, old))
+            except Exception as exc:  # an old one left over is tidied up by the next save
+                log.debug("snapshot %s@%d not deleted: %s", service, old, exc)
+
+    async def candidates(self, service: str) -> list[int]:
+        from nats.js.errors import NotFoundError
+
+        obs = await self._obs()
+        prefix = f"{self.stream}.{service}."
+        try:
+            infos: Sequence[Any] = await obs.list(ignore_deletes=True)
+        except NotFoundError:  # an empty store
+            return []
+        found = []
+        for info in infos:
+            name = str(info.name)
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                found.append(int(name[len(prefix):]))
+        return sorted(found, reverse=True)
+
+    async def fetch(self, service: str, seq: int) -> bytes | None:
+        from nats.js.errors import NotFoundError
+
+        obs = await self._obs()
+        try:
+            result = await obs.get(self._name(service, seq))
+        except NotFoundError:
+            return None
+        return bytes(result.data or b"")
+
+
+def policy_for(log: Any, service: str) -> Any:
+    """The snapshot policy of a service on `log` (`folding.SnapshotPolicy`): on JetStream, the
+    object store of the log's server, every `POOLWISE_SNAPSHOT_EVERY` positions (default 200,000;
+    0 turns snapshots off); None on other logs."""
+    import os
+
+    from services.common.folding import SnapshotPolicy
+    from services.common.jetstream import JetStreamLog
+
+    every = int(os.environ.get("POOLWISE_SNAPSHOT_EVERY", "200000") or 0)
+    if not isinstance(log, JetStreamLog) or every <= 0:
+        return None
+    from nats.js import JetStreamContext
+
+    js = JetStreamContext(log.nc)  # through the log's connection: a term's publishes are fenced
+    return SnapshotPolicy(ObjectStoreSnapshots(js, log.stream), every=every, least=min(1_000, every))

@@ -1,0 +1,172 @@
+"""Snapshots in the running service (`run_folder` with a `SnapshotPolicy`), on the in-memory log
+and on JetStream's object store: a clean stop leaves a snapshot, a start folds only the tail after
+it and decides what the whole fold decides; a corrupt snapshot, one made by other code, or one
+made from another log (a stream deleted and made again under its name) is passed over, never
+trusted."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+import anyio
+import pytest
+
+from events import ClockTicked, Envelope, Event, at_seconds, decode_all
+from events.subjects import STREAM
+from services.admission.domain.explain import gang_rows
+from services.admission.folder import SUBJECTS, AdmissionFolder
+from services.common.folding import SnapshotPolicy, fold_batch, run_folder
+from services.common.jetstream import JetStreamLog
+from services.common.log import EventLog
+from services.common.memlog import MemoryLog
+from services.common.snapshots import MemorySnapshots, ObjectStoreSnapshots, SnapshotStore
+from services.replay import verify
+from tests.admission.builders import gang, host, pool, task, tree
+from tests.conftest import reset_stream
+
+pytestmark = pytest.mark.anyio
+SAFETY = 60.0
+
+
+def inputs(phase: int) -> list[Envelope]:
+    events: list[Event] = []
+    if phase == 0:
+        events += [tree(), host(cpu=100), pool("/a", reservation={"cpu": 50}), pool("/b", reservation={"cpu": 50})]
+    events += [gang(f"g{phase}-{i}", "/a" if i % 2 else "/b", tasks=2, cpu=1) for i in range(6)]
+    if phase:
+        events += [task(f"g{phase - 1}-{i}/{k}", "succeeded", f"g{phase - 1}-{i}") for i in range(3) for k in range(2)]
+    events.append(ClockTicked())
+    return [Envelope(id=f"in-{phase}-{i}", time=at_seconds(10.0 * phase + 1), source="test", event=e)
+            for i, e in enumerate(events)]
+
+
+async def run_until_caught_up(log: EventLog, store: SnapshotStore) -> AdmissionFolder:
+    """One incarnation of admission: start (from a snapshot if there is one), fold what is in the
+    log, stop cleanly (which leaves a snapshot)."""
+    folder = AdmissionFolder()
+    policy = SnapshotPolicy(store, every=10, least=1)
+    with anyio.fail_after(SAFETY):
+        async with anyio.create_task_group() as tg:
+            await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="admission",
+                                                          snapshots=policy, task_status=task_status))
+            # caught up: the log has stopped growing (its decisions published) for a while
+            end, quiet = -1, 0
+            while quiet < 6:
+                now = await log.last_seq()
+                quiet = quiet + 1 if now == end else 0
+                end = now
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    return folder
+
+
+def whole_fold(messages: Sequence[object]) -> AdmissionFolder:
+    folder = AdmissionFolder()
+    fold_batch(folder, messages, 0)  # type: ignore[arg-type]
+    return folder
+
+
+async def decisions_of(log: EventLog) -> list[str]:
+    return [e.id for s in await log.read(1) for e in decode_all(s.data) if e.source == "admission"]
+
+
+@pytest.fixture(params=["memory", "nats"])
+async def setup(request: pytest.FixtureRequest) -> AsyncIterator[tuple[EventLog, SnapshotStore]]:
+    if request.param == "memory":
+        yield MemoryLog(), MemorySnapshots()
+        return
+    url = request.getfixturevalue("nats_url")
+    log = await JetStreamLog.connect(url, stream=STREAM)
+    await reset_stream(log)
+    from nats.js import JetStreamContext
+
+    js = JetStreamContext(log.nc)
+    with contextlib.suppress(Exception):  # (none yet)
+        await js.delete_object_store("poolwise_snapshots")
+    try:
+        yield log, ObjectStoreSnapshots(js, log.stream)
+    finally:
+        await log.close()
+
+
+async def test_a_start_folds_only_the_tail_after_its_snapshot(setup: tuple[EventLog, SnapshotStore],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    log, store = setup
+    caplog.set_level(logging.INFO, logger="services.common.folding")
+    await log.append(inputs(0))
+    first = await run_until_caught_up(log, store)
+    saved = await store.candidates("admission")
+    assert saved and saved[0] >= first.state.last_seq  # the clean stop's snapshot, where it stopped
+    await log.append(inputs(1))
+    await log.append(inputs(2))
+    caplog.clear()
+    second = await run_until_caught_up(log, store)
+    assert f"admission: started from its snapshot at {saved[0]}" in caplog.text
+    # the same state and the same decisions as a fold of the whole log; nothing published twice
+    messages = await log.read(1)
+    reference = whole_fold(messages)
+    assert gang_rows(second.state, "default") == gang_rows(reference.state, "default")
+    assert {r["state"] for r in gang_rows(second.state, "default")} >= {"admitted", "done"}
+    ids = await decisions_of(log)
+    assert len(ids) == len(set(ids))
+    report = verify(messages)  # (admission's decisions: preemption does not run here)
+    assert [f.line() for f in report.findings if f.source == "admission"] == []
+    assert report.counts["GangAdmitted"].matched == 18
+
+
+async def test_a_corrupt_snapshot_is_passed_over(setup: tuple[EventLog, SnapshotStore],
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    log, store = setup
+    await log.append(inputs(0))
+    await run_until_caught_up(log, store)
+    newest = (await store.candidates("admission"))[0]
+    data = await store.fetch("admission", newest)
+    assert data is not None
+    await store.save("admission", newest + 1, data[:-50] + b"x" * 50)  # a newer one, broken
+    await log.append(inputs(1))
+    caplog.set_level(logging.INFO, logger="services.common.folding")
+    second = await run_until_caught_up(log, store)
+    assert f"admission@{newest + 1}: corrupt" in caplog.text
+    assert f"started from its snapshot at {newest}" in caplog.text
+    assert gang_rows(second.state, "default") == gang_rows(whole_fold(await log.read(1)).state, "default")
+
+
+async def test_a_snapshot_of_another_log_is_passed_over(setup: tuple[EventLog, SnapshotStore],
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    log, store = setup
+    await log.append(inputs(0))
+    await run_until_caught_up(log, store)
+    assert await store.candidates("admission")
+    # the stream deleted and made again, with other inputs: the snapshot's position exists again
+    if isinstance(log, JetStreamLog):
+        await log.delete_stream()
+        await log.ensure_stream()
+    else:
+        log = MemoryLog()  # another log, the same snapshots
+    other = [e.model_copy(update={"id": "other-" + e.id}) for e in inputs(0)]
+    await log.append([*other, *[e.model_copy(update={"id": "more-" + e.id}) for e in inputs(1)]])
+    caplog.set_level(logging.INFO, logger="services.common.folding")
+    second = await run_until_caught_up(log, store)
+    assert "made from another log" in caplog.text
+    assert "started from its snapshot" not in caplog.text
+    assert gang_rows(second.state, "default") == gang_rows(whole_fold(await log.read(1)).state, "default")
+
+
+async def test_a_snapshot_of_other_code_is_passed_over(setup: tuple[EventLog, SnapshotStore],
+                                                       caplog: pytest.LogCaptureFixture,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import services.common.folding as folding
+
+    log, store = setup
+    await log.append(inputs(0))
+    await run_until_caught_up(log, store)
+    monkeypatch.setattr(folding, "code_fingerprint", lambda: "changed-code")
+    import services.common.snapshots as snapshots
+
+    monkeypatch.setattr(snapshots, "code_fingerprint", lambda: "changed-code")
+    caplog.set_level(logging.INFO, logger="services.common.folding")
+    await run_until_caught_up(log, store)
+    assert "made by other code" in caplog.text
+    assert "started from its snapshot" not in caplog.text
