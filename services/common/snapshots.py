@@ -46,7 +46,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 # What a fold runs: a change to any of it changes the fingerprint.
 _SOURCES = ("events", "services/tree/domain", "services/admission/domain", "services/preemption/domain",
             "services/admission/folder.py", "services/admission/queries.py", "services/admission/envelopes.py",
-            "services/preemption/folder.py", "services/common/folding.py", "services/common/snapshots.py")
+            "services/preemption/folder.py", "services/common/folding.py", "services/common/snapshots.py",
+            "services/tree/service.py")
 
 
 @cache

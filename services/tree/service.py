@@ -22,7 +22,9 @@ and giving up after `ATTEMPTS` concurrent writes (`stale`: nothing was decided) 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import pickle
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -55,16 +57,18 @@ from events.commands import (
     TreeList,
 )
 from projections.store import ProjectionStore
-from services.common.folding import gc_paused, rejection_of_malformed
+from services.common.folding import SnapshotPolicy, anchor_of, gc_paused, rejection_of_malformed, save_snapshot
 from services.common.log import BatchHandler, EventLog, StaleWrite, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.requests import error_reply, serve_requests
+from services.common.snapshots import load_newest, policy_for
 from services.tree.domain import paths
 from services.tree.domain.decide import Accepted, ConfigCommand, Decision, Refused, decide
 from services.tree.domain.state import TreeState
 from services.tree.domain.views import list_hosts, list_pools, list_trees, pool_view
 
 SERVICE = "tree"
+logger = logging.getLogger(__name__)
 SUBJECTS: tuple[str, ...] = (subjects.HOSTS, subjects.ALL_CONFIG, f"{subjects.PREFIX}.gang.*",
                              f"{subjects.PREFIX}.decision.*.admission")
 OWNED = (subjects.HOSTS, f"{subjects.PREFIX}.config.")
@@ -177,11 +181,36 @@ def rejection(refused: Refused, input_type: str, text: str, basis: int, now: flo
 
 
 class TreeService:
-    def __init__(self, log: EventLog, store: ProjectionStore | None = None) -> None:
+    def __init__(self, log: EventLog, store: ProjectionStore | None = None,
+                 snapshots: SnapshotPolicy | None = None) -> None:
         self.log = log
         self.store = store
         self.view = TreeView()
         self.lock = anyio.Lock()
+        self.snapshots = snapshots
+        self.tg: TaskGroup | None = None  # while serving: where snapshots are saved from
+
+    async def restore(self) -> None:
+        """Start from the newest usable snapshot of the view, if any (`services/common/snapshots.py`)."""
+        if self.snapshots is None:
+            return
+        async def anchored(seq: int, anchor: int | None) -> bool:
+            return anchor is not None and anchor == await anchor_of(self.log, seq)
+
+        snapshot, skipped = await load_newest(self.snapshots.store, SERVICE, anchored=anchored)
+        for why in skipped:
+            logger.warning("snapshot passed over: %s", why)
+        if snapshot is not None:
+            self.view = snapshot.state
+            logger.info("tree: started from its snapshot at %d", snapshot.seq)
+        self.snapshots.last_seq, self.snapshots.last_time = self.position, self.now
+
+    def snapshot_if_due(self, tg: TaskGroup) -> None:
+        """After a batch folded (its rejections published): a snapshot of the view, when due."""
+        policy = self.snapshots
+        if policy is not None and policy.due(self.position, self.now):
+            pickled = pickle.dumps(self.view, protocol=pickle.HIGHEST_PROTOCOL)
+            tg.start_soon(save_snapshot, policy, self.log, SERVICE, self.position, self.now, pickled)
 
     @property
     def state(self) -> TreeState:
@@ -216,6 +245,8 @@ class TreeService:
     async def on_batch(self, batch: Sequence[Stored]) -> None:
         """Fold a consumed batch, then project it (`fold_consumed`, then the projections)."""
         decoded = await self.fold_consumed(batch)
+        if self.tg is not None:
+            self.snapshot_if_due(self.tg)
         if self.store is not None:
             await anyio.to_thread.run_sync(self.store.apply_decoded, batch, decoded)
 
@@ -322,12 +353,14 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
 
         data_dir.mkdir(parents=True, exist_ok=True)
         store = ProjectionStore(data_dir / "tree.duckdb", [PoolTreeProjection(), EventLogProjection(), *read_models()])
-    svc = service or TreeService(log, store)
+    svc = service or TreeService(log, store, policy_for(log, SERVICE))
     try:
         async with svc.lock:
+            await svc.restore()
             await svc.catch_up()
         start = svc.position if store is None else min(svc.position, store.lowest_checkpoint)
         async with anyio.create_task_group() as tg:
+            svc.tg = tg
             # every subject: the event_log projection is the whole log (the fold skips the others)
             handler = svc.on_batch if store is None else _projecting_behind(tg, svc, store)
             tg.start_soon(lambda: log.consume("tree", subjects.STREAM_SUBJECTS, start, handler, max_batch=BATCH))
@@ -336,6 +369,12 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
                 await serve_requests(nc, SERVICE, partial(_answer, svc))
             task_status.started(svc)
     finally:
+        svc.tg = None
+        policy = svc.snapshots
+        if policy is not None and svc.position > policy.last_seq:  # a clean stop: keep the view
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await save_snapshot(policy, log, SERVICE, svc.position, svc.now,
+                                    pickle.dumps(svc.view, protocol=pickle.HIGHEST_PROTOCOL))
         if store is not None:
             store.close()
 
@@ -375,7 +414,9 @@ def _projecting_behind(tg: TaskGroup, svc: TreeService, store: ProjectionStore) 
     tg.start_soon(project)
 
     async def handle(batch: Sequence[Stored]) -> None:
-        await send.send((batch, await svc.fold_consumed(batch)))
+        decoded = await svc.fold_consumed(batch)
+        svc.snapshot_if_due(tg)
+        await send.send((batch, decoded))
 
     return handle
 

@@ -170,3 +170,32 @@ async def test_a_snapshot_of_other_code_is_passed_over(setup: tuple[EventLog, Sn
     await run_until_caught_up(log, store)
     assert "made by other code" in caplog.text
     assert "started from its snapshot" not in caplog.text
+
+
+@pytest.mark.nats
+async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: pytest.LogCaptureFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.tree.service import TreeView, serve_tree
+
+    monkeypatch.setenv("POOLWISE_SNAPSHOT_EVERY", "5")
+    log = await JetStreamLog.connect(nats_url, stream=STREAM)
+    await reset_stream(log)
+    caplog.set_level(logging.INFO)
+    try:
+        await log.append(inputs(0))
+        for phase in (1, 2):
+            with anyio.fail_after(SAFETY):
+                async with anyio.create_task_group() as tg:
+                    svc = await tg.start(lambda task_status: serve_tree(log, None, task_status=task_status))
+                    await log.append(inputs(phase))
+                    while not all(f"g{phase}-{i}" in svc.state.tree().seen_gangs for i in range(6)):
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()
+        assert "tree: started from its snapshot at" in caplog.text
+        reference = TreeView()
+        reference.fold(await log.read(1))
+        assert svc.view.position == reference.position and svc.view.subject_seq == reference.subject_seq
+        assert svc.state.tree().unfinished == reference.state.tree().unfinished
+        assert all(f"g2-{i}" in svc.state.tree().seen_gangs for i in range(6))
+    finally:
+        await log.close()
