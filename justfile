@@ -26,3 +26,8 @@ scenarios:
 # Benchmarks; results go in docs/performance.md.
 bench:
     {{venv}}/bin/poolwise bench all
+
+# Soak (issue 18): the tiny live soak test, then `poolwise bench soak --quick` (~10 min; the full sizes: `poolwise bench soak`).
+soak:
+    POOLWISE_SOAK=1 {{venv}}/bin/python -m pytest -q tests/bench/test_soak.py
+    {{venv}}/bin/poolwise bench soak --quick

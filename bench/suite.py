@@ -7,7 +7,8 @@ Full sizes (`poolwise bench all`, about 5 minutes on 2 cores): entitlement trees
 100k pools (and 1k, 10k with the dominant policy); admission with 100k gangs over 1k leaves;
 the pipeline with 50k gangs over 100 leaves, then 5k and 1k gangs/s offered for 4 s each;
 projections of 100k events; raw JetStream on 50k messages of a gang's size.
-Quick sizes run in well under 30 s.
+Quick sizes run in well under 30 s. Not in `all`, run only when named: `soak` (bench/soak.py),
+the whole system at 100k and 1M gangs of history (10k and 100k quick: about 10 minutes).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from services.common.natsserver import EmbeddedNats
 from services.common.packs import PACK_EVENTS
 
 NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "scale", "large-tree", "projection", "pipeline")
+# Run only when named (not part of `bench all`): the soak takes ~10 minutes even with --quick.
+EXTRA: tuple[str, ...] = ("soak",)
 NEEDS_BASELINE = frozenset({"raw", "admission", "projection"})
 
 ENTITLEMENT_GOALS: dict[int, float] = {10_000: 0.050, 100_000: 1.0}  # pools -> seconds
@@ -61,6 +64,7 @@ class Sizes:
     scale: tuple[tuple[str, tuple[int, int]], ...] = (("history", (5000, 100_000)), ("fair_share", (5000, 20_000)),
                                                       ("job_limits", (20_000, 90_000)))
     large_tree: tuple[tuple[int, int], ...] = ((100, 100), (100, 1000))  # (parents, leaves per parent)
+    soak: tuple[int, int] = (100_000, 1_000_000)  # gangs of history, small and large
 
     @classmethod
     def full(cls) -> Sizes:
@@ -77,7 +81,7 @@ class Sizes:
                    projection_n=5000, pipeline_gangs=1500, pipeline_leaves=20,
                    pipeline_rates=(LATENCY_GOAL_RATE,), pipeline_seconds=0.4, pipeline_raw_n=2000,
                    scale=(("history", (200, 800)), ("fair_share", (200, 800)), ("job_limits", (2000, 4000))),
-                   large_tree=((30, 100),))
+                   large_tree=((30, 100),), soak=(10_000, 100_000))
 
 
 def _share(value: float, reference: float) -> float | None:
@@ -358,6 +362,85 @@ async def pipeline_section(sizes: Sizes) -> Section:
     return s
 
 
+# --- soak ---------------------------------------------------------------------------------------
+
+SOAK_RSS = (("rss_run", "after the run"), ("rss_restart", "after a restart"))
+
+
+def soak_figures(r: Any) -> list[tuple[str, float, str, bool]]:
+    """One size's figures of the soak (a `bench.soak.SizeResult`): (name, value, unit, whether
+    issue 18 asks its ratio between the sizes to stay <= 1.2)."""
+    mb = 1024 * 1024
+    out: list[tuple[str, float, str, bool]] = []
+    for key, when in SOAK_RSS:
+        for service, rss in getattr(r, key).items():
+            out.append((f"RSS {service} {when}", rss / mb, "MB", True))
+    out += [
+        ("`poolwise up` ready on an empty log (config only)", r.empty_start_s, "s", False),
+        ("restart: every service leading (rebuild folded)", r.restart_ready_s, "s", False),
+        ("restart: `explain` of the last gang answered", r.restart_answer_s, "s", False),
+        ("restart-to-answer: answering and caught up (consumers drained, projections at the end)",
+         r.restart_s, "s", True),
+        ("failover: kill -9 of the active admission -> a new gang admitted", r.failover_s, "s", True),
+        ("replay --verify: events/s", r.replay_events_per_s, "events/s", False),
+        ("replay --verify: peak RSS (its process tree)", r.replay_peak_rss / mb, "MB", True),
+    ]
+    return out
+
+
+
+def soak_rows(results: Sequence[Any], params: dict[str, Any] | None = None) -> Section:
+    """The soak's section: each size's figures, then the ratio of each between the last size and
+    the first, with issue 18's goals (pure: `results` are `bench.soak.SizeResult`s)."""
+    from bench.soak import FAILOVER_GOAL_S, RATIO_GOAL, RESTART_GOAL_S
+
+    s = Section("soak", "Soak: a whole-lifecycle workload at two history sizes (bench/soak.py, issue 18)",
+                params=dict(params or {}))
+    goal_s = {"restart-to-answer": RESTART_GOAL_S, "failover": FAILOVER_GOAL_S}
+    for r in results:
+        tag = f"{r.gangs:,} gangs"
+        s.add(Row(f"{tag}: history: log messages", r.messages, "count"))
+        s.add(Row(f"{tag}: history: events (as replay counts them)", r.replay_events, "count"))
+        for name, value, unit, _ in soak_figures(r):
+            goal = next((g for prefix, g in goal_s.items() if name.startswith(prefix)), None)
+            s.add(Row(f"{tag}: {name}", value, unit, goal=f"<= {goal:g} s" if goal is not None else "",
+                      met=value <= goal if goal is not None else None))
+    if len(results) >= 2:
+        small, large = results[0], results[-1]
+        for (name, a, unit, judged), (_, b, _, _) in zip(soak_figures(small), soak_figures(large), strict=True):
+            ratio = b / a if a > 0 else None
+            s.add(Row(f"ratio {large.gangs:,} / {small.gangs:,} gangs: {name}", ratio if ratio is not None else 0.0,
+                      "x", against=f"{unit} at {small.gangs:,} gangs",
+                      goal=f"<= {RATIO_GOAL:g}x" if judged else "",
+                      met=(ratio is not None and ratio <= RATIO_GOAL) if judged else None))
+    mb = 1024 * 1024
+    for r in results:
+        made = r.gangs / r.generate_s if r.generate_s else 0.0
+        leading = ", ".join(f"{k} {v:.1f} s" for k, v in r.restart_leading_s.items())
+        line = (f"{r.gangs:,} gangs: the history made in {r.generate_s:.0f} s ({made:,.0f} gangs/s); "
+                f"replay {'verified ok' if r.replay_ok else 'NOT verified ok'} in {r.replay_s:.1f} s, its largest "
+                f"process {r.replay_max_process_rss / mb:,.0f} MB; after the restart each service led at "
+                f"{leading or '?'}; failover: taken over by {r.failover_by or '?'}")
+        if r.cpu_us_per_gang:
+            line += "; CPU per gang while the history was made: " + ", ".join(
+                f"{k} {v:,.0f} µs" for k, v in r.cpu_us_per_gang.items())
+        s.notes.append(line)
+        s.notes += [f"{r.gangs:,} gangs: {n}" for n in r.notes]
+    return s
+
+
+async def soak_section(sizes: Sizes, on_progress: Callable[[str], None] | None = None) -> Section:
+    from dataclasses import asdict as as_dict
+
+    from bench.soak import Shape, soak
+
+    shape = Shape()
+    results = await soak(sizes.soak, shape, on_progress)
+    params = {"gangs": " / ".join(f"{n:,}" for n in sizes.soak)}
+    params.update({k: v for k, v in as_dict(shape).items() if k != "timeout"})
+    return soak_rows(results, params)
+
+
 # --- running --------------------------------------------------------------------------------------
 
 
@@ -372,16 +455,20 @@ async def _timed(section: Callable[[], Awaitable[Section]]) -> Section:
 
 async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
                          on_section: Callable[[Section], None] | None = None,
-                         single_process: bool = False) -> list[Section]:
-    """Run the named benchmarks (in `NAMES` order); `on_section` sees each as soon as it is done.
-    `single_process`: the pipeline's services in this process (one event loop), not one each."""
-    unknown = [n for n in names if n not in NAMES]
+                         single_process: bool = False, soak_sizes: tuple[int, int] | None = None,
+                         on_progress: Callable[[str], None] | None = None) -> list[Section]:
+    """Run the named benchmarks (in `NAMES` order, then `EXTRA`); `on_section` sees each as soon as
+    it is done. `single_process`: the pipeline's services in this process (one event loop), not one
+    each. `soak_sizes`: the soak's two history sizes (gangs); `on_progress` hears what it is doing."""
+    unknown = [n for n in names if n not in NAMES + EXTRA]
     if unknown:
-        raise ValueError(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+        raise ValueError(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES + EXTRA)}")
     sizes = Sizes.quick() if quick else Sizes.full()
     if single_process:
         sizes = replace(sizes, pipeline_processes=False)
-    wanted = [n for n in NAMES if n in names]
+    if soak_sizes is not None:
+        sizes = replace(sizes, soak=soak_sizes)
+    wanted = [n for n in NAMES + EXTRA if n in names]
     base: Baseline | None = None
     if NEEDS_BASELINE & set(wanted):
         payload = gang_payload_size(sizes.admission)
@@ -411,6 +498,8 @@ async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
         elif name == "projection":
             assert base is not None
             section = await _timed(lambda: now(partial(projection_section, base, sizes)))
+        elif name == "soak":
+            section = await _timed(lambda: soak_section(sizes, on_progress))
         else:
             section = await _timed(lambda: pipeline_section(sizes))
         out.append(section)

@@ -1,5 +1,6 @@
-"""`poolwise bench entitlement|admission|scale|large-tree|pipeline|projection|raw|all`: measure, compare with the raw
-speeds of NATS and DuckDB measured in the same run, and optionally record in docs/performance.md.
+"""`poolwise bench entitlement|admission|scale|large-tree|pipeline|projection|raw|soak|all`: measure, compare with the
+raw speeds of NATS and DuckDB measured in the same run, and optionally record in docs/performance.md. `soak`
+(issue 18: restart, failover, memory and replay at two history sizes, `--sizes A,B`) runs only when named.
 
 The benchmarks live in the source tree's `bench/` package (imported only when this command runs).
 """
@@ -19,7 +20,7 @@ from services.cli.options import AsJson
 from services.cli.render import console
 
 CHOICES: tuple[str, ...] = ("entitlement", "admission", "scale", "large-tree", "pipeline", "projection", "raw",
-                            "all")
+                            "soak", "all")
 
 
 def register(app: typer.Typer) -> None:
@@ -50,11 +51,18 @@ def bench(
                                                                           "benchmark's process (as `poolwise up "
                                                                           "--single-process`), not one process "
                                                                           "each.")] = False,
+    sizes: Annotated[str | None, typer.Option("--sizes", metavar="A,B", help="soak only: the two history sizes, "
+                                                                          "in gangs (default 100000,1000000; "
+                                                                          "--quick 10000,100000).")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Benchmarks with ratios against raw JetStream and DuckDB speeds measured in the same run."""
+    """Benchmarks with ratios against raw JetStream and DuckDB speeds measured in the same run
+    (`soak`: not part of `all`)."""
     if what not in CHOICES:
         raise fail(f"unknown benchmark {what!r}; one of: {', '.join(CHOICES)}")
+    soak_sizes = _soak_sizes(sizes) if sizes is not None else None
+    if soak_sizes is not None and what != "soak":
+        raise fail("--sizes: only for `poolwise bench soak`")
     try:
         from bench.report import rich_table, update_doc
         from bench.suite import NAMES, run_benchmarks
@@ -73,7 +81,11 @@ def bench(
 
     async def run() -> list[Any]:
         # the profiler sees this process only: with it, the services run here too
-        return await run_benchmarks(names, quick=quick, on_section=show, single_process=single_process or profile)
+        return await run_benchmarks(names, quick=quick, on_section=show, single_process=single_process or profile,
+                                    soak_sizes=soak_sizes, on_progress=None if as_json else progress)
+
+    def progress(text: str) -> None:
+        out.print(f"[dim]{text}[/dim]", highlight=False)
 
     if profile:
         from bench.profiling import profiled, top_cprofile
@@ -94,6 +106,16 @@ def bench(
         for section in sections:
             update_doc(target, section)
         typer.echo(f"updated {target}", err=True)
+
+
+def _soak_sizes(text: str) -> tuple[int, int]:
+    try:
+        values = [int(part.replace("_", "").strip()) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 2 or min(values) < 1:
+        raise fail(f"--sizes: two history sizes in gangs, like 10000,100000 (got {text!r})")
+    return values[0], values[1]
 
 
 def _profile_table(rows: list[Any]) -> Table:

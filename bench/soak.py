@@ -1,0 +1,622 @@
+"""Soak (issue 18, "Numbers"): what running costs as the history grows. Nothing runs at import.
+
+`await soak(sizes)` runs, for each history size (gangs), on a system of its own:
+
+1. a private nats-server (`EmbeddedNats`, loopback, in a temporary directory) and `poolwise up`
+   on it (`--nats-url`, a data dir of its own): the tree, admission and preemption services, each
+   in a process of its own, as a user runs them;
+2. one tree of `leaves` leaf pools over one host, its options with a small `gang_retention`
+   (seconds of log time after which a finished gang is forgotten) and gang timeout;
+3. the whole life of `gangs` gangs of two tasks, through the submitter SDK
+   (`services.submitter.Submitter.publish`, events built by its `enqueue_event`/`task_state_event`):
+   rounds of `per_round` gangs enqueued as one pack, and, once admission has admitted a round,
+   each of its tasks reported `running` then `succeeded` (admission then finishes the gang),
+   `window` rounds in flight. Events are stamped with a log time that advances `log_rate` gangs
+   per second from the start (the services' clock is the log's: retention and timers follow it),
+   so a history of N gangs spans N / log_rate seconds of log time whatever the machine's speed;
+4. once every gang has finished and the services are caught up (each durable consumer has
+   nothing pending nor unacknowledged, the tree's projections have committed the end of the
+   log), the RSS of each service process (`/proc/<pid>/status` VmRSS);
+5. `poolwise replay --verify --json` as a child process on the stream: events/s (its report's
+   events over its wall time) and peak RSS (its process tree, sampled every 20 ms from /proc,
+   summed; and the largest single process from `wait4`'s rusage);
+6. a restart: `poolwise up` stopped (SIGTERM) and started again on the same data dir and server;
+   the seconds from the new process's start until it says ready (each service leading, its
+   rebuild fold done), until admission answers an `explain` of the last gang, and until the
+   services are caught up (as in 4) and answering: restart-to-answer is the last of those;
+   then the RSS of each service again;
+7. a failover: a standby `poolwise serve admission` (a data dir of its own, as on another
+   machine) is started and stands by; the active admission process (`up`'s child) is killed
+   with SIGKILL and a new gang is submitted at once; failover is the seconds from the kill
+   until that gang's `GangAdmitted` is seen (whoever took over: the standby, or the admission
+   `up` restarted meanwhile, which one is told).
+
+`soak_rows` turns the results into rows, with the ratio large / small of each figure and the
+goals of issue 18: ratios <= 1.2 for restart, failover, the services' RSS and replay's peak RSS;
+restart and failover <= 3 s.
+
+    python -m bench.soak 2000,4000      # a quick look: JSON of both sizes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+
+import bench
+from events import (
+    Envelope,
+    Event,
+    HostRegistered,
+    PoolConfig,
+    PoolConfigChanged,
+    TreeConfigured,
+    TreeOptions,
+)
+from events.codec import pack_parts
+from events.commands import Reply
+from events.config import GangTimeoutOptions
+from events.subjects import STREAM, command, decision
+from services.admission.commands import ExplainQuery
+from services.common.jetstream import JetStreamLog, new_client
+from services.common.natsserver import EmbeddedNats
+from services.common.supervisor import PARENT_ENV
+from services.submitter import Submitter
+from services.submitter.build import enqueue_event, envelope, task_state_event
+
+TREE = "soak"
+SERVICES: tuple[str, ...] = ("tree", "admission", "preemption")
+RESTART_GOAL_S = 3.0
+FAILOVER_GOAL_S = 3.0
+RATIO_GOAL = 1.2
+MB = 1024 * 1024
+
+_TYPE = re.compile(rb'"type":"(GangAdmitted|GangFinished)"')
+_GANG = re.compile(rb'"gang":"([^"]+)"')
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The workload, the same at every size (only the number of gangs changes)."""
+
+    leaves: int = 20
+    per_round: int = 500  # gangs enqueued per pack
+    window: int = 4  # rounds enqueued and not yet reported
+    log_rate: float = 100.0  # gangs per second of log time
+    retention: float = 60.0  # TreeOptions.gang_retention, seconds of log time
+    gang_timeout: float = 120.0  # seconds of log time: placement timers of a finished gang go with it
+    timeout: float = 600.0  # seconds, for each wait
+
+
+@dataclass
+class SizeResult:
+    gangs: int
+    messages: int = 0  # stream messages at the end of the run
+    generate_s: float = 0.0  # the whole history: first enqueue until every gang finished and caught up
+    rss_run: dict[str, int] = field(default_factory=dict)  # bytes, per service, after the run
+    rss_restart: dict[str, int] = field(default_factory=dict)  # bytes, per service, after the restart
+    cpu_us_per_gang: dict[str, float] = field(default_factory=dict)  # while generating, per process
+    restart_leading_s: dict[str, float] = field(default_factory=dict)  # each service's `leading` line
+    empty_start_s: float = 0.0  # `poolwise up` ready on a log holding only the tree's configuration
+    restart_ready_s: float = 0.0
+    restart_answer_s: float = 0.0  # explain of the last gang answered
+    restart_s: float = 0.0  # caught up and answering
+    failover_s: float = 0.0
+    failover_by: str = ""
+    replay_s: float = 0.0
+    replay_events: int = 0
+    replay_ok: bool = False
+    replay_peak_rss: int = 0  # bytes, the replay's process tree, summed
+    replay_max_process_rss: int = 0  # bytes, its largest single process (wait4)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def replay_events_per_s(self) -> float:
+        return self.replay_events / self.replay_s if self.replay_s > 0 else 0.0
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def _child_env() -> dict[str, str]:
+    root = str(Path(bench.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env.pop("NATS_URL", None)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[PARENT_ENV] = str(os.getpid())  # dies with the benchmark, even killed
+    return env
+
+
+def _poolwise(*args: str) -> list[str]:
+    return [sys.executable, "-m", "services.cli.main", *args]
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of process `pid` now (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def process_tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        here = todo.pop()
+        out.append(here)
+        todo += children_of(here)
+    return out
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+class Up:
+    """`poolwise up --nats-url URL --data-dir DIR` as a child process; its stderr is read on."""
+
+    def __init__(self, url: str, data_dir: Path) -> None:
+        self.url = url
+        self.data_dir = data_dir
+        self.process: Process | None = None
+        self.lines: deque[str] = deque(maxlen=200)
+        self.leading: dict[str, float] = {}  # service -> perf_counter of its `leading` line, this start
+        self.ready = anyio.Event()
+        self.started_at = 0.0
+        self.ready_at = 0.0
+
+    async def start(self, tg: Any) -> None:
+        self.started_at = time.perf_counter()
+        self.ready = anyio.Event()
+        self.leading = {}
+        self.process = await anyio.open_process(
+            _poolwise("up", "--nats-url", self.url, "--data-dir", str(self.data_dir)),
+            env=_child_env(), stdout=subprocess.DEVNULL)
+        tg.start_soon(self._read, self.process)
+
+    async def _read(self, process: Process) -> None:
+        assert process.stderr is not None
+        buffered = b""
+        async for chunk in process.stderr:
+            buffered += chunk
+            *whole, buffered = buffered.split(b"\n")
+            for raw in whole:
+                line = raw.decode(errors="replace")
+                self.lines.append(line)
+                for name in SERVICES:
+                    if f"poolwise: {name} leading (" in line:
+                        self.leading.setdefault(name, time.perf_counter())
+                if " ready on " in line and not self.ready.is_set():
+                    self.ready_at = time.perf_counter()
+                    self.ready.set()
+
+    async def wait_ready(self, timeout: float) -> None:
+        with anyio.fail_after(timeout):
+            while not self.ready.is_set():
+                if self.process is not None and self.process.returncode is not None:
+                    raise RuntimeError(f"`poolwise up` exited ({self.process.returncode}): {self.tail()}")
+                with anyio.move_on_after(0.2):
+                    await self.ready.wait()
+
+    def tail(self) -> str:
+        return " | ".join(list(self.lines)[-8:])
+
+    def service_pid(self, name: str) -> int | None:
+        if self.process is None:
+            return None
+        for pid in children_of(self.process.pid):
+            args = cmdline(pid)
+            if "serve" in args and args[args.index("serve") + 1:args.index("serve") + 2] == [name]:
+                return pid
+        return None
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds (user + system) of each service process so far."""
+        return {name: cpu_seconds(pid) if (pid := self.service_pid(name)) else 0.0 for name in SERVICES}
+
+    def rss(self) -> dict[str, int]:
+        return {name: rss_bytes(pid) if (pid := self.service_pid(name)) else 0 for name in SERVICES}
+
+    async def stop(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                with anyio.move_on_after(30):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+            await process.aclose()
+        self.process = None
+
+
+@contextlib.asynccontextmanager
+async def standby_admission(url: str, data_dir: Path, timeout: float) -> AsyncIterator[dict[str, float]]:
+    """`poolwise serve admission` as a second instance: yields once it stands by; the dict gets
+    `leading` (perf_counter) when it says it leads."""
+    process = await anyio.open_process(_poolwise("serve", "admission", "--nats-url", url, "--data-dir",
+                                                 str(data_dir)), env=_child_env(), stdout=subprocess.DEVNULL)
+    said: dict[str, float] = {}
+    lines: list[str] = []
+    standing = anyio.Event()
+
+    async def read() -> None:
+        assert process.stderr is not None
+        buffered = b""
+        async for chunk in process.stderr:
+            buffered += chunk
+            *whole, buffered = buffered.split(b"\n")
+            for raw in whole:
+                line = raw.decode(errors="replace")
+                lines.append(line)
+                if "admission standing by" in line:
+                    standing.set()
+                elif "admission leading (" in line:
+                    said.setdefault("leading", time.perf_counter())
+                    standing.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            with anyio.fail_after(timeout):
+                await standing.wait()
+            if "leading" in said:
+                raise RuntimeError(f"the second admission leads at once: {' | '.join(lines[-5:])}")
+            yield said
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.terminate()
+                with anyio.move_on_after(15):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+            await process.aclose()
+
+
+def run_replay(url: str, timeout: float) -> dict[str, Any]:
+    """`poolwise replay --verify --json` on the stream at `url`, in a child process: its report,
+    wall seconds, the peak of its process tree's summed RSS (sampled) and its largest process's
+    peak RSS (wait4's rusage: the child and the children it waited for)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        began = time.perf_counter()
+        child = subprocess.Popen(_poolwise("replay", "--verify", "--json", "--nats-url", url), env=_child_env(),
+                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        peak, status, usage = 0, 0, None
+        deadline = began + timeout
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid == child.pid:
+                break
+            peak = max(peak, sum(rss_bytes(p) for p in process_tree(child.pid)))
+            if time.perf_counter() > deadline:
+                child.kill()
+                _, status, usage = os.wait4(child.pid, 0)
+                break
+            time.sleep(0.02)
+        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        seconds = time.perf_counter() - began
+        out.seek(0)
+        err.seek(0)
+        text = out.read().decode(errors="replace").strip()
+        report: dict[str, Any] = {}
+        if text:
+            with contextlib.suppress(ValueError):
+                report = json.loads(text.splitlines()[-1])
+        largest = usage.ru_maxrss * 1024 if usage is not None else 0  # Linux: kilobytes
+        return {"report": report, "seconds": seconds, "peak_rss": max(peak, largest), "max_process_rss": largest,
+                "exit": child.returncode, "stderr": err.read().decode(errors="replace")[-2000:]}
+
+
+# --- the workload ---------------------------------------------------------------------------------
+
+
+class Decisions:
+    """Admission's decisions of the tree on a core subscription: which gangs were admitted, how
+    many finished."""
+
+    def __init__(self) -> None:
+        self.admitted: set[str] = set()
+        self.finished = 0
+        self.changed = anyio.Event()
+
+    async def on_msg(self, msg: Any) -> None:
+        for part in pack_parts(msg.data):
+            found = _TYPE.search(part, 0, 600)
+            if found is None:
+                continue
+            gang = _GANG.search(part, found.end())
+            if found.group(1) == b"GangFinished":
+                self.finished += 1
+            elif gang is not None:
+                self.admitted.add(gang.group(1).decode())
+        self.changed.set()
+
+    async def until(self, done: Any, timeout: float, what: str) -> None:
+        with anyio.fail_after(timeout):
+            while not done():
+                self.changed = anyio.Event()
+                if done():
+                    return
+                with anyio.move_on_after(0.5):
+                    await self.changed.wait()
+        if not done():
+            raise TimeoutError(what)
+
+
+def config_envelopes(shape: Shape, at: float) -> list[Envelope]:
+    tasks_in_flight = 2 * shape.per_round * (shape.window + 2)
+    cpu = float(4 * tasks_in_flight)
+    options = TreeOptions(resources=["cpu", "memory"], gang_retention=shape.retention,
+                          gang_timeout=GangTimeoutOptions(default=shape.gang_timeout, limit=shape.gang_timeout,
+                                                          jitter=0.0))
+    events: list[Event] = [TreeConfigured(tree=TREE, options=options),
+                           HostRegistered(host="h1", resources={"cpu": cpu, "memory": 4.0 * cpu})]
+    share = {"cpu": cpu / shape.leaves / 2, "memory": 4.0 * cpu / shape.leaves / 2}
+    for i in range(shape.leaves):
+        events.append(PoolConfigChanged(tree=TREE, path=f"/l{i}", created=True, config=PoolConfig(reservation=share)))
+    return [Envelope(id=f"soak-setup-{i}", time=datetime.fromtimestamp(at, tz=UTC), source="tree", event=e)
+            for i, e in enumerate(events)]
+
+
+class Workload:
+    """The gangs' whole lives, through the submitter SDK, at a log time of its own."""
+
+    def __init__(self, submitter: Submitter, decisions: Decisions, shape: Shape, start: float) -> None:
+        self.sdk = submitter
+        self.decisions = decisions
+        self.shape = shape
+        self.start = start
+        self.enqueued = 0
+        self.last_gang = ""
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.start + self.enqueued / self.shape.log_rate, tz=UTC)
+
+    def gang(self, index: int, prefix: str = "g") -> dict[str, Any]:
+        name = f"{prefix}{index}"
+        return {"gang": name, "pool": f"/l{index % self.shape.leaves}", "job": f"j{index % 7}", "user": "u",
+                "tasks": [{"id": f"{name}.{t}", "resources": {"cpu": 1.0, "memory": 4.0}} for t in range(2)],
+                "tree": TREE}
+
+    async def enqueue(self, specs: Sequence[dict[str, Any]]) -> None:
+        at = self.now()
+        await self.sdk.publish([envelope(enqueue_event(**spec), source="sdk:soak", time=at) for spec in specs])
+        self.enqueued += len(specs)
+        self.last_gang = specs[-1]["gang"]
+
+    async def report(self, specs: Sequence[dict[str, Any]]) -> None:
+        at = self.now()
+        reports = [envelope(task_state_event(task=t["id"], gang=s["gang"], state=state, tree=TREE),
+                            source="sdk:soak", time=at)
+                   for state in ("running", "succeeded") for s in specs for t in s["tasks"]]
+        await self.sdk.publish(reports)
+
+    async def run(self, gangs: int) -> None:
+        shape = self.shape
+        in_flight: deque[list[dict[str, Any]]] = deque()
+        for first in range(0, gangs, shape.per_round):
+            specs = [self.gang(i) for i in range(first, min(gangs, first + shape.per_round))]
+            await self.enqueue(specs)
+            in_flight.append(specs)
+            last = first + shape.per_round >= gangs
+            while in_flight and (len(in_flight) >= shape.window or last):
+                await self.finish(in_flight.popleft())
+        await self.decisions.until(lambda: self.decisions.finished >= gangs, shape.timeout,
+                                   f"{gangs} gangs finished")
+
+    async def finish(self, specs: list[dict[str, Any]]) -> None:
+        admitted = self.decisions.admitted
+        await self.decisions.until(lambda: all(s["gang"] in admitted for s in specs), self.shape.timeout,
+                                   f"gangs {specs[0]['gang']}..{specs[-1]['gang']} admitted")
+        for s in specs:
+            admitted.discard(s["gang"])
+        await self.report(specs)
+
+
+# --- waiting for the services ---------------------------------------------------------------------
+
+
+async def caught_up(nc: Any, timeout: float) -> None:
+    """Every service's durable consumer has nothing pending nor unacknowledged, the tree's
+    projections have committed the end of the stream, and the stream did not move meanwhile."""
+    js = nc.jetstream()
+    query = json.dumps({"sql": "SELECT min(last_seq) FROM checkpoints"}).encode()
+    with anyio.fail_after(timeout):
+        while True:
+            last = (await js.stream_info(STREAM)).state.last_seq
+            quiet = True
+            for name in SERVICES:
+                try:
+                    info = await js.consumer_info(STREAM, name)
+                except Exception:  # not made yet (a service still folding on start)
+                    quiet = False
+                    break
+                if info.num_pending or info.num_ack_pending:
+                    quiet = False
+                    break
+            if quiet:
+                projected = None
+                with contextlib.suppress(Exception):
+                    reply = json.loads((await nc.request(command("tree", "sql"), query, timeout=2.0)).data)
+                    projected = (reply.get("data", {}).get("rows") or [[None]])[0][0]
+                if projected is not None and int(projected) >= last \
+                        and (await js.stream_info(STREAM)).state.last_seq == last:
+                    return
+            await anyio.sleep(0.05)
+
+
+async def explain_answers(nc: Any, gang: str, timeout: float) -> dict[str, Any]:
+    """Ask admission `explain GANG` until it answers with the gang known (or forgotten)."""
+    query = ExplainQuery(gang=gang, tree=TREE).model_dump_json().encode()
+    with anyio.fail_after(timeout):
+        while True:
+            with contextlib.suppress(Exception):  # no responder yet, or busy folding: ask again
+                reply = Reply.model_validate_json((await nc.request(command("admission", "explain"), query,
+                                                                    timeout=1.0)).data)
+                if reply.ok and isinstance(reply.data, dict) and reply.data.get("state") != "unknown":
+                    return reply.data
+            await anyio.sleep(0.05)
+
+
+# --- one size -------------------------------------------------------------------------------------
+
+
+async def soak_one(gangs: int, shape: Shape, log: Any = None) -> SizeResult:
+    """The whole soak at one history size (module doc, steps 1-7)."""
+    say = log or (lambda text: None)
+    result = SizeResult(gangs=gangs)
+    with tempfile.TemporaryDirectory(prefix="poolwise-soak-") as tmp:
+        root = Path(tmp)
+        async with EmbeddedNats(root / "server") as server, anyio.create_task_group() as tg:
+            url = server.url
+            start = time.time()
+            setup = await JetStreamLog.connect(url)
+            try:
+                await setup.ensure_stream()
+                await setup.append(config_envelopes(shape, start))
+            finally:
+                await setup.close()
+            nc = new_client()
+            await nc.connect(url, name="poolwise-soak")
+            decisions = Decisions()
+            await nc.subscribe(decision(TREE, "admission"), cb=decisions.on_msg)
+            await nc.flush()
+            up = Up(url, root / "data")
+            sdk = Submitter(url, source="sdk:soak", tree=TREE)
+            try:
+                await up.start(tg)
+                await up.wait_ready(shape.timeout)
+                result.empty_start_s = up.ready_at - up.started_at
+                await sdk.connect()
+                work = Workload(sdk, decisions, shape, start)
+                began = time.perf_counter()
+                cpu0 = {**up.cpu(), "nats-server": cpu_seconds(server._proc.pid) if server._proc else 0.0,
+                        "submitter": time.process_time()}
+                say(f"soak {gangs:,}: generating")
+                await work.run(gangs)
+                await caught_up(nc, shape.timeout)
+                result.generate_s = time.perf_counter() - began
+                cpu1 = {**up.cpu(), "nats-server": cpu_seconds(server._proc.pid) if server._proc else 0.0,
+                        "submitter": time.process_time()}
+                result.cpu_us_per_gang = {k: round((cpu1[k] - cpu0[k]) * 1e6 / gangs, 1) for k in cpu0}
+                result.messages = (await nc.jetstream().stream_info(STREAM)).state.last_seq
+                result.rss_run = up.rss()
+                say(f"soak {gangs:,}: {result.messages:,} messages in {result.generate_s:.0f} s; "
+                    f"RSS {_mb(result.rss_run)}; replaying")
+
+                replay = await anyio.to_thread.run_sync(run_replay, url, shape.timeout * 2)
+                report = replay["report"]
+                result.replay_s = replay["seconds"]
+                result.replay_events = int(report.get("events", 0))
+                result.replay_ok = bool(report.get("ok"))
+                result.replay_peak_rss = int(replay["peak_rss"])
+                result.replay_max_process_rss = int(replay["max_process_rss"])
+                if not result.replay_ok:
+                    result.notes.append(f"replay: exit {replay['exit']}, findings "
+                                        f"{len(report.get('findings', []))}: {replay['stderr'][-300:]}")
+                say(f"soak {gangs:,}: replay {result.replay_events_per_s:,.0f} events/s, peak "
+                    f"{result.replay_peak_rss / MB:,.0f} MB; restarting")
+
+                await up.stop()
+                await up.start(tg)
+                await up.wait_ready(shape.timeout)
+                result.restart_ready_s = up.ready_at - up.started_at
+                result.restart_leading_s = {k: round(v - up.started_at, 3) for k, v in up.leading.items()}
+                await explain_answers(nc, work.last_gang, shape.timeout)
+                result.restart_answer_s = time.perf_counter() - up.started_at
+                await caught_up(nc, shape.timeout)
+                result.restart_s = time.perf_counter() - up.started_at
+                result.rss_restart = up.rss()
+                say(f"soak {gangs:,}: restart {result.restart_s:.1f} s; RSS {_mb(result.rss_restart)}; failover")
+
+                result.failover_s, result.failover_by = await failover(url, root / "standby", up, work, shape)
+                say(f"soak {gangs:,}: failover {result.failover_s:.1f} s ({result.failover_by})")
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await sdk.close()
+                    await up.stop()
+                    await nc.close()
+                tg.cancel_scope.cancel()
+    return result
+
+
+async def failover(url: str, data_dir: Path, up: Up, work: Workload, shape: Shape) -> tuple[float, str]:
+    """Kill -9 the active admission while a standby runs; seconds until a new gang is admitted."""
+    async with standby_admission(url, data_dir, shape.timeout) as standby:
+        active = up.service_pid("admission")
+        if active is None:
+            raise RuntimeError(f"no admission process under `poolwise up`: {up.tail()}")
+        spec = work.gang(0, prefix="failover-")
+        killed = time.perf_counter()
+        os.kill(active, signal.SIGKILL)
+        await work.enqueue([spec])
+        await work.decisions.until(lambda: spec["gang"] in work.decisions.admitted, shape.timeout,
+                                   "the gang submitted after the kill admitted")
+        seconds = time.perf_counter() - killed
+        taken = standby.get("leading")
+        by = "the standby" if taken is not None and taken - killed <= seconds else "admission restarted by up"
+        return seconds, by
+
+
+def _mb(rss: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v / MB:,.0f} MB" for k, v in rss.items())
+
+
+async def soak(sizes: Sequence[int], shape: Shape | None = None, log: Any = None) -> list[SizeResult]:
+    shape = shape or Shape()
+    return [await soak_one(n, shape, log) for n in sizes]
+
+
+def main(argv: list[str]) -> None:
+    sizes = [int(s) for s in (argv[0] if argv else "2000,4000").split(",")]
+    results = anyio.run(lambda: soak(sizes, log=lambda t: print(t, file=sys.stderr)), backend="asyncio")
+    print(json.dumps([asdict(r) | {"replay_events_per_s": r.replay_events_per_s} for r in results], indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
