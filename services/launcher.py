@@ -60,6 +60,32 @@ def _entry(module: str, function: str) -> Serve:
     return serve
 
 
+class WarmStandby:
+    """A service's warm standby (`services.common.leadership.Standby`): its `standby()` fold (in
+    the service's module, imported when first needed), caught up from the newest snapshot and then
+    with the log as it grows, so that on takeover it decides within moments, whatever the history."""
+
+    def __init__(self, module: str, service: str) -> None:
+        self.module = module
+        self.service = service
+
+    def new(self) -> Any:
+        return importlib.import_module(self.module).standby()
+
+    async def follow(self, warm: Any, log: Any) -> None:
+        from services.common.snapshots import policy_for
+
+        policy = policy_for(log, self.service)
+        await warm.follow(log, policy.store if policy is not None else None)
+
+
+# Services whose standby instances keep folding the log (the tree service's standby starts from
+# its snapshot on takeover).
+STANDBYS: dict[str, WarmStandby] = {
+    "admission": WarmStandby("services.admission.service", "admission"),
+    "preemption": WarmStandby("services.preemption.service", "preemption"),
+}
+
 SERVICES: dict[str, Serve] = {
     "tree": _entry("services.tree.service", "serve_tree"),
     "admission": _entry("services.admission.service", "serve_admission"),
@@ -87,8 +113,8 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
             extra = options.get(name, {})
 
             async def run(on: EventLog, *, task_status: Any, s: Serve = serve, d: Path | None = sub,
-                          e: dict[str, Any] = extra) -> None:
-                await s(on, d, task_status=task_status, **e)
+                          e: dict[str, Any] = extra, **term: Any) -> None:
+                await s(on, d, task_status=task_status, **e, **term)  # term: a warm standby's fold
 
             if kv is None:
                 started.append(await tg.start(lambda task_status, r=run: r(log, task_status=task_status)))
@@ -97,7 +123,7 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
             connect = connector(nats_url or servers_of(log.nc), name=f"poolwise-{name}-lease")
             started.append(await tg.start(partial(run_as_leader, lease_key(log.stream, name), run, log=log, kv=kv,
                                                   connect=connect, ready_on_standby=ready_on_standby,
-                                                  on_change=on_change)))
+                                                  on_change=on_change, standby=STANDBYS.get(name))))
     return started
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import cast
 
 import anyio
 from anyio.abc import TaskStatus
@@ -23,7 +24,7 @@ from anyio.abc import TaskStatus
 from events import ClockTicked, Envelope, at_seconds, derived_id
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.admission.queries import ExplainingFolder, serve_queries
-from services.common.folding import run_folder
+from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.snapshots import policy_for
 
@@ -90,9 +91,18 @@ class Clock:
         self.tick_seq = max(self.tick_seq, where.seq)
 
 
+def standby() -> Warm:
+    """What a standby instance folds while another leads (`run_as_leader`): admission's folder
+    with explain's notes, handed to `serve_admission(warm=...)` when it takes over."""
+    return Warm(ExplainingFolder(AdmissionFolder()), SUBJECTS)
+
+
 async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool = True,
-                          folder: AdmissionFolder | None = None,
+                          folder: AdmissionFolder | None = None, warm: Warm | None = None,
                           task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Admission on `log`; `warm`: a standby's fold, caught up already (it decides from there)."""
+    if warm is not None:
+        folder = cast(ExplainingFolder, warm.folder).inner
     folder = folder or AdmissionFolder()
     store = None
     if data_dir is not None:
@@ -105,12 +115,13 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
 
             store = ProjectionStore(data_dir / "admission.duckdb", kept)
     ticker = Clock(log, folder) if clock else None
-    explaining = ExplainingFolder(folder)  # the same folder, keeping what `explain` needs
+    # the same folder, keeping what `explain` needs
+    explaining = cast(ExplainingFolder, warm.folder) if warm is not None else ExplainingFolder(folder)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(
                 log, explaining, SUBJECTS, durable="admission", store=store, snapshots=policy_for(log, "admission"),
-                on_batch=ticker.on_batch if ticker else None, task_status=task_status))
+                warm=warm, on_batch=ticker.on_batch if ticker else None, task_status=task_status))
             if ticker is not None:
                 tg.start_soon(ticker.run)
             nc = getattr(log, "nc", None)

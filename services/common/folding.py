@@ -214,7 +214,7 @@ OUTBOX_BATCHES = 8  # folded batches whose decisions may wait to be published be
 
 
 async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
-                  snapshots: SnapshotStore | None = None) -> int:
+                  snapshots: SnapshotStore | None = None, warm: Warm | None = None) -> int:
     """Step 1: fold the whole log; publish the decisions it makes that the log lacks. Returns the
     last folded sequence.
 
@@ -230,23 +230,54 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
     dropped, and what is left at the end is missing (a crash came between deciding and
     publishing) and is published. Ids are read from every subject: refusals live on subjects we
     do not fold."""
-    wanted = subject_filter(tuple(subjects))
-    made: dict[str, Envelope] = {}  # decided again and not seen in the log (yet)
-    folded = 0
-    if snapshots is not None:
-        folded = await _restore(log, folder, snapshots, made)
-    async for piece in read_in_chunks(log, folded + 1):
-        with gc_paused():
-            result = fold_batch(folder, [s for s in piece if wanted(s.subject)], folded, read_envelope)
-        folded = max(folded, result.last_seq)
-        for decision in result.decisions:
-            made[decision.id] = decision
-        if made:
-            for seen in _ids_in(piece):
-                made.pop(seen, None)
-    if made:
-        await log.append(list(made.values()))
-    return folded
+    start = warm or Warm(folder, subjects)
+    await start.catch_up(log, snapshots)
+    if start.made:
+        await log.append(list(start.made.values()))
+        start.made.clear()
+    return start.folded
+
+
+class Warm:
+    """A fold of the log that decides nothing on its own: what `rebuild` does before it publishes,
+    and what a standby instance does while another leads (`follow`), so that on takeover it is
+    caught up already and publishes only what the leader had not (`run_folder(warm=...)`).
+
+    `made`: the decisions the fold made that have not been seen in the log yet (a decision lands
+    after its basis: its id seen later drops it). A leader publishes them; what is left when this
+    fold takes over is missing from the log."""
+
+    def __init__(self, folder: Folder, subjects: Sequence[str]) -> None:
+        self.folder = folder
+        self.subjects = tuple(subjects)
+        self.wanted = subject_filter(self.subjects)
+        self.made: dict[str, Envelope] = {}  # decided again and not seen in the log (yet)
+        self.folded = 0
+        self.restored = False
+
+    async def catch_up(self, log: EventLog, snapshots: SnapshotStore | None = None) -> int:
+        """Fold what the log holds beyond `folded` (the first time: from the newest snapshot)."""
+        if not self.restored:
+            self.restored = True
+            if snapshots is not None:
+                self.folded = await _restore(log, self.folder, snapshots, self.made)
+        wanted, made, folder = self.wanted, self.made, self.folder
+        async for piece in read_in_chunks(log, self.folded + 1):
+            with gc_paused():  # (synchronous: a cancellation lands between pieces, never inside one)
+                result = fold_batch(folder, [s for s in piece if wanted(s.subject)], self.folded, read_envelope)
+            self.folded = max(self.folded, result.last_seq, piece[-1].seq)
+            for decision in result.decisions:
+                made[decision.id] = decision
+            if made:
+                for seen in _ids_in(piece):
+                    made.pop(seen, None)
+        return self.folded
+
+    async def follow(self, log: EventLog, snapshots: SnapshotStore | None = None, every: float = 0.1) -> None:
+        """Keep folding the log as it grows, until cancelled (a standby's loop)."""
+        while True:
+            await self.catch_up(log, snapshots)
+            await anyio.sleep(every)
 
 
 async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
@@ -329,6 +360,7 @@ async def run_folder(
     durable: str,
     store: ProjectionStore | None = None,
     snapshots: SnapshotPolicy | None = None,
+    warm: Warm | None = None,
     on_batch: OnBatch | None = None,
     max_batch: int = 2000,
     linger: float = 0.0,
@@ -336,7 +368,7 @@ async def run_folder(
 ) -> None:
     """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
     its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
-    folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None)
+    folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm)
     if snapshots is not None:
         snapshots.last_seq, snapshots.last_time = folded, folder.now
     start = folded if store is None else min(folded, store.lowest_checkpoint)

@@ -1,16 +1,16 @@
 """One active instance per service, the others standing by (ARCHITECTURE invariant 6).
 
-Leadership is a **lease** in a JetStream key-value bucket (`poolwise_leases`, TTL 5 s: the
-server forgets a record 5 s after it was last written; an existing bucket's TTL is followed, so
+Leadership is a **lease** in a JetStream key-value bucket (`poolwise_leases`, TTL 2 s: the
+server forgets a record 2 s after it was last written; an existing bucket's TTL is followed, so
 a deployment may create it with another). The key names the deployment's stream and the service
 (`POOLWISE.admission`); the value names the holder (host, pid, a random tag).
 
 - **Acquire**: `create` the key (it is absent, expired or deleted), or `update` it with
   compare-and-set on its revision when the record there is our own (a renewal whose answer was
   lost). Anything else: another instance leads; stand by and look again every 0.5 s.
-- **Renew**: every TTL/5 (1 s), `update(key, last=revision)`. A success proves that nobody took
+- **Renew**: every TTL/5 (0.4 s), `update(key, last=revision)`. A success proves that nobody took
   the key since our last write (any other write, deletion or expiry changes the subject's last
-  sequence). The lease is *valid* until TTL - TTL/5 after the renewal was *sent* (4 s): before
+  sequence). The lease is *valid* until TTL - TTL/5 after the renewal was *sent* (1.6 s): before
   the server can forget it, with a margin for the service to stop. The launcher renews from a
   thread of its own, on a connection of its own (`_Renewer`), so that a busy event loop (a
   fold, a rebuild or a cycle can take seconds at scale) does not cost the lease; a frozen
@@ -33,8 +33,11 @@ a deployment may create it with another). The key names the deployment's stream 
 until the lease is ours, run `serve(term_log, task_status=...)` while it is (on a fenced view of
 the log), stop it when the lease is lost and stand by again; a standby does not fold, decide,
 consume or answer requests. `on_change` hears `standby`, `leading` (the lease is held and the
-service ready) and `lost`. Each term starts the service afresh: it rebuilds its state from the
-log (`services/common/folding.py`), so a standby is warm only in the sense that it is connected.
+service ready) and `lost`. With `standby` (a `Standby`: the launcher's, for admission and
+preemption), a standby instance keeps folding the log while it waits (from the newest snapshot,
+then as the log grows: `services.common.folding.Warm`), and the term it wins starts from that
+fold, caught up already; without, a term rebuilds its state from the log (from the newest
+snapshot) when it starts.
 
 Without a key-value store (the in-memory log of the scenario runner and unit tests) there is
 nothing to elect: the launcher runs the service directly.
@@ -57,7 +60,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import nats
@@ -92,7 +95,12 @@ __all__ = [
 ]
 
 BUCKET = "poolwise_leases"
-TTL = 5.0  # seconds a record lives after its last write (the bucket's max age)
+# Seconds a record lives after its last write (the bucket's max age): how long a crashed leader's
+# lease outlives it, so most of a failover after a kill -9 (a warm standby decides within moments
+# of taking over). 2 s: renewals every 0.4 s from a thread of their own, valid 1.6 s; a process
+# that holds the GIL longer than that in one call loses its lease (and stands by: fencing keeps it
+# from publishing). Was 5 s; a deployment may create the bucket with another TTL.
+TTL = 2.0
 POLL = 0.5  # seconds between a standby's looks at the key (at most; TTL/5 when that is shorter)
 FENCE_POLL = 0.01  # seconds between looks at a lease in doubt, for a publish held at the fence
 CREATE_ATTEMPTS = 5  # to create the bucket (see `JetStreamLog.delete_stream` on a server still deleting one)
@@ -487,6 +495,7 @@ async def run_as_leader(
     holder_id: str | None = None,
     ready_on_standby: bool = False,
     on_change: OnChange | None = None,
+    standby: Standby | None = None,
     task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Stand by until the lease `name` is ours, run `serve(term_log, task_status=...)` while it is
@@ -522,17 +531,43 @@ async def run_as_leader(
 
     try:
         while True:
-            await lease.acquire(standing_by)
-            if await _term(lease, serve, log, bucket, connect, changed, ready):
+            warm = standby.new() if standby is not None else None
+            async with anyio.create_task_group() as waiting:
+                if standby is not None:  # a warm standby: fold the log while another leads
+                    waiting.start_soon(_keep_warm, standby, warm, log)
+                await lease.acquire(standing_by)
+                waiting.cancel_scope.cancel()
+            usable = warm if warm is not None and not getattr(warm, "broken", False) else None
+            if await _term(lease, serve, log, bucket, connect, changed, ready, usable):
                 return
-            await anyio.sleep(lease.poll)  # lost: look again in a moment
+            await anyio.sleep(lease.poll)  # lost: look again in a moment (with a fold made afresh)
     finally:
         with anyio.CancelScope(shield=True):
             await lease.release()
 
 
+class Standby(Protocol):
+    """What a warm standby folds while another instance leads (`services.common.folding.Warm`):
+    `new()` makes the fold of one standby period, `follow(warm, log)` keeps it caught up with the
+    log until cancelled; the term that follows is served with it (`serve(..., warm=warm)`)."""
+
+    def new(self) -> Any: ...
+
+    async def follow(self, warm: Any, log: JetStreamLog) -> None: ...
+
+
+async def _keep_warm(standby: Standby, warm: Any, log: JetStreamLog) -> None:
+    try:
+        await standby.follow(warm, log)
+    except Exception as exc:  # a fold that failed is not trusted: the term starts from the log
+        _log.warning("standby fold stopped (%s: %s); on takeover the service folds the log itself",
+                       type(exc).__name__, exc)
+        warm.broken = True
+
+
 async def _term(lease: Lease, serve: Serve, log: JetStreamLog, bucket: str, connect: Connect | None,
-                changed: Callable[[str, str | None], None], ready: Callable[[Any], None]) -> bool:
+                changed: Callable[[str, str | None], None], ready: Callable[[Any], None],
+                warm: Any = None) -> bool:
     """Run the service while `lease` holds; True if it returned by itself, False if the lease was lost."""
     connection = TermConnection(log.nc, lease)
     term_log = JetStreamLog(cast(NATS, connection), stream=log.stream, prefix=log.prefix)
@@ -549,7 +584,7 @@ async def _term(lease: Lease, serve: Serve, log: JetStreamLog, bucket: str, conn
 
             async def run(*, task_status: TaskStatus[Any]) -> None:
                 nonlocal finished
-                await serve(term_log, task_status=task_status)
+                await serve(term_log, task_status=task_status, **({} if warm is None else {"warm": warm}))
                 finished = True
                 term.cancel_scope.cancel()
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 from anyio.abc import TaskStatus
 
 from events.commands import Reply
-from services.common.folding import run_folder
+from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.requests import parse_request, serve_requests
 from services.common.snapshots import policy_for
@@ -46,14 +46,23 @@ def answer(folder: PreemptionFolder, op: str, data: bytes) -> Reply:
     })
 
 
+def standby() -> Warm:
+    """What a standby instance folds while another leads (see `serve_admission`'s)."""
+    return Warm(PreemptionFolder(), SUBJECTS)
+
+
 async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: PreemptionFolder | None = None,
+                           warm: Warm | None = None,
                            task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Preemption on `log`; `warm`: a standby's fold, caught up already (it decides from there)."""
+    if warm is not None:
+        folder = cast(PreemptionFolder, warm.folder)
     folder = folder or PreemptionFolder()
     store: ProjectionStore | None = None  # the history is projected once, by the tree service
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="preemption", store=store,
-                                                          snapshots=policy_for(log, "preemption"),
+                                                          snapshots=policy_for(log, "preemption"), warm=warm,
                                                           linger=LINGER, task_status=task_status))
             nc = getattr(log, "nc", None)
             if nc is not None:
