@@ -304,7 +304,7 @@ class SnapshotPolicy:
     or `seconds` of log time with at least `least` positions, and when it stops cleanly."""
 
     store: SnapshotStore
-    every: int = 200_000
+    every: int = 100_000
     seconds: float = 600.0
     least: int = 1_000
     last_seq: int = 0

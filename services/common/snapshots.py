@@ -264,14 +264,14 @@ class ObjectStoreSnapshots:
 
 def policy_for(log: Any, service: str) -> Any:
     """The snapshot policy of a service on `log` (`folding.SnapshotPolicy`): on JetStream, the
-    object store of the log's server, every `POOLWISE_SNAPSHOT_EVERY` positions (default 200,000;
+    object store of the log's server, every `POOLWISE_SNAPSHOT_EVERY` positions (default 100,000;
     0 turns snapshots off); None on other logs."""
     import os
 
     from services.common.folding import SnapshotPolicy
     from services.common.jetstream import JetStreamLog
 
-    every = int(os.environ.get("POOLWISE_SNAPSHOT_EVERY", "200000") or 0)
+    every = int(os.environ.get("POOLWISE_SNAPSHOT_EVERY", "100000") or 0)
     if not isinstance(log, JetStreamLog) or every <= 0:
         return None
     from nats.js import JetStreamContext
