@@ -13,6 +13,10 @@ transaction that also advances the projection's checkpoint, so a projection must
   (or keep it in memory, and forget it in `rolled_back`: the store is the only writer);
 - accept every item, including `Malformed` ones and event types it does not know (skip them):
   an exception blocks the stream, since the same batch is delivered again.
+
+A projection whose rows may be dropped after a retention period (the store's `retention`, off by
+default) overrides `prune(conn, horizon)`: the store calls it between two `apply` calls, at fixed
+points of the log (`projections/store.py`, "Retention"), in the same transaction.
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ class Projection(ABC):
     name: str
     schema_version: int
     tables: tuple[str, ...] = ()
+    # The store's retention in seconds of log time (None: off), set by the store that owns it.
+    retention: float | None = None
+    # At most this many rows of a table deleted by one `prune` (the rest goes at the next one).
+    prune_rows: int = 50_000
 
     @abstractmethod
     def create(self, conn: Connection) -> None:
@@ -88,6 +96,13 @@ class Projection(ABC):
         """The transaction of the batch being applied was rolled back: a projection that keeps
         what it wrote in memory (to not read it back) forgets it here. Default: nothing kept."""
         return
+
+    def prune(self, conn: Connection, horizon: datetime) -> int:
+        """Delete the rows that are history older than `horizon` (log time), at most `prune_rows`
+        per table, the oldest first, in an order that depends on the rows only (the same tables
+        give the same deletions); return how many rows went. Called by the store at fixed points
+        of the log when its retention is on, never otherwise. Default: nothing is pruned."""
+        return 0
 
 
 def quote(identifier: str) -> str:
@@ -257,3 +272,21 @@ def delete_keys(conn: Connection, table: str, keys: pa.Table) -> None:
     with registered(conn, keys) as view:
         match = " AND ".join(f"t.{quote(c)} = k.{quote(c)}" for c in keys.column_names)
         conn.execute(f"DELETE FROM {quote(table)} AS t USING {view} AS k WHERE {match}")
+
+
+def delete_older(conn: Connection, table: str, time_column: str, horizon: datetime, order: str, limit: int,
+                 also: str = "TRUE") -> int:
+    """Delete the rows of `table` whose `time_column` is before `horizon` (and for which the SQL
+    condition `also` holds): at most `limit` of them, the first in `order` (a list of columns that
+    orders the rows totally). Returns how many went."""
+    target = quote(table)
+    where = f"{quote(time_column)} < ? AND ({also})"
+    ((found,),) = conn.execute(f"SELECT count(*) FROM {target} WHERE {where}", [horizon]).fetchall()
+    if not found:
+        return 0
+    if found <= limit:  # all of them: no order to find (a third of the cost)
+        conn.execute(f"DELETE FROM {target} WHERE {where}", [horizon]).fetchall()
+        return int(found)
+    conn.execute(f"DELETE FROM {target} WHERE rowid IN (SELECT rowid FROM {target} WHERE {where} "
+                 f"ORDER BY {order} LIMIT ?)", [horizon, limit]).fetchall()
+    return limit

@@ -5,12 +5,16 @@ event, `part` 0).
     SELECT type, count(*) FROM event_log GROUP BY ALL;
     SELECT seq, time, data->>'gang' AS gang FROM event_log WHERE type = 'GangAdmitted';
     SELECT seq, subject, error, raw FROM event_log WHERE type = '_malformed';
+
+With the store's retention on, the rows whose `time` is before the horizon are deleted (the log
+itself keeps every event); malformed messages, which have no time, are kept.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +22,7 @@ import pyarrow as pa
 from events import Event
 from events.fastencode import encode_event_body
 from events.views import as_model, view_body
-from projections.base import Connection, Item, Malformed, Projection, arrow_of, insert_rows
+from projections.base import Connection, Item, Malformed, Projection, arrow_of, delete_older, insert_rows
 
 MALFORMED = "_malformed"
 
@@ -91,6 +95,9 @@ class EventLogProjection(Projection):
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         insert_rows(conn, "event_log", SCHEMA, row_tuples(items))
+
+    def prune(self, conn: Connection, horizon: datetime) -> int:
+        return delete_older(conn, "event_log", "time", horizon, "seq, part", self.prune_rows)
 
 
 def rows(items: Sequence[Item]) -> pa.Table:

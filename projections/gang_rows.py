@@ -31,8 +31,9 @@ KEYS_LIMIT = 1_000_000  # rows of gangs and tasks up to which their keys are kep
 class Keys:
     """hash((tree, gang)) of every `gangs` row and hash((tree, task)) of every `tasks` row: a key
     whose hash is not here has no row, so a fold need neither look for it nor delete it before
-    inserting it (rows are replaced, never deleted). A hash that is here may be another key's:
-    then the tables are asked, as without these."""
+    inserting it (rows are replaced, and deleted only by retention, which leaves their hashes). A
+    hash that is here may be another key's, or a deleted row's: then the tables are asked, as
+    without these."""
 
     gangs: set[int]
     tasks: set[int]

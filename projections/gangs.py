@@ -70,6 +70,19 @@ Effects, as admission's fold has them:
 - `GangRequeued` (placement timeout) puts an admitted gang back to pending, its tasks to pending;
   `GangTimedOut` ends a waiting gang; `GangFinished` confirms an end (and gives `finished_at`).
 
+Retention (the store's `retention`, off by default): a gang in a finished state (done, timed_out,
+cancelled, rejected) that finished (`finished_at`, else `updated_at`) before the horizon is deleted
+with its tasks (`tasks.gang`: a task id another gang took over stays with that gang). Waiting,
+pending and admitted gangs are never deleted. What comes later for a deleted gang brings nothing
+back: its late inputs are refused by admission (rule `gang_forgotten` once admission forgot it
+too, `TreeOptions.gang_retention`: a refused enqueue then makes no `rejected` row), reports and
+decisions for a gang with no row change nothing, and with retention on a `GangFinished` for a gang
+with no row makes none (without it, it makes one: a log that starts later). If admission keeps
+gangs longer than this retention, a late enqueue for a deleted gang that admission refuses with
+another rule shows as a new `rejected` gang (deleted again one retention later).
+The key columns are stored uncompressed: a deleted row's key is read back to take it out of the
+primary key's index, and reading one row of a compressed string column (DICT_FSST) costs ~100 µs.
+
     SELECT state, count(*) FROM gangs GROUP BY state;
     SELECT pool, queue, gang, last_reason FROM gangs WHERE state = 'pending' ORDER BY pool, arrival;
     SELECT pool, sum(resources['cpu']) AS cpu FROM tasks
@@ -145,6 +158,9 @@ ANCHORED = CYCLE_DECISIONS & DECISIONS  # held decisions that take effect at the
 BEFORE, OWN, AFTER, CYCLE = 0, 1, 2, 3
 LAST = 1 << 30  # the slot after every part of a message
 FAST_PATH = True  # `_Fold._admitted_at_once` (off: every event applied one by one; tests compare)
+# A refusal (as `Held.refused` holds it) of an input for a gang admission has forgotten: with no
+# row (deleted by retention), it makes none.
+FORGOTTEN = "gang_forgotten:"
 TERMINAL = frozenset({"succeeded", "failed", "killed", "lost", "preempted"})
 FINISHED = frozenset({"done", "timed_out", "cancelled", "rejected"})
 
@@ -203,17 +219,19 @@ HELD = pa.schema(
 )
 HELD_KEY = pa.schema([("seq", pa.int64()), ("part", pa.int32())])
 
+UNCOMPRESSED = "USING COMPRESSION uncompressed"  # (the key columns: module docstring, "Retention")
+
 _DDL = (
-    """CREATE TABLE gangs (
-        tree VARCHAR NOT NULL, gang VARCHAR NOT NULL, job VARCHAR, "user" VARCHAR, pool VARCHAR,
-        requested_pool VARCHAR, size INTEGER, members INTEGER, resources MAP(VARCHAR, DOUBLE),
+    f"""CREATE TABLE gangs (
+        tree VARCHAR {UNCOMPRESSED} NOT NULL, gang VARCHAR {UNCOMPRESSED} NOT NULL, job VARCHAR, "user" VARCHAR,
+        pool VARCHAR, requested_pool VARCHAR, size INTEGER, members INTEGER, resources MAP(VARCHAR, DOUBLE),
         priority BIGINT, preemptible BOOLEAN, revocable BOOLEAN, controller BOOLEAN, timeout DOUBLE,
         state VARCHAR NOT NULL, queue VARCHAR, attempt INTEGER, arrival BIGINT, requeues INTEGER,
         enqueued_at TIMESTAMPTZ, admitted_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, last_reason VARCHAR,
         updated_seq BIGINT, updated_at TIMESTAMPTZ, PRIMARY KEY (tree, gang))""",
-    """CREATE TABLE tasks (
-        tree VARCHAR NOT NULL, task VARCHAR NOT NULL, gang VARCHAR NOT NULL, job VARCHAR, pool VARCHAR,
-        member INTEGER, resources MAP(VARCHAR, DOUBLE), state VARCHAR NOT NULL,
+    f"""CREATE TABLE tasks (
+        tree VARCHAR {UNCOMPRESSED} NOT NULL, task VARCHAR {UNCOMPRESSED} NOT NULL, gang VARCHAR NOT NULL,
+        job VARCHAR, pool VARCHAR, member INTEGER, resources MAP(VARCHAR, DOUBLE), state VARCHAR NOT NULL,
         preemption_requested BOOLEAN, started_at TIMESTAMPTZ, updated_seq BIGINT, updated_at TIMESTAMPTZ,
         PRIMARY KEY (tree, task))""",
     """CREATE TABLE gangs_held (
@@ -256,8 +274,9 @@ class GangsProjection(Projection):
     """`gangs` and `tasks`: every gang and task with its state, from admission's answers."""
 
     name = "gangs"
-    schema_version = 3  # 3: a cycle's decisions take effect at its trigger
+    schema_version = 4  # 3: a cycle's decisions take effect at its trigger; 4: key columns uncompressed
     tables = ("gangs", "tasks", "gangs_held", "gangs_answered")
+    prune_rows = 10_000  # gangs deleted by one prune, with their tasks
 
     def __init__(self) -> None:
         # `gangs_held` (decoded) and `gangs_answered` as this store's transactions left them: read
@@ -309,9 +328,32 @@ class GangsProjection(Projection):
         _place(queue, fresh)
         ready, waiting = _split(queue, answered)
         if ready:
-            _Fold(conn, [queue[i] for i in ready if queue[i].type != TICK], self._rows).write()
+            _Fold(conn, [queue[i] for i in ready if queue[i].type != TICK], self._rows,
+                  pruning=self.retention is not None).write()
         _keep_waiting(conn, queue, len(held), ready, waiting, newly_refused)
         self._held = [queue[i] for i in waiting]
+
+    def prune(self, conn: Connection, horizon: datetime) -> int:
+        """The finished gangs that finished before `horizon` (the first `prune_rows` of them, by
+        that time and key) and their tasks. They are in no cache (`RowCache` keeps waiting and
+        pending gangs only); `RowCache.keys` may keep their hashes (a hash only says "ask")."""
+        finished = ", ".join(f"'{state}'" for state in sorted(FINISHED))
+        # (`coalesce(finished_at, updated_at) < $1`, written so that DuckDB skips row groups by their
+        # min/max: half the cost at 1M gangs)
+        found = conn.execute(
+            "SELECT tree, gang FROM gangs WHERE (finished_at < $1 OR (finished_at IS NULL AND updated_at < $1)) "
+            f"AND state IN ({finished}) ORDER BY coalesce(finished_at, updated_at), tree, gang LIMIT $2",
+            [horizon, self.prune_rows]).fetchall()
+        if not found:
+            return 0
+        keys = pa.table({"tree": pa.array([row[0] for row in found], _STR),
+                         "gang": pa.array([row[1] for row in found], _STR)})
+        with registered(conn, keys) as view:
+            ((tasks,),) = conn.execute(
+                f"DELETE FROM tasks USING {view} AS k WHERE tasks.tree = k.tree AND tasks.gang = k.gang").fetchall()
+            conn.execute(
+                f"DELETE FROM gangs USING {view} AS k WHERE gangs.tree = k.tree AND gangs.gang = k.gang").fetchall()
+        return len(found) + int(tasks)
 
 
 def _split(queue: list[Held], answered: int) -> tuple[list[int], list[int]]:
@@ -451,9 +493,10 @@ class _Fold:
     """The gangs and tasks that the events touch, read back (or taken from the `RowCache`),
     folded in Python and written back with one delete and one insert per table."""
 
-    def __init__(self, conn: Connection, events: list[Held], cache: RowCache) -> None:
+    def __init__(self, conn: Connection, events: list[Held], cache: RowCache, *, pruning: bool = False) -> None:
         self.conn = conn
         self.cache = cache
+        self.pruning = pruning  # the store's retention is on: a gang with no row may have been deleted
         self.gangs: dict[tuple[str, str], Row] = {}
         self.members: dict[tuple[str, str], list[Row]] = {}  # (tree, gang) -> its tasks, in member order
         self.tasks: dict[tuple[str, str], Row] = {}  # (tree, task) -> row
@@ -623,7 +666,7 @@ class _Fold:
         key = (event.tree, event.gang)
         gang = self.gangs.get(key)
         if refused is not None:
-            if gang is None:  # first members refused: the gang id is used up
+            if gang is None and not refused.startswith(FORGOTTEN):  # first members refused: the id is used up
                 gang = self._new_gang(event, seq, time)
                 self._touch(gang, seq, time, state="rejected", last_reason=refused)
             return
@@ -732,6 +775,8 @@ class _Fold:
         key = (event.tree, event.gang)
         gang = self.gangs.get(key)
         if gang is None:  # not seen before (a log that starts later): what the decision says
+            if self.pruning:  # or deleted (retention): it stays so
+                return
             gang = {column: None for column in GANGS.names}
             gang.update(tree=event.tree, gang=event.gang, pool=event.pool, state=event.outcome, members=0,
                         requeues=0, attempt=0)

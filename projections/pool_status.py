@@ -47,6 +47,12 @@ rolls back, while that second is open, the NULL rows it would give are not writt
 writes the `pool_entitlements` rows of the pools its computations wrote or removed, once each
 (all of a tree's after a `replace`).
 
+With the store's retention on, the `entitlement_history` rows computed before the horizon are
+deleted, but each pool's last row (it still says what the pool is entitled to), unless that row
+says the pool was deleted and every row of the pool is before the horizon (then all go): the
+query above still answers for any instant after the horizon. The key columns are stored
+uncompressed (projections/gangs.py, "Retention").
+
 `pool_starvation` is each pool's latest `PoolStarvationChanged` (status ok, below_fair_share or
 starving; `since` when it entered that status, `below_since` when its current stretch below fair
 share began); a deleted pool's row goes with it.
@@ -127,7 +133,8 @@ _DDL = (
         usage_share DOUBLE, demand_share DOUBLE, dominant_kind VARCHAR, computed_seq BIGINT NOT NULL,
         computed_at TIMESTAMPTZ, PRIMARY KEY (tree, path, kind))""",
     """CREATE TABLE entitlement_history (
-        tree VARCHAR NOT NULL, path VARCHAR NOT NULL, seq BIGINT NOT NULL, computed_at TIMESTAMPTZ,
+        tree VARCHAR USING COMPRESSION uncompressed NOT NULL, path VARCHAR USING COMPRESSION uncompressed NOT NULL,
+        seq BIGINT NOT NULL, computed_at TIMESTAMPTZ,
         entitlement MAP(VARCHAR, DOUBLE), non_slack_entitlement MAP(VARCHAR, DOUBLE),
         slack_entitlement MAP(VARCHAR, DOUBLE), fair_share DOUBLE, usage_share DOUBLE, demand_share DOUBLE,
         dominant_kind VARCHAR, PRIMARY KEY (tree, path, seq))""",
@@ -149,7 +156,7 @@ class PoolStatusProjection(Projection):
     """`pool_entitlements`, `entitlement_history` and `pool_starvation`."""
 
     name = "pool_status"
-    schema_version = 2  # 2: entitlement_history sampled per second of log time
+    schema_version = 3  # 2: entitlement_history sampled per second of log time; 3: its keys uncompressed
     tables = ("pool_entitlements", "entitlement_history", "pool_starvation")
 
     def __init__(self) -> None:
@@ -231,6 +238,22 @@ class PoolStatusProjection(Projection):
             delete_keys(conn, "pool_starvation", pa.table({"tree": [k[0] for k in keys], "pool": [k[1] for k in keys]}))
             rows = [row for row in starvation.values() if row is not None]
             insert_arrow(conn, "pool_starvation", pa.Table.from_pylist(rows, schema=POOL_STARVATION))
+
+    def prune(self, conn: Connection, horizon: datetime) -> int:
+        """The `entitlement_history` rows before `horizon` but each pool's last one (module
+        docstring). What is kept in memory (`_rows`: each pool's last row) stays true."""
+        ((old,),) = conn.execute("SELECT count(*) FROM entitlement_history WHERE computed_at < ?",
+                                 [horizon]).fetchall()
+        if not old:
+            return 0
+        ((count,),) = conn.execute("""DELETE FROM entitlement_history WHERE rowid IN (
+            SELECT h.rowid FROM entitlement_history h JOIN (
+                SELECT tree, path, max(seq) AS last, max(computed_at) AS latest,
+                       arg_max(entitlement IS NULL, seq) AS gone
+                FROM entitlement_history GROUP BY tree, path) p USING (tree, path)
+            WHERE h.computed_at < $horizon AND (h.seq < p.last OR (p.gone AND p.latest < $horizon))
+            ORDER BY h.seq, h.tree, h.path LIMIT $limit)""", {"horizon": horizon, "limit": self.prune_rows}).fetchall()
+        return int(count)
 
     def _close(self, conn: Connection, trees: list[str], history: list[tuple[Any, ...]]) -> None:
         """Close the open windows of `trees`: append their history rows to `history`."""

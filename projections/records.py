@@ -18,17 +18,21 @@ the service that refused it, and `input` the input as it came.
 
     SELECT p.pool, p.gang, p.task, p.reason, t.state FROM preemptions p JOIN tasks t USING (tree, task);
     SELECT rule, count(*) FROM rejections GROUP BY rule ORDER BY 2 DESC;
+
+With the store's retention on, rows requested (`requested_at`) or refused (`rejected_at`) before
+the horizon are deleted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 import pyarrow as pa
 
 from events import Envelope, InputRejected, PreemptionRequested
-from projections.base import Connection, Item, Projection, insert_arrow
+from projections.base import Connection, Item, Projection, delete_older, insert_arrow
 
 Row = dict[str, Any]
 
@@ -74,13 +78,14 @@ class PreemptionsProjection(Projection):
     """`preemptions`: every task a preemption request names."""
 
     name = "preemptions"
-    schema_version = 1
+    schema_version = 2  # 2: `task` (of the key) uncompressed: a deleted row's key is read back (gangs.py)
     tables = ("preemptions",)
 
     def create(self, conn: Connection) -> None:
         conn.execute(
             """CREATE TABLE preemptions (
-                tree VARCHAR NOT NULL, pool VARCHAR, gang VARCHAR NOT NULL, task VARCHAR NOT NULL,
+                tree VARCHAR NOT NULL, pool VARCHAR, gang VARCHAR NOT NULL,
+                task VARCHAR USING COMPRESSION uncompressed NOT NULL,
                 reason VARCHAR, requested_at TIMESTAMPTZ, requested_seq BIGINT NOT NULL, grace_period DOUBLE,
                 excess MAP(VARCHAR, DOUBLE), entitlement MAP(VARCHAR, DOUBLE), allocation MAP(VARCHAR, DOUBLE),
                 PRIMARY KEY (requested_seq, task))"""
@@ -102,6 +107,9 @@ class PreemptionsProjection(Projection):
                              "grace_period": event.grace_period, **numbers})
         if rows:
             insert_arrow(conn, "preemptions", pa.Table.from_pylist(rows, schema=PREEMPTIONS))
+
+    def prune(self, conn: Connection, horizon: datetime) -> int:
+        return delete_older(conn, "preemptions", "requested_at", horizon, "requested_seq, task", self.prune_rows)
 
 
 class RejectionsProjection(Projection):
@@ -134,3 +142,6 @@ class RejectionsProjection(Projection):
                          "rejected_at": envelope.time, "input": event.input.replace("\x00", "\ufffd")})
         if rows:
             insert_arrow(conn, "rejections", pa.Table.from_pylist(rows, schema=REJECTIONS))
+
+    def prune(self, conn: Connection, horizon: datetime) -> int:
+        return delete_older(conn, "rejections", "rejected_at", horizon, "seq", self.prune_rows)

@@ -16,15 +16,29 @@ open it at all (not even read-only). Inside the writing process, `query` runs on
 sees the last committed state (MVCC), so it may run on another thread while `apply` runs. Another
 process reads with `ProjectionStore.open_read_only(path)`, which works only while no service holds
 the file (it raises `StoreBusy` otherwise): while the service runs, ask it (request/reply).
+
+Retention (`retention=` seconds of log time; None, the default: every row is kept for ever). The
+log's time is its events' envelope times, as the services' clocks read them: the largest seen so
+far. Each time that clock reaches a new multiple of `prune_every` seconds (aligned to the epoch,
+`B`), at the first event that takes it there, a projection that prunes (`Projection.prune`) is
+given `horizon = B - retention` before that event is applied: it deletes what it keeps as history
+older than the horizon, a bounded number of rows per table (the rest goes at the next point).
+Where those points fall depends on the log alone, never on how it was cut into batches or chunks,
+so the tables at a position are a function of the log up to it and of the option: a rebuild from
+the log gives the same tables. Each projection's next point (`next_at`) and its last horizon are
+kept in the table `pruning`, written in the transaction of the batch, with its rows and its
+checkpoint: a crash leaves all three as they were before the batch, or all three after it.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -50,6 +64,10 @@ class StoredMessage(Protocol):
     def msg_id(self) -> str | None: ...
 
 
+# A projection's row of `pruning`, but its name: next_at, horizon, retention, pruned_seq.
+_Pruning = tuple[datetime, datetime | None, float | None, int | None]
+
+
 class StoreBusy(Exception):
     """The file is held by a writing process (a running service): ask that service instead."""
 
@@ -67,6 +85,20 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     last_seq       BIGINT  NOT NULL
 )"""
 
+_PRUNING_DDL = """
+CREATE TABLE IF NOT EXISTS pruning (
+    projection VARCHAR PRIMARY KEY,
+    next_at    TIMESTAMPTZ NOT NULL,  -- the log time at which its next prune is due
+    horizon    TIMESTAMPTZ,           -- its last prune's: history before it was deleted (up to the bound)
+    retention  DOUBLE,                -- the retention (seconds) of that prune
+    pruned_seq BIGINT                 -- the position before which it was made
+)"""
+
+# Seconds of log time from one prune to the next (each deletes about that much history, at most
+# `Projection.prune_rows` rows per table).
+PRUNE_EVERY = 60.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 class ProjectionStore:
     """Projections in one DuckDB database (a file, or `:memory:`), with their checkpoints.
@@ -81,6 +113,9 @@ class ProjectionStore:
 
     `external_access=False` (the default) forbids SQL from reading or writing files and loading
     extensions: `query` may then answer SQL from the network without exposing the host's files.
+
+    `retention` (seconds of log time, None: off) bounds the history the projections keep: see
+    "Retention" in this module's docstring; `prune_every` is the log time between two prunes.
     """
 
     def __init__(
@@ -91,11 +126,26 @@ class ProjectionStore:
         external_access: bool = False,
         chunk_size: int = 4096,
         pause_gc: bool = True,
+        retention: float | None = None,
+        prune_every: float = PRUNE_EVERY,
         _read_only: bool = False,
     ) -> None:
         names = [p.name for p in projections]
         if len(set(names)) != len(names):
             raise ValueError(f"projection names must be unique, got {names}")
+        if retention is not None and not (retention >= 0 and math.isfinite(retention)):
+            raise ValueError(f"retention must be a finite number of seconds >= 0, got {retention}")
+        if not (prune_every > 0 and math.isfinite(prune_every)):
+            raise ValueError(f"prune_every must be a finite number of seconds > 0, got {prune_every}")
+        self.retention = retention
+        self._retention = None if retention is None else timedelta(seconds=retention)
+        self._every = timedelta(seconds=prune_every)
+        for projection in projections:
+            projection.retention = retention
+        # the projections that prune (with retention on), and each one's next prune (None: at the
+        # window after its first event's)
+        self._pruned = {p.name for p in projections if retention is not None and type(p).prune is not Projection.prune}
+        self._next_prune: dict[str, datetime | None] = {}
         self.path = str(path)
         self.read_only = _read_only
         self.chunk_size = max(1, chunk_size)
@@ -157,7 +207,21 @@ class ProjectionStore:
                     rebuilt.append(projection.name)
                     last = 0
                 self._checkpoints[projection.name] = int(last)
+            self._open_pruning(rebuilt)
         self.rebuilt = tuple(rebuilt)
+
+    def _open_pruning(self, rebuilt: list[str]) -> None:
+        """The `pruning` table (with retention on): a rebuilt projection starts its clock again."""
+        conn = self._conn
+        if self._pruned:
+            conn.execute(_PRUNING_DDL)
+        elif not conn.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'pruning' AND NOT temporary "
+                              "AND database_name = current_database()").fetchall():
+            return
+        if rebuilt:
+            conn.execute("DELETE FROM pruning WHERE list_contains(?, projection)", [rebuilt])
+        found = dict(conn.execute("SELECT projection, next_at FROM pruning").fetchall())
+        self._next_prune = {name: found.get(name) for name in self._pruned}
 
     def close(self) -> None:
         if self._closed:
@@ -232,6 +296,7 @@ class ProjectionStore:
                 # the garbage collector rescan them again and again (5x slower at 100k). Chunks of
                 # the batch are decoded and applied in turn, all in the one transaction, with the
                 # cyclic collector paused (reference counting still frees them chunk by chunk).
+                pruning: dict[str, _Pruning] = {}  # what the batch changed of `pruning`
                 for start in range(0, len(ordered), self.chunk_size):
                     items = [item for seq in ordered[start : start + self.chunk_size]
                              for item in _items(pending[seq], decoded.get(seq))]
@@ -239,14 +304,58 @@ class ProjectionStore:
                     for projection in self._projections:
                         done = self._checkpoints[projection.name]
                         if seqs[-1] > done:
-                            projection.apply(self._conn, items[bisect_right(seqs, done) :])
+                            todo = items[bisect_right(seqs, done) :]
+                            if projection.name in self._pruned:
+                                self._apply_pruning(projection, todo, pruning)
+                            else:
+                                projection.apply(self._conn, todo)
                 advanced = {p.name: top for p in self._projections if top > self._checkpoints[p.name]}
                 if advanced:  # one statement: each costs about a millisecond, whatever it does
                     self._conn.execute(
                         "UPDATE checkpoints SET last_seq = ? WHERE list_contains(?, projection)", [top, list(advanced)]
                     )
+                if pruning:
+                    self._conn.executemany("INSERT OR REPLACE INTO pruning VALUES (?, ?, ?, ?, ?)",
+                                           [[name, *state] for name, state in pruning.items()])
             self._checkpoints.update(advanced)
+            self._next_prune.update({name: state[0] for name, state in pruning.items()})
             return self.lowest_checkpoint
+
+    def _apply_pruning(self, projection: Projection, items: list[Item], pruning: dict[str, _Pruning]) -> None:
+        """`projection.apply(items)`, with a prune before each event at which the log's time first
+        reaches the projection's next point (module docstring, "Retention"); `pruning` gets the
+        projection's new state for the `pruning` table."""
+        name = projection.name
+        changed = pruning.get(name)
+        next_at = changed[0] if changed is not None else self._next_prune.get(name)
+        if next_at is not None:
+            latest = max((item.event.time for item in items if not isinstance(item.event, Malformed)), default=None)
+            if latest is None or latest < next_at:  # most batches: no point in them
+                projection.apply(self._conn, items)
+                return
+        assert self._retention is not None
+        every, start = self._every, 0
+        for index, item in enumerate(items):
+            envelope = item.event
+            if isinstance(envelope, Malformed):
+                continue
+            time = envelope.time
+            if next_at is not None and time < next_at:
+                continue
+            point = _EPOCH + (time - _EPOCH) // every * every
+            if next_at is not None:  # (the first event the projection sees only starts its clock)
+                if index > start:
+                    projection.apply(self._conn, items[start:index])
+                    start = index
+                horizon = point - self._retention
+                projection.prune(self._conn, horizon)
+                changed = (point + every, horizon, self.retention, item.seq)
+            else:
+                changed = (point + every, None, None, None)
+            next_at = changed[0]
+            pruning[name] = changed
+        if start < len(items):
+            projection.apply(self._conn, items[start:])
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -192,13 +192,14 @@ def serves_store(pid: int, store_dir: Path) -> bool:
 
 async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
                      on_ready: Callable[[str], None] | None = None, *, ready_on_standby: bool = False,
-                     on_change: OnChange | None = None) -> None:
+                     on_change: OnChange | None = None, options: dict[str, dict[str, Any]] | None = None) -> None:
     """Run the named services in this process until cancelled, on `nats_url` or an embedded server.
-    Ready (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`."""
+    Ready (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`.
+    `options`: keyword arguments of services' entry points, by service (`start_services`)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     async with nats_server(data_dir, nats_url) as server, anyio.create_task_group() as tg:
         tg.start_soon(watch_server, server)
-        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change)
+        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change, options or {})
         tg.cancel_scope.cancel()
 
 
@@ -250,10 +251,10 @@ async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[Ser
                 await anyio.to_thread.run_sync(embedded.stop)
 
 
-def service_process(name: str, nats_url: str, data_dir: Path) -> Child:
-    """Service `name` as a process of its own: `poolwise serve NAME` with this interpreter."""
+def service_process(name: str, nats_url: str, data_dir: Path, args: Sequence[str] = ()) -> Child:
+    """Service `name` as a process of its own: `poolwise serve NAME [ARGS]` with this interpreter."""
     return Child(name, (sys.executable, "-m", "services.cli.main", "serve", name,
-                        "--nats-url", nats_url, "--data-dir", str(data_dir)))
+                        "--nats-url", nats_url, "--data-dir", str(data_dir), *args))
 
 
 async def prepare_log(nats_url: str) -> None:
@@ -270,17 +271,19 @@ async def prepare_log(nats_url: str) -> None:
 async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
                         on_ready: Callable[[str], None] | None = None, *, is_up: Callable[[str, str], bool],
                         on_line: Callable[[str, str], None], echo: Callable[[str], None],
-                        restarts: Restarts | None = None) -> None:
+                        restarts: Restarts | None = None, args: dict[str, Sequence[str]] | None = None) -> None:
     """Run each named service in a process of its own until cancelled (then stop them, then the
     embedded server), on `nats_url` or an embedded server. Ready (`on_ready(url)`) once every
     child is up (`is_up(name, line)` held for a line of its stderr); `on_line(name, line)` gets
     every line a child writes to stderr, `echo(text)` what the supervisor says. Raises
-    `services.common.supervisor.GaveUp` if a service keeps failing before it is up."""
+    `services.common.supervisor.GaveUp` if a service keeps failing before it is up. `args`: more
+    arguments of `poolwise serve`, by service."""
     data_dir.mkdir(parents=True, exist_ok=True)
     async with nats_server(data_dir, nats_url) as server:
         url = server.url
         await prepare_log(url)
-        children = [service_process(name, url, data_dir) for name in SERVICES if name in names]
+        children = [service_process(name, url, data_dir, (args or {}).get(name, ())) for name in SERVICES
+                    if name in names]
         supervisor = Supervisor(children, is_up=is_up, on_line=on_line, echo=echo, restarts=restarts)
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_server, server)  # the services cannot go on without it: neither can up
@@ -290,13 +293,13 @@ async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
 
 
 async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None,
-                  ready_on_standby: bool, on_change: OnChange | None) -> None:
+                  ready_on_standby: bool, on_change: OnChange | None, options: dict[str, dict[str, Any]]) -> None:
     log = await JetStreamLog.connect(nats_url)
     try:
         await log.ensure_stream()
         async with anyio.create_task_group() as tg:
             await start_services(tg, log, names, data_dir, ready_on_standby=ready_on_standby, on_change=on_change,
-                                 nats_url=nats_url)
+                                 nats_url=nats_url, **options)
             if on_ready is not None:
                 on_ready(nats_url)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 
 class InputError(Exception):
@@ -58,3 +59,27 @@ def _num(value: float) -> str:
     if math.isinf(value):
         return "inf"
     return f"{value:g}" if abs(value) < 1e15 else str(value)
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
+
+
+def parse_duration(text: str | None, *, option: str = "duration") -> float | None:
+    """`30d`, `12h`, `1h30m`, `90s`, `3600` (seconds) -> seconds; `off`, `none` or empty -> None."""
+    if text is None or text.strip().lower() in ("", "off", "none"):
+        return None
+    compact = text.strip().lower()
+    pos, total = 0, 0.0
+    while pos < len(compact):
+        found = _DURATION.match(compact, pos)
+        if found is None or (not found.group(2) and found.end() < len(compact)):
+            raise InputError(f"--{option}: expected a duration like 30d, 12h, 1h30m, 90s or 3600 (seconds), "
+                             f"or off; got {text!r}")
+        total += float(found.group(1)) * _DURATION_UNITS[found.group(2) or "s"]
+        pos = found.end()
+        while pos < len(compact) and compact[pos] == " ":
+            pos += 1
+    if not math.isfinite(total):
+        raise InputError(f"--{option}: must be finite, got {text!r}")
+    return total

@@ -9,17 +9,28 @@ once every child leads; it restarts a child that exits (with a backoff), gives u
 error when one keeps failing before it leads, and stops them all on SIGINT/SIGTERM. With
 `--single-process` it runs every service in its own single process instead (`run_system`), as
 before: one process, one core. Changes of role are told on stderr (`poolwise: admission leading`,
-`... standing by (leader: ...)`)."""
+`... standing by (leader: ...)`).
+
+`--sql-retention 30d` (or POOLWISE_SQL_RETENTION) bounds the history of the tree service's SQL read
+models to that much log time (`projections/store.py`, "Retention"); off by default. Only the tree
+service reads it (`up` passes it to its tree process)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from services.cli.args import InputError
+from services.cli.args import InputError, parse_duration
 from services.cli.options import DEFAULT_DATA_DIR, DataDir
+
+SQL_RETENTION = "--sql-retention"
+SqlRetention = Annotated[str | None, typer.Option(
+    SQL_RETENTION, envvar="POOLWISE_SQL_RETENTION", metavar="DURATION",
+    help="Delete from the tree service's SQL read models (event_log, finished gangs and their tasks, "
+         "entitlement_history, preemptions, rejections) what is older than this much log time: 30d, 12h, "
+         "90m, 3600 (seconds), or off (the default: keep everything). The log itself keeps every event.")]
 
 # The names of `services.launcher.SERVICES`, in its order (a test keeps them equal): the launcher
 # imports every service (DuckDB, Arrow, ...), which only `up` and `serve` need, not every command.
@@ -37,13 +48,15 @@ def up(
                                                   help="Use this NATS server instead of an embedded one.")] = None,
     single_process: Annotated[bool, typer.Option(
         "--single-process", help="Run every service in this one process (one core; for debugging).")] = False,
+    sql_retention: SqlRetention = None,
 ) -> None:
     """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
     service, each in a process of its own."""
+    retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
     if single_process:
-        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False)
+        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention)
     else:
-        _run_processes(list(SERVICES), data_dir, nats_url)
+        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention)
 
 
 def serve(
@@ -51,6 +64,7 @@ def serve(
     data_dir: DataDir = DEFAULT_DATA_DIR,
     nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
                                                   help="NATS server; default: the one `poolwise up` started.")] = None,
+    sql_retention: SqlRetention = None,
 ) -> None:
     """Run one service alone against a NATS server (NATS_URL, or the data dir's embedded one)."""
     from services.common.supervisor import die_with_parent
@@ -58,6 +72,7 @@ def serve(
     supervised = die_with_parent()  # a child of `poolwise up`: goes when up goes, even killed
     if service not in SERVICES:
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
+    retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
     if supervised and service in YIELDING:  # next to the deciding services, under `poolwise up`
         yield_cpu()
     if nats_url is None:
@@ -66,7 +81,8 @@ def serve(
         nats_url = resolve_nats_url(data_dir)
         if nats_url is None:
             raise InputError("no NATS server: set NATS_URL or start `poolwise up` first")
-    _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised)
+    _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised,
+         sql_retention=retention)
 
 
 # Services off the admission path: the tree service's read models (and pool commands) may wait a
@@ -114,7 +130,7 @@ def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
 
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
-         ready_on_standby: bool, announce: bool = True) -> None:
+         ready_on_standby: bool, announce: bool = True, sql_retention: float | None = None) -> None:
     from services.common.runtime import run_until_signalled
     from services.common.telemetry import configure
     from services.launcher import run_system
@@ -131,13 +147,24 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     try:
         run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
                                                on_ready=on_ready, ready_on_standby=ready_on_standby,
-                                               on_change=on_change))
+                                               on_change=on_change, options=tree_options(sql_retention)))
     except Exception as exc:
         _fail_on_known(exc)
         raise
 
 
-def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None) -> None:
+def tree_options(sql_retention: float | None) -> dict[str, dict[str, Any]]:
+    """The keyword arguments of the services' entry points (`services.launcher.start_services`)."""
+    return {} if sql_retention is None else {"tree": {"sql_retention": sql_retention}}
+
+
+def tree_args(sql_retention: float | None) -> dict[str, list[str]]:
+    """The arguments of `poolwise serve` for each service's process, beyond the common ones."""
+    return {} if sql_retention is None else {"tree": [SQL_RETENTION, repr(sql_retention)]}
+
+
+def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
+                   sql_retention: float | None = None) -> None:
     from services.common.runtime import run_until_signalled
     from services.launcher import run_processes
 
@@ -153,7 +180,8 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None) ->
 
     try:
         run_until_signalled(lambda: run_processes(names, data_dir, nats_url, on_ready=on_ready,
-                                                  is_up=says_leading, on_line=on_line, echo=echo))
+                                                  is_up=says_leading, on_line=on_line, echo=echo,
+                                                  args=tree_args(sql_retention)))
     except Exception as exc:
         _fail_on_known(exc)
         raise

@@ -344,7 +344,10 @@ class TreeService:
 
 
 async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeService | None = None,
+                     sql_retention: float | None = None,
                      task_status: TaskStatus[TreeService] = anyio.TASK_STATUS_IGNORED) -> None:
+    """The tree service; with a data dir, its read models in `<data_dir>/tree.duckdb`, keeping
+    `sql_retention` seconds of log time of history (None: all of it; `projections/store.py`)."""
     store = None
     if data_dir is not None and service is None:
         from projections.event_log import EventLogProjection
@@ -352,7 +355,8 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
         from projections.read_models import read_models
 
         data_dir.mkdir(parents=True, exist_ok=True)
-        store = ProjectionStore(data_dir / "tree.duckdb", [PoolTreeProjection(), EventLogProjection(), *read_models()])
+        store = ProjectionStore(data_dir / "tree.duckdb", [PoolTreeProjection(), EventLogProjection(), *read_models()],
+                                retention=sql_retention)
     svc = service or TreeService(log, store, policy_for(log, SERVICE))
     try:
         async with svc.lock:
