@@ -8,9 +8,13 @@ The log is read a piece at a time (memory: the services' folded state, not the l
 terminal (stdout and stderr both), a progress bar on stderr (positions, events/s, ETA: the
 stream's last sequence is the total); nothing extra with `--json` or when either is not a terminal.
 `--to SEQ` folds the log through SEQ only and checks the decisions recorded through it and those
-re-derived from it; `--tree T` reports only the decisions of tree T (everything is folded). See
-`services/replay/verify.py` for exactly what each checks. `--from SEQ` is not offered: it needs
-snapshots of the services' state, which do not exist yet.
+re-derived from it; `--tree T` reports only the decisions of tree T (everything is folded).
+`--from SEQ` starts each of admission, preemption and the tree from its newest usable snapshot at
+or before SEQ (the server's object store `poolwise_snapshots`) and verifies every decision after it;
+the report names the snapshots (`from snapshots admission@1200, preemption@1180, tree@1190`) and
+those passed over. A service with no usable snapshot there is folded from the start (said so; not
+an error: the check is the same, only longer). See `services/replay/verify.py` for exactly what
+each checks.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -47,6 +51,9 @@ def replay(
     to_seq: Annotated[int | None, typer.Option("--to", metavar="SEQ", help=(
         "Fold the log through position SEQ only: check the decisions recorded through it and those "
         "re-derived from it."))] = None,
+    from_seq: Annotated[int | None, typer.Option("--from", metavar="SEQ", help=(
+        "Start each service's fold from its newest usable snapshot at or before position SEQ and "
+        "verify every decision after it (a service with none: from the start)."))] = None,
     tree: Annotated[str | None, typer.Option("--tree", metavar="TREE", help=(
         "Report only the decisions of this tree (the whole log is still folded)."))] = None,
     chunk: Annotated[int | None, typer.Option("--chunk", hidden=True, help="Positions per read.")] = None,
@@ -58,13 +65,18 @@ def replay(
         raise InputError("replay does one thing so far: say `poolwise replay --verify`")
     if to_seq is not None and to_seq < 1:
         raise InputError(f"--to {to_seq}: a log position is 1 or more")
+    if from_seq is not None and from_seq < 1:
+        raise InputError(f"--from {from_seq}: a log position is 1 or more")
+    if from_seq is not None and to_seq is not None and to_seq < from_seq:
+        raise InputError(f"--to {to_seq} is before --from {from_seq}")
     if chunk is not None and chunk < 1:
         raise InputError(f"--chunk {chunk}: at least 1")
     if tree is not None and not TREE_NAME.match(tree):
         raise InputError(f"--tree {tree!r}: not a tree name (letters, digits, - and _, at most 64)")
     from services.replay.reader import NoLog, verify_data_dir, verify_jetstream  # imports every service
 
-    options = {"tree": tree, "to_seq": to_seq, "chunk": chunk, "process_from": process_from}
+    options: dict[str, Any] = {"tree": tree, "to_seq": to_seq, "chunk": chunk, "process_from": process_from,
+                               "from_seq": from_seq}
 
     async def on_server(url: str) -> Report:
         from services.cli.client import connect
@@ -136,12 +148,19 @@ def print_report(report: Report) -> None:
     derived = sum(c.derived for c in report.counts.values())
     typer.echo(f"replay: {report.messages} messages ({report.malformed} malformed), {recorded} decisions recorded, "
                f"{derived} re-derived")
+    if report.from_seq is not None:
+        typer.echo(f"  {starts_line(report)}")
+        for why in report.passed_over:
+            typer.echo(f"  snapshot passed over: {why}")
     scope = [f"{report.events} events through seq {report.last_seq}"]
     if report.to_seq is not None:
         scope.append(f"stopped at --to {report.to_seq}" + (
             f" (read on to seq {report.read_to} for decisions made by then)" if report.read_to > report.to_seq else ""))
     if report.tree is not None:
         scope.append(f"decisions of tree {report.tree} only")
+    if report.unchecked:
+        scope.append(f"{report.unchecked} decisions recorded after the earliest snapshot but based before their "
+                     "service's not checked")
     typer.echo(f"  {'; '.join(scope)}")
     width = max([len("decision"), *(len(t) for t in report.counts)])
     typer.echo(f"  {'decision':<{width}}  recorded  re-derived  matched")
@@ -157,3 +176,15 @@ def print_report(report: Report) -> None:
             kinds[finding.kind] = kinds.get(finding.kind, 0) + 1
         summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
         typer.echo(f"MISMATCH: {summary}")
+
+
+def starts_line(report: Report) -> str:
+    """Where `--from` started each service (`from snapshots admission@1200, preemption@1180, tree@1190`)."""
+    used = [f"{name}@{seq}" for name, seq in report.starts.items() if seq]
+    none = [name for name, seq in report.starts.items() if not seq]
+    if not used:
+        return f"--from {report.from_seq}: no usable snapshot at or before it: verified from the start"
+    text = f"--from {report.from_seq}: from snapshots {', '.join(used)}"
+    if none:
+        text += f"; {', '.join(none)} from the start (no usable snapshot at or before {report.from_seq})"
+    return text

@@ -16,12 +16,20 @@ message), so on a log of `PROCESS_FROM` positions or more the verifier runs in a
 its own (`services/replay/worker.py`), fed the pieces through a pipe, and the reading and the
 verifying take a core each; below that, in a worker thread (a process costs a second to start).
 
+`--from SEQ` (`from_seq`, with a `SnapshotStore`): before reading, the newest usable snapshot of
+each of admission, preemption and the tree at or before SEQ is loaded (`load_newest`: made by this
+code, whole, anchored to this log; the others are passed over and the report says why); the
+verifier starts each fold from its snapshot, and the log is read from the earliest of them on. A
+service with no usable snapshot folds from position 1 (and so the log is read from 1): the report
+names each start (`Report.starts`, 0: from the start).
+
 `on_progress(Progress)` is called after each piece (from the event loop).
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +38,10 @@ from typing import TYPE_CHECKING
 import anyio
 
 from services.common.log import EventLog, Stored, read_in_chunks
+from services.common.snapshots import ObjectStoreSnapshots, Snapshot, SnapshotStore, load_newest
 from services.replay.verify import REFUSAL_SUBJECTS, Report, Verifier, command_refusals
+
+ADMISSION, PREEMPTION, TREE = "admission", "preemption", "tree"  # (the services' names, as their snapshots have them)
 
 if TYPE_CHECKING:
     from services.common.jetstream import JetStreamLog
@@ -60,28 +71,63 @@ async def read_log(log: EventLog) -> list[Stored]:
     return await log.read(1)
 
 
+SERVICES = (ADMISSION, PREEMPTION, TREE)  # the folds a replay runs, each with its own snapshots
+
+
+async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int) -> tuple[list[Snapshot], list[str]]:
+    """The newest usable snapshot of each service at or before `from_seq` (as a start loads one),
+    and why others were passed over."""
+    if store is None:
+        return [], ["no snapshots on this server"]
+
+    async def anchored(seq: int, anchor: int | None) -> bool:
+        found = await log.read(seq, (), seq)
+        return anchor is not None and len(found) == 1 and found[0].seq == seq and zlib.crc32(found[0].data) == anchor
+
+    found: list[Snapshot] = []
+    passed_over: list[str] = []
+    for service in SERVICES:
+        snapshot, skipped = await load_newest(store, service, at_most=from_seq, anchored=anchored)
+        passed_over += skipped
+        if snapshot is not None:
+            found.append(snapshot)
+    return found, passed_over
+
+
 async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,
-                     on_progress: OnProgress | None = None, process_from: int | None = None) -> Report:
+                     on_progress: OnProgress | None = None, process_from: int | None = None,
+                     from_seq: int | None = None, snapshots: SnapshotStore | None = None) -> Report:
     began = time.perf_counter()
     chunk = chunk or CHUNK
     end = await log.last_seq()
     stop = end if to_seq is None else min(to_seq, end)
+    starts: list[Snapshot] = []
+    passed_over: list[str] = []
+    if from_seq is not None:
+        starts, passed_over = await snapshots_at(log, snapshots, from_seq)
+    # the log is read after the earliest start (a service without a snapshot: from 1)
+    first = 1 + (min(s.seq for s in starts) if len(starts) == len(SERVICES) else 0)
+    tree_start = next((s.seq for s in starts if s.service == TREE), 0)
     refusals: list[Stored] = []  # the messages that hold refusals of commands
-    async for piece in read_in_chunks(log, 1, REFUSAL_SUBJECTS, max(chunk, 100_000), end_seq=stop):
+    async for piece in read_in_chunks(log, tree_start + 1, REFUSAL_SUBJECTS, max(chunk, 100_000), end_seq=stop):
         refusals.extend(stored for stored in piece if command_refusals([stored]))
     if on_progress is not None:
-        on_progress(Progress(0, stop, 0, 0, time.perf_counter() - began))
-    if stop >= (PROCESS_FROM if process_from is None else process_from):
+        on_progress(Progress(first - 1, stop, 0, 0, time.perf_counter() - began))
+    if stop - first + 1 >= (PROCESS_FROM if process_from is None else process_from):
         from services.replay.worker import verify_in_process
 
-        return await verify_in_process(log, refusals, end, chunk, began, tree=tree, to_seq=to_seq,
-                                       on_progress=on_progress)
-    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq)
+        report = await verify_in_process(log, refusals, end, chunk, began, tree=tree, to_seq=to_seq,
+                                         on_progress=on_progress, snapshots=starts, from_seq=from_seq, first=first)
+        report.passed_over = passed_over
+        return report
+    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq)
+    verifier.report.passed_over = passed_over
+    del starts  # (the folds hold what they need of them)
     send, receive = anyio.create_memory_object_stream[list[Stored]](1)  # one piece read ahead
 
     async def read() -> None:
         async with send:
-            async for piece in read_in_chunks(log, 1, (), chunk, end_seq=end):
+            async for piece in read_in_chunks(log, first, (), chunk, end_seq=end):
                 await send.send(piece)
 
     with receive:
@@ -103,29 +149,53 @@ class NoLog(Exception):
     """The server has no poolwise stream to read."""
 
 
+class _Snapshots(ObjectStoreSnapshots):
+    """The server's snapshots, read only: a replay does not create the bucket when there is none."""
+
+    async def _obs(self) -> object:
+        if self._store is None:
+            self._store = await self.js.object_store(self.bucket)
+        return self._store
+
+
+async def _store_of(log: JetStreamLog) -> SnapshotStore | None:
+    from nats.js import JetStreamContext
+    from nats.js.errors import BucketNotFoundError, NotFoundError
+
+    store = _Snapshots(JetStreamContext(log.nc), log.stream)
+    try:
+        await store._obs()
+    except (BucketNotFoundError, NotFoundError):
+        return None
+    return store
+
+
 async def verify_jetstream(log: JetStreamLog, *, tree: str | None = None, to_seq: int | None = None,
                            chunk: int | None = None, on_progress: OnProgress | None = None,
-                           process_from: int | None = None) -> Report:
-    """Verify the log of `log`'s stream; `NoLog` when the server does not have it."""
+                           process_from: int | None = None, from_seq: int | None = None) -> Report:
+    """Verify the log of `log`'s stream; `NoLog` when the server does not have it. With `from_seq`,
+    from the snapshots in the server's object store (`BUCKET`)."""
     from nats.js.errors import NotFoundError
 
     try:
         await log.last_seq()
     except NotFoundError:
         raise NoLog(f"no stream {log.stream} on this server: nothing was ever recorded there") from None
+    store = await _store_of(log) if from_seq is not None else None
     return await verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                            process_from=process_from)
+                            process_from=process_from, from_seq=from_seq, snapshots=store)
 
 
 async def verify_url(url: str, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,
-                     on_progress: OnProgress | None = None, process_from: int | None = None) -> Report:
+                     on_progress: OnProgress | None = None, process_from: int | None = None,
+                     from_seq: int | None = None) -> Report:
     """Verify the log of the poolwise stream on the NATS server at `url`."""
     from services.common.jetstream import JetStreamLog
 
     log = await JetStreamLog.connect(url, name="poolwise-replay")
     try:
         return await verify_jetstream(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                                      process_from=process_from)
+                                      process_from=process_from, from_seq=from_seq)
     finally:
         with anyio.CancelScope(shield=True):
             await log.close()
@@ -133,11 +203,11 @@ async def verify_url(url: str, *, tree: str | None = None, to_seq: int | None = 
 
 async def verify_data_dir(data_dir: Path, *, tree: str | None = None, to_seq: int | None = None,
                           chunk: int | None = None, on_progress: OnProgress | None = None,
-                           process_from: int | None = None) -> Report:
+                          process_from: int | None = None, from_seq: int | None = None) -> Report:
     """Verify the log kept in `data_dir` by `poolwise up`, while no server runs on it: start a private
     one on its store for the time of the read."""
     from services.common.natsserver import EmbeddedNats
 
     async with EmbeddedNats(data_dir) as server:
         return await verify_url(server.url, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                                process_from=process_from)
+                                process_from=process_from, from_seq=from_seq)

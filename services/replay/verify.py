@@ -50,6 +50,20 @@ Scope (both optional; the fold is always of everything up to where it stops):
   folded; `done` tells the shell when all are found, and a missing one makes it read to the end).
   Not checked: decisions recorded after `S` that are not re-derived from the log through `S`
   (e.g. a preemption pass whose admission cycle, triggered at or before `S`, closes after it).
+- `snapshots` (`--from F`: the newest usable snapshot of each of admission, preemption and the
+  tree at or before `F`, found by the shell): each service's fold starts from its own snapshot
+  (its state folded through the snapshot's position `s`; a service with none starts from
+  position 1), and the log is fed from the earliest start on. Checked: every decision a fold
+  re-derives (all made after its start: based after `s`, or for preemption on an admission cycle
+  its `CycleOrder` held at `s`), the snapshot's `pending` decisions (made before `s`, not in the
+  log then: they count as re-derived, so they must be recorded after), and every decision
+  recorded after the earliest start whose basis is after its service's `s` (the tree's refusals
+  of commands: at or after `s`, judged on the tree as of their basis). Not checked (counted in
+  `Report.unchecked`, never reported): decisions recorded after the earliest start, based at or
+  before their service's `s`, that the fold does not re-derive (decided before the snapshot;
+  a decision is re-derived before any record of it is read, so this is known when it is read).
+  Not read at all: what is recorded at or before the earliest start (so a second record of an
+  id there is not seen).
 
 Findings: `differs` (same id, other content), `unexpected` (recorded, not re-derived: a forged
 or misplaced decision), `missing` (re-derived, not in the log: lost or removed), `duplicate`
@@ -73,11 +87,15 @@ from events.codec import pack_parts
 from events.envelope import DecisionEvent
 from events.subjects import PREFIX
 from events.views import VIEWS
+from services.admission.domain.state import SERVICE as ADMISSION
+from services.admission.domain.state import AdmissionState
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
 from services.common.folding import Folder, fold_batch, gc_paused
 from services.common.log import Stored
 from services.common.memlog import subject_filter
+from services.common.snapshots import Snapshot
+from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
 from services.preemption.folder import PreemptionFolder
 from services.tree.domain.decide import Refused
@@ -132,6 +150,10 @@ class Report:
     read_to: int = 0  # the last position read (past `to_seq`: looking for decisions in flight there)
     to_seq: int | None = None
     tree: str | None = None
+    from_seq: int | None = None  # `--from`: the position asked for
+    starts: dict[str, int] = field(default_factory=dict)  # `--from`: service -> its snapshot's position (0: none)
+    passed_over: list[str] = field(default_factory=list)  # `--from`: snapshots not used, and why
+    unchecked: int = 0  # `--from`: decisions read whose basis is before their service's start
 
     @property
     def ok(self) -> bool:
@@ -149,7 +171,9 @@ class Report:
             "messages": self.messages,
             "events": self.events,
             "malformed": self.malformed,
-            "scope": {"tree": self.tree, "to_seq": self.to_seq, "last_seq": self.last_seq, "read_to": self.read_to},
+            "scope": {"tree": self.tree, "to_seq": self.to_seq, "last_seq": self.last_seq, "read_to": self.read_to,
+                      "from_seq": self.from_seq, "snapshots": dict(self.starts), "passed_over": list(self.passed_over),
+                      "unchecked": self.unchecked},
             "counts": {t: {"recorded": c.recorded, "rederived": c.derived, "matched": c.matched}
                        for t, c in sorted(self.counts.items())},
             "findings": [{"kind": f.kind, "id": f.id, "type": f.type, "source": f.source, "seq": f.seq,
@@ -432,17 +456,30 @@ class Verifier:
     """Re-derive and compare, fed the log a piece at a time, in order (`feed`), then `finish`.
 
     `refusals`: the recorded refusals of commands (`command_refusals` of the log through `to_seq`),
-    judged again as the fold reaches their basis. `tree`, `to_seq`: the scope (module docstring)."""
+    judged again as the fold reaches their basis. `tree`, `to_seq`: the scope (module docstring).
+    `snapshots` (`--from`): a service's fold starts from its snapshot (at most one each of
+    admission, preemption and tree), and the log is to be fed from `position + 1` (the earliest
+    start); `from_seq` is only reported."""
 
     def __init__(self, refusals: Iterable[Refusal] = (), *, tree: str | None = None,
-                 to_seq: int | None = None) -> None:
-        self.report = Report(tree=tree, to_seq=to_seq)
+                 to_seq: int | None = None, snapshots: Iterable[Snapshot] = (),
+                 from_seq: int | None = None) -> None:
+        self.report = Report(tree=tree, to_seq=to_seq, from_seq=from_seq)
         self.tree = tree
         self.to_seq = to_seq
         self.admission: Folder = AdmissionFolder()
         self.preemption: Folder = PreemptionFolder()
         self.view = TreeView()
-        self.refusals = sorted((r for r in refusals if to_seq is None or r.seq <= to_seq),
+        self.starts: dict[str, int] = {}  # service -> the position its fold starts after
+        pending: list[Envelope] = []
+        for snapshot in snapshots:
+            self._start_from(snapshot)
+            pending += snapshot.pending
+        if from_seq is not None:
+            self.report.starts = {name: self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)}
+        tree_start = self.starts.get(TREE, 0)
+        self.refusals = sorted((r for r in refusals if (to_seq is None or r.seq <= to_seq)
+                                and (r.envelope.basis or 0) >= tree_start),  # (before: not judged, `_unchecked`)
                                key=lambda r: (r.envelope.basis or 0, r.seq))
         self.judged = 0  # refusals judged so far (`refusals[:judged]`, dropped as judged)
         self.derived: dict[str, Made] = {}  # re-derived, record not read yet (in derivation order)
@@ -450,10 +487,45 @@ class Verifier:
         self.settled = _Fingerprints()  # ids recorded and re-derived (matched, or not)
         self.repeats: dict[str, tuple[int, Made]] = {}  # re-derived more than once: (times, decision)
         self.found: list[tuple[int, int, Finding]] = []  # findings on records, with (seq, part)
-        self.position = 0
+        self.position = min((self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)), default=0)
         self._admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))
         self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
         self._finished = False
+        for decision in pending:  # decided before a snapshot, not in the log then: as if re-derived
+            self._derive(decision)
+
+    def _start_from(self, snapshot: Snapshot) -> None:
+        """A service's fold from its snapshot (`services/common/snapshots.py`: what its folder's
+        `export` returned, or the tree service's `TreeView`)."""
+        state = snapshot.state
+        if snapshot.service == ADMISSION:
+            if isinstance(state, tuple):  # the live service's `ExplainingFolder`: explain's notes are not needed
+                state = state[0]
+            assert isinstance(state, AdmissionState), type(state)
+            state.on_forget = None
+            self.admission = AdmissionFolder(state)
+        elif snapshot.service == PREEMPTION:
+            folder = PreemptionFolder()
+            folder.load(state)
+            self.preemption = folder
+        elif snapshot.service == TREE:
+            assert isinstance(state, TreeView), type(state)
+            self.view = state
+        else:
+            raise ValueError(f"a snapshot of {snapshot.service!r}: not a service replay folds")
+        self.starts[snapshot.service] = snapshot.seq
+
+    def _unchecked(self, envelope: Envelope) -> bool:
+        """Whether a recorded decision was made before its service's fold starts (`--from`): its
+        basis is at or before the service's snapshot (a refusal of a command: before it, as it is
+        judged on the tree as of its basis), so it cannot be re-derived and is not checked."""
+        start = self.starts.get(envelope.source, 0)
+        basis = envelope.basis
+        if not start or basis is None:
+            return False
+        if envelope.source == TREE and _is_command_refusal(envelope):
+            return basis < start
+        return basis <= start
 
     # -- the shell's questions
 
@@ -499,9 +571,10 @@ class Verifier:
         after = self.position
         # 1. re-derive: each service folds the piece (decisions made before their records are read)
         for folder, wants in ((self.admission, self._admission_wants), (self.preemption, self._preemption_wants)):
-            mine = [s for s in piece if wants(s.subject)]
+            start = max(after, self.starts.get(folder.service, 0))
+            mine = [s for s in piece if s.seq > start and wants(s.subject)]
             if mine:
-                for decision in fold_batch(folder, mine, after, decoded.one, decoded.pack).decisions:
+                for decision in fold_batch(folder, mine, start, decoded.one, decoded.pack).decisions:
                     self._derive(decision)
         self._fold_tree(piece)
         # 2. compare what the piece records
@@ -602,9 +675,15 @@ class Verifier:
         envelope = record.envelope
         key = envelope.id
         in_scope = self._in_scope(envelope)
+        decision = self.derived.pop(key, None)
+        if decision is None and self.starts and self._unchecked(envelope):
+            # (a decision is re-derived before any record of it is read: it is made at a position
+            # before its record, and each piece is folded before its records are compared)
+            if in_scope:
+                self.report.unchecked += 1
+            return
         if in_scope:
             self.report.count(envelope.type).recorded += 1
-        decision = self.derived.pop(key, None)
         if decision is not None:
             self._compare(record, decision)
         elif key in self.recorded or key in self.settled:

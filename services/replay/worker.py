@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from services.common.log import EventLog, Stored, read_in_chunks
+from services.common.snapshots import Snapshot
 from services.replay.verify import Report, Verifier, command_refusals
 
 Row = tuple[int, str, bytes, str | None]  # a Stored as sent (plain values pickle fastest)
@@ -44,11 +45,14 @@ def _stored(rows: list[Row]) -> list[Stored]:
 
 
 def child(inbox: Connection, outbox: Connection) -> None:
-    """The child's whole life: ("start", refusals, tree, to_seq), then ("piece", rows)..., then
-    ("finish",). Answers ("fed", Status) per piece, ("report", Report) at the end, or ("error", text)."""
+    """The child's whole life: ("start", refusals, tree, to_seq, snapshots, from_seq), then ("piece",
+    rows)..., then ("finish",). Answers ("fed", Status) per piece, ("report", Report) at the end, or
+    ("error", text)."""
     try:
-        _, refusals, tree, to_seq = inbox.recv()
-        verifier = Verifier(command_refusals(_stored(refusals)), tree=tree, to_seq=to_seq)
+        _, refusals, tree, to_seq, snapshots, from_seq = inbox.recv()
+        verifier = Verifier(command_refusals(_stored(refusals)), tree=tree, to_seq=to_seq, snapshots=snapshots,
+                            from_seq=from_seq)
+        del snapshots
         while True:
             message = inbox.recv()
             if message[0] == "piece":
@@ -109,15 +113,16 @@ class _Child:
 
 
 async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int, chunk: int, began: float, *,
-                            tree: str | None, to_seq: int | None, on_progress: Any) -> Report:
+                            tree: str | None, to_seq: int | None, on_progress: Any,
+                            snapshots: Sequence[Snapshot] = (), from_seq: int | None = None, first: int = 1) -> Report:
     from services.replay.reader import Progress
 
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
     try:
-        await anyio.to_thread.run_sync(worker.send, ("start", _rows(refusals), tree, to_seq))
-        async for piece in read_in_chunks(log, 1, (), chunk, end_seq=end):
+        await anyio.to_thread.run_sync(worker.send, ("start", _rows(refusals), tree, to_seq, list(snapshots), from_seq))
+        async for piece in read_in_chunks(log, first, (), chunk, end_seq=end):
             await anyio.to_thread.run_sync(worker.send, ("piece", _rows(piece)))  # waits for the child to take it
             worker.take(block=False)
             status = worker.status
