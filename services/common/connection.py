@@ -21,8 +21,13 @@ log = logging.getLogger("poolwise.nats")
 CONNECT_TIMEOUT = 5.0  # seconds to reach the server at first
 
 
-async def _quietly(exc: Exception) -> None:
+async def quietly(exc: Exception) -> None:
+    """A connection's error callback: a lost or refused connection is retried, not worth a
+    traceback on the console (nats-py's default prints one for every failed reconnect)."""
     log.debug("nats: %s: %s", exc.__class__.__name__, exc)
+
+
+_quietly = quietly
 
 
 async def connect_nats(url: str, *, name: str = "poolwise", timeout: float = CONNECT_TIMEOUT) -> NATS:
