@@ -24,12 +24,15 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
 import pickle
+import tempfile
 import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
@@ -321,16 +324,55 @@ async def anchor_of(log: EventLog, seq: int) -> int | None:
     return zlib.crc32(found[0].data) if len(found) == 1 and found[0].seq == seq else None
 
 
-def take_snapshot(folder: Folder, folded: int) -> bytes:
-    """The folder's state through `folded`, pickled (synchronously: the state must not move while it
-    is); made into a snapshot, compressed, by `Snapshot.encode_pickled` (in a thread)."""
-    return pickle.dumps(cast(Snapshotting, folder).export(), protocol=pickle.HIGHEST_PROTOCOL)
+def take_snapshot(folder: Folder, folded: int) -> Awaitable[bytes]:
+    """The folder's state through `folded`, pickled (`pickled_later`); made into a snapshot,
+    compressed, by `Snapshot.encode_pickled` (in a thread)."""
+    return pickled_later(cast(Snapshotting, folder).export())
+
+
+def pickled_later(state: object) -> Awaitable[bytes]:
+    """`pickle.dumps(state)`, without holding the service up: the process forks, and the child
+    pickles the state as it stood at the fork (the parent's pages are shared copy-on-write) into a
+    file and exits, while the parent goes on folding; the awaitable reads the file once the child
+    is done. (Pickling in the process held its event loop for seconds at 100k live gangs, and a
+    lease renewal waits for the GIL.) Where there is no fork, the state is pickled at once."""
+    if not hasattr(os, "fork") or os.environ.get("POOLWISE_SNAPSHOT_FORK", "1") == "0":
+        data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+        async def ready() -> bytes:
+            return data
+
+        return ready()
+    handle, name = tempfile.mkstemp(prefix="poolwise-snapshot-")
+    os.close(handle)
+    pid = os.fork()
+    if pid == 0:  # the child: pickle, write, and leave at once (no cleanup of the parent's things)
+        code = 1
+        try:
+            with open(name, "wb") as out:
+                out.write(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+            code = 0
+        finally:
+            os._exit(code)
+
+    async def collect() -> bytes:
+        try:
+            _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise RuntimeError(f"the snapshot's child process ended with {os.waitstatus_to_exitcode(status)}")
+            return Path(name).read_bytes()
+        finally:
+            with suppress(OSError):
+                os.unlink(name)
+
+    return collect()
 
 
 async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, folded: int, now: float,
-                        pickled: bytes) -> None:
+                        pickling: Awaitable[bytes]) -> None:
     policy.last_seq, policy.last_time = folded, now
     try:
+        pickled = await pickling
         anchor = await anchor_of(log, folded)
         data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), pickled,
                                               (), anchor)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import pickle
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -57,7 +56,14 @@ from events.commands import (
     TreeList,
 )
 from projections.store import ProjectionStore
-from services.common.folding import SnapshotPolicy, anchor_of, gc_paused, rejection_of_malformed, save_snapshot
+from services.common.folding import (
+    SnapshotPolicy,
+    anchor_of,
+    gc_paused,
+    pickled_later,
+    rejection_of_malformed,
+    save_snapshot,
+)
 from services.common.log import BatchHandler, EventLog, StaleWrite, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.requests import error_reply, serve_requests
@@ -209,8 +215,7 @@ class TreeService:
         """After a batch folded (its rejections published): a snapshot of the view, when due."""
         policy = self.snapshots
         if policy is not None and policy.due(self.position, self.now):
-            pickled = pickle.dumps(self.view, protocol=pickle.HIGHEST_PROTOCOL)
-            tg.start_soon(save_snapshot, policy, self.log, SERVICE, self.position, self.now, pickled)
+            tg.start_soon(save_snapshot, policy, self.log, SERVICE, self.position, self.now, pickled_later(self.view))
 
     @property
     def state(self) -> TreeState:
@@ -378,7 +383,7 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
         if policy is not None and svc.position > policy.last_seq:  # a clean stop: keep the view
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await save_snapshot(policy, log, SERVICE, svc.position, svc.now,
-                                    pickle.dumps(svc.view, protocol=pickle.HIGHEST_PROTOCOL))
+                                    pickled_later(svc.view))
         if store is not None:
             store.close()
 
