@@ -37,7 +37,20 @@ register_gangs(app)
 
 
 def main() -> None:
+    _log_level()
     guarded(app)
+
+
+def _log_level() -> None:
+    """`POOLWISE_LOG=info` (or debug, warning...) shows the services' own log lines on stderr: a
+    start from a snapshot, snapshots saved or passed over, a standby's fold. Default: warnings."""
+    import logging
+    import os
+
+    level = os.environ.get("POOLWISE_LOG", "").strip().upper()
+    if level:
+        logging.basicConfig(level=getattr(logging, level, logging.WARNING),
+                            format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
 
 
 if __name__ == "__main__":

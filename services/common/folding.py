@@ -261,9 +261,9 @@ class Warm:
     async def catch_up(self, log: EventLog, snapshots: SnapshotStore | None = None) -> int:
         """Fold what the log holds beyond `folded` (the first time: from the newest snapshot)."""
         if not self.restored:
-            self.restored = True
-            if snapshots is not None:
+            if snapshots is not None:  # (cancelled before it returns: nothing was loaded, tried again)
                 self.folded = await _restore(log, self.folder, snapshots, self.made)
+            self.restored = True
         wanted, made, folder = self.wanted, self.made, self.folder
         async for piece in read_in_chunks(log, self.folded + 1):
             with gc_paused():  # (synchronous: a cancellation lands between pieces, never inside one)
