@@ -269,12 +269,12 @@ def policy_for(log: Any, service: str) -> Any:
     import os
 
     from services.common.folding import SnapshotPolicy
-    from services.common.jetstream import JetStreamLog
 
     every = int(os.environ.get("POOLWISE_SNAPSHOT_EVERY", "100000") or 0)
-    if not isinstance(log, JetStreamLog) or every <= 0:
+    nc, stream = getattr(log, "nc", None), getattr(log, "stream", None)  # a JetStream log (or a wrapper of one)
+    if nc is None or not isinstance(stream, str) or every <= 0:
         return None
     from nats.js import JetStreamContext
 
-    js = JetStreamContext(log.nc)  # through the log's connection: a term's publishes are fenced
-    return SnapshotPolicy(ObjectStoreSnapshots(js, log.stream), every=every, least=min(1_000, every))
+    js = JetStreamContext(nc)  # through the log's connection: a term's publishes are fenced
+    return SnapshotPolicy(ObjectStoreSnapshots(js, stream), every=every, least=min(1_000, every))

@@ -117,3 +117,29 @@ async def test_a_warm_standby_folds_while_it_waits_and_decides_at_once_when_the_
     assert {g for g, _ in admissions} == set(history + after)
     report = verify(await log.read(1))  # (admission's decisions: no preemption service here)
     assert [f.line() for f in report.findings if f.source == "admission"] == []
+
+
+async def test_an_instance_that_leads_at_once_starts_from_its_snapshot(
+        jetstream_log: JetStreamLog, nats_url: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first instance wins the lease at once, which cancels the standby fold it had begun:
+    its term must still start from the snapshot, not from position 1 (it once did: the fold
+    counted itself restored before the snapshot had loaded)."""
+    import logging
+
+    monkeypatch.setenv("POOLWISE_SNAPSHOT_EVERY", "100000")
+    log = jetstream_log
+    key = lease_key(log.stream, "admission")
+    names = [f"g-{i}" for i in range(20)]
+    await log.append(now_envelopes(tree(gang_timeout=NO_TIMEOUTS), host(cpu=10_000), pool("/a")))
+    await enqueue(log, names)
+    caplog.set_level(logging.INFO, logger="services.common.folding")
+    for label in ("first", "second"):
+        instance = WarmInstance(label, nats_url, log.stream, key, serve_admission)
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                assert await tg.start(instance.run) == "admission"
+                await all_admitted(log, names, "the gangs admitted")
+                await anyio.sleep(0.3)
+                instance.stop()  # a clean stop: a snapshot where it stopped
+    assert "admission: started from its snapshot at" in caplog.text, caplog.text
