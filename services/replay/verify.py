@@ -11,7 +11,7 @@ Re-derived, for each deciding service, exactly as its shell decides live:
   decided from: a cycle's decisions take effect at its trigger (admission applies them as it
   makes them, preemption reads through `CycleOrder`), every other decision where it lands.
   Messages are decoded as the live services decode them (`events.read_envelope` / `read_pack`
-  views), once for both folders and the comparison.
+  views; task reports as views too), once for all three folds and the comparison.
 - tree: the rejections of malformed config and host messages (`TreeView.fold`), and every
   recorded refusal of a command: the command (in the record's `input`) is judged again
   (`parse_command`, `judge`) on the tree as folded through the record's `basis`. Commands are not
@@ -77,7 +77,7 @@ from __future__ import annotations
 import json
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Literal, get_args
@@ -91,7 +91,7 @@ from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
-from services.common.folding import Folder, fold_batch, gc_paused
+from services.common.folding import Folder, gc_paused, rejection_of_fault, rejection_of_malformed
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
@@ -412,19 +412,21 @@ _TYPE_AT = b'"event":{"type":"'  # where `events.encode` writes an event's type
 
 
 def _read_one(data: bytes) -> Envelope:
-    """`events.read_envelope(data)`, without its attempt at a view for a type that has none (it
-    falls back to `decode` then, after the attempt: a third of a task report's cost)."""
+    """`events.read_envelope(data, tasks=True)` (views of task reports too: every reader of what
+    it gives asks `event_class`), without its attempt at a view for a type that has none (it falls
+    back to `decode` then, after the attempt)."""
     at = data.find(_TYPE_AT)
     if at >= 0:
         start = at + len(_TYPE_AT)
         if data[start:data.find(b'"', start)] not in _VIEWED:
             return decode(data)
-    return read_envelope(data)
+    return read_envelope(data, True)
 
 
 class _Decoded:
     """One piece's messages, each decoded once (as the live services decode: views of the gang
-    events, pydantic's models of the rest), handed to every folder through `fold_batch`'s hooks."""
+    events and of task reports, pydantic's models of the rest), handed to every folder (admission
+    and preemption through `_fold_service`, the tree through `TreeView.fold`'s `read`)."""
 
     __slots__ = ("found",)
 
@@ -439,17 +441,43 @@ class _Decoded:
         self.found[id(stored.data)] = result
         return result
 
-    def one(self, data: bytes) -> Envelope:
-        found = self.found[id(data)]
-        if isinstance(found, DecodeError):
-            raise found
-        return found[0]
-
-    def pack(self, data: bytes) -> list[Envelope] | None:
-        found = self.found[id(data)]
+    def of(self, stored: Stored) -> list[Envelope]:
+        found = self.found[id(stored.data)]
         if isinstance(found, DecodeError):
             raise found
         return found
+
+
+def _fold_service(folder: Folder, piece: Sequence[Stored], decoded: _Decoded, after: int,
+                  wants: Callable[[str], bool]) -> list[Envelope]:
+    """`fold_batch(folder, [s for s in piece if wants(s.subject)], after, ...)`'s decisions, on the
+    messages decoded once: the same steps (a message's events in order, `last` on its last), the
+    same refusals (a malformed message on a subject the folder owns; an event whose step raises:
+    `internal_error`), without `decode_all` again per message and folder."""
+    out: list[Envelope] = []
+    step, owns, service, found = folder.step, folder.owns, folder.service, decoded.found
+    for stored in piece:
+        seq = stored.seq
+        if seq <= after or not wants(stored.subject):
+            continue
+        envelopes = found[id(stored.data)]
+        if isinstance(envelopes, DecodeError):
+            if owns(stored.subject):
+                out.append(rejection_of_malformed(service, stored, envelopes, folder.now))
+            continue
+        if len(envelopes) == 1:
+            try:
+                out += step(envelopes[0], seq, 0, True)
+            except Exception as error:  # a poison input: refused, and the fold goes on (as `fold_batch`)
+                out.append(rejection_of_fault(service, envelopes[0], seq, 0, error, folder.now))
+            continue
+        end = len(envelopes) - 1
+        for part, envelope in enumerate(envelopes):
+            try:
+                out += step(envelope, seq, part, part == end)
+            except Exception as error:
+                out.append(rejection_of_fault(service, envelope, seq, part, error, folder.now))
+    return out
 
 
 class Verifier:
@@ -572,11 +600,9 @@ class Verifier:
         # 1. re-derive: each service folds the piece (decisions made before their records are read)
         for folder, wants in ((self.admission, self._admission_wants), (self.preemption, self._preemption_wants)):
             start = max(after, self.starts.get(folder.service, 0))
-            mine = [s for s in piece if s.seq > start and wants(s.subject)]
-            if mine:
-                for decision in fold_batch(folder, mine, start, decoded.one, decoded.pack).decisions:
-                    self._derive(decision)
-        self._fold_tree(piece)
+            for decision in _fold_service(folder, piece, decoded, start, wants):
+                self._derive(decision)
+        self._fold_tree(piece, decoded)
         # 2. compare what the piece records
         for stored in piece:
             envelopes = decoded.found[id(stored.data)]
@@ -595,7 +621,7 @@ class Verifier:
         self.position = piece[-1].seq
         report.last_seq = report.read_to = self.position
 
-    def _fold_tree(self, piece: Sequence[Stored]) -> None:
+    def _fold_tree(self, piece: Sequence[Stored], decoded: _Decoded) -> None:
         """The tree's view folded through the piece; each refusal judged before the first message
         beyond its basis is folded (on the tree as of its basis)."""
         view = self.view
@@ -609,7 +635,7 @@ class Verifier:
             else:
                 end = len(piece)
             if end > start:
-                for decision in view.fold(piece[start:end]):
+                for decision in view.fold(piece[start:end], read=decoded.of):
                     self._derive(decision)
                 start = end
             if start < len(piece):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -102,10 +102,13 @@ class TreeView:
     subject_seq: dict[str, int] = field(default_factory=dict)
     now: float = 0.0
 
-    def fold(self, batch: Sequence[Stored], decoded: dict[int, list[Envelope]] | None = None) -> list[Envelope]:
+    def fold(self, batch: Sequence[Stored], decoded: dict[int, list[Envelope]] | None = None,
+             read: Callable[[Stored], list[Envelope]] | None = None) -> list[Envelope]:
         """Fold the messages on the tree's subjects beyond our position (others are skipped);
         returns the rejections of malformed config/host messages. `decoded`, if given, gets the
-        envelope of each message folded, by sequence (the projections take them from there)."""
+        envelope of each message folded, by sequence (the projections take them from there).
+        `read`: the envelopes of a message decoded already (as `decode_all(data, read_envelope,
+        read_pack)` decodes them, `DecodeError` alike), e.g. by the replay."""
         rejections: list[Envelope] = []
         for stored in batch:
             if stored.seq <= self.position or not _folded(stored.subject):
@@ -113,7 +116,7 @@ class TreeView:
             self.position = stored.seq
             self.subject_seq[stored.subject] = stored.seq
             try:
-                envelopes = decode_all(stored.data, read_envelope, read_pack)  # one event, or a pack (views)
+                envelopes = decode_all(stored.data, read_envelope, read_pack) if read is None else read(stored)
             except DecodeError as error:
                 if stored.subject == subjects.HOSTS or stored.subject.startswith(OWNED[1]):
                     rejections.append(rejection_of_malformed(SERVICE, stored, error, self.now))

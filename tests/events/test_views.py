@@ -35,7 +35,7 @@ from events import (
     with_views,
 )
 from events import views as views_module
-from events.inputs import GangCancelled
+from events.inputs import GangCancelled, TaskStateChanged
 from events.views import (
     EntitlementsComputedView,
     EnvelopeView,
@@ -44,7 +44,9 @@ from events.views import (
     GangMovedToQueueView,
     PoolEntitlementView,
     SchemaChanged,
+    TaskEnvelopeView,
     TaskSpecView,
+    TaskStateChangedView,
     as_model,
     expect_view,
     view_body,
@@ -63,7 +65,7 @@ def _decoded_or_error(data: bytes) -> Envelope | DecodeError:
 
 def _read_or_error(data: bytes) -> Envelope | DecodeError:
     try:
-        return read_envelope(data)
+        return read_envelope(data, tasks=True)  # (a superset of the views read by default)
     except DecodeError as exc:
         return exc
 
@@ -132,10 +134,14 @@ pools = st.builds(PoolEntitlement, path=st.text(max_size=10), entitlement=vector
                   dominant_kind=st.none() | st.text(max_size=6))
 computed = st.builds(EntitlementsComputed, tree=st.text(max_size=8), capacity=vectors, slack_capacity=vectors,
                      pools=st.lists(pools, max_size=3), alerts=st.lists(st.text(max_size=12), max_size=2))
+TASK_STATES = ["pending", "ready", "placing", "placed", "launching", "running", "succeeded", "failed", "killed",
+               "lost", "preempted"]
+reported = st.builds(TaskStateChanged, tree=st.text(max_size=8), gang=st.text(max_size=8), task=st.text(max_size=8),
+                     state=st.sampled_from(TASK_STATES), message=st.none() | st.text(max_size=20))
 envelopes = st.builds(Envelope, id=st.text(min_size=1, max_size=40), time=times, source=st.text(max_size=10),
                       causation=st.none() | st.text(max_size=8), basis=st.none() | ints,
                       trace=st.none() | st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
-                      event=enqueued | admitted | moved | computed)
+                      event=enqueued | admitted | moved | computed | reported)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,7 +149,11 @@ envelopes = st.builds(Envelope, id=st.text(min_size=1, max_size=40), time=times,
 def test_a_valid_gang_envelope_reads_as_a_view_of_the_model_pydantic_reads(env: Envelope) -> None:
     data = encode(env)
     assert _same_as_pydantic(data)
-    assert read_envelope(data).to_model() == env
+    assert read_envelope(data, tasks=True).to_model() == env
+    if isinstance(env.event, TaskStateChanged):  # by default a task report is pydantic's model
+        assert type(read_envelope(data)) is Envelope and read_envelope(data) == env
+    else:
+        assert read_envelope(data).to_model() == env
 
 
 def test_the_bench_workload_reads_as_views_with_one_time_per_pack() -> None:
@@ -160,8 +170,24 @@ def test_the_bench_workload_reads_as_views_with_one_time_per_pack() -> None:
 def test_other_events_are_pydantic_models() -> None:
     for event in (ClockTicked(tree="t"), GangCancelled(gang="g")):
         data = encode(Envelope(id="x", time=TIME, event=event))
-        found = read_envelope(data)
-        assert type(found) is Envelope and found == decode(data)
+        for found in (read_envelope(data), read_envelope(data, tasks=True)):
+            assert type(found) is Envelope and found == decode(data)
+
+
+def test_a_task_report_is_a_view_only_when_asked_for() -> None:
+    from events.views import read_with_tasks
+
+    for message in (None, "lost its host", ""):
+        event = TaskStateChanged(tree="t", gang="g", task="g/0", state="running", message=message)
+        data = encode(Envelope(id="x", time=TIME, source="executor", event=event))
+        assert type(read_envelope(data)) is Envelope
+        view = read_with_tasks(data)
+        assert type(view) is TaskEnvelopeView and type(view.event) is TaskStateChangedView
+        assert isinstance(view, EnvelopeView) and view.to_model() == decode(data)
+        assert event_class(view.event) is TaskStateChanged and view.type == "TaskStateChanged"
+        assert view_body(view.event) == body(event).encode() == event.model_dump_json(exclude_none=True).encode()
+        assert view.event.model_dump_json() == event.model_dump_json()
+        assert encode(view) == data
 
 
 # --- mutated envelopes: a view only where pydantic reads the same values ------------------------------
@@ -199,6 +225,8 @@ def _samples() -> list[dict[str, Any]]:
               GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=tasks, attempt=2),
               GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=[]),
               GangMovedToQueue(tree="t", gang="g", pool="/a", queue="controller", reason="why"),
+              TaskStateChanged(tree="t", gang="g", task="g/0", state="running"),
+              TaskStateChanged(gang="g", task="g/1", state="lost", message="host gone"),
               EntitlementsComputed(tree="t", capacity={"cpu": 8.0, "gpu": 1.0}, slack_capacity={"cpu": 2.0},
                                    pools=[PoolEntitlement(path="/a", entitlement={"cpu": 4.5},
                                                           non_slack_entitlement={"cpu": 4.0},
@@ -250,6 +278,17 @@ def test_odd_json_reads_as_pydantic_reads_it(raw: bytes) -> None:
     fields = {b'"gang"': b'"gang":"g"', b'"size"': b'"size":1'}
     body_ = b",".join([raw, *(v for k, v in fields.items() if not raw.startswith(k))])
     _same_as_pydantic(head + body_ + tail)
+
+
+@pytest.mark.parametrize("raw", [
+    b'"state":"bogus"', b'"state":"Running"', b'"state":null', b'"state":1', b'"message":1', b'"message":null',
+    b'"message":""', b'"task":null', b'"task":""', b'"gang":7', b'"tree":null', b'"version":1.0', b'"version":2',
+    b'"version":"1"', b'"task":"a","task":"b"', b'"task":"\\ud800"', b'"extra":1',
+])
+def test_odd_task_reports_read_as_pydantic_reads_them(raw: bytes) -> None:
+    fields = {b'"gang"': b'"gang":"g"', b'"task"': b'"task":"g/0"', b'"state"': b'"state":"running"'}
+    body_ = b",".join([raw, *(v for k, v in fields.items() if not raw.startswith(k))])
+    _same_as_pydantic(b'{"id":"e","time":"2026-01-01T00:00:00Z","event":{"type":"TaskStateChanged",' + body_ + b"}}")
 
 
 @pytest.mark.parametrize("raw", [
@@ -457,3 +496,42 @@ def test_shared_decodes_read_a_pack_at_once_unless_its_parts_are_shared() -> Non
         assert read is not None and [as_model(e) for e in read] == decode_all(theirs)
         with shared.user():  # two folders in this process: each part is kept for the other
             assert shared.decode_pack(theirs) is None
+
+
+def test_folding_task_report_views_decides_as_folding_models() -> None:
+    """Admission and preemption fold a whole-lifecycle log (four task reports a gang) and odd task
+    reports (a task nobody knows, a transition the rules refuse, a forgotten-free late report)
+    read as views (`read_with_tasks`) and as models: the same decisions, refusals quoting the same."""
+    import anyio
+
+    from events.views import read_with_tasks
+    from services.admission.folder import AdmissionFolder
+    from services.common.folding import fold_batch
+    from services.common.log import Stored
+    from services.common.memlog import MemoryLog
+    from services.preemption.folder import PreemptionFolder
+    from tests.replay.biglog import TREE, build
+
+    async def make() -> list[Stored]:
+        log = MemoryLog()
+        await build(log, 40, per_round=10, leaves=3)
+        odd = [TaskStateChanged(tree=TREE, gang="g1", task="nobody", state="running"),
+               TaskStateChanged(tree=TREE, gang="g1", task="g1.0", state="pending", message="back?"),
+               TaskStateChanged(tree=TREE, gang="g39", task="g39.1", state="failed", message="oom"),
+               TaskStateChanged(tree="elsewhere", gang="g", task="t", state="running")]
+        await log.append([Envelope(id=f"odd{i}", time=TIME, source="executor", event=e) for i, e in enumerate(odd)])
+        return await log.read(1)
+
+    messages = anyio.run(make, backend="asyncio")
+    assert sum(1 for m in messages for e in decode_all(m.data, read_with_tasks) if type(e) is TaskEnvelopeView) > 150
+
+    def fold(reader: Any) -> list[bytes]:
+        out: list[bytes] = []
+        for folder in (AdmissionFolder(), PreemptionFolder()):
+            out += [encode(d) for d in fold_batch(folder, messages, 0, reader).decisions]
+        return out
+
+    by_models, by_views = fold(decode), fold(read_with_tasks)
+    assert by_views == by_models
+    assert sum(b'"type":"InputRejected"' in d for d in by_views) >= 3
+    assert any(b"back?" in d for d in by_views)  # a refusal quotes the view's model

@@ -423,7 +423,7 @@ def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: Gang
 
 
 def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    assert isinstance(event, TaskStateChanged)
+    event = cast(TaskStateChanged, event)  # the model or its view (events.views)
     rt = state.runtime(event.tree)
     task = rt.tasks.get(event.task)
     if task is None and event.gang not in rt.gangs and is_forgotten(state, rt, event.gang):
