@@ -637,8 +637,8 @@ class _Fold:
             return  # a refused input changes nothing
         elif kind is GangAdmitted:  # the most common decision first
             self._admitted(cast(GangAdmitted, event), seq, time)
-        elif isinstance(event, TaskStateChanged):
-            self._reported(event, seq, time)
+        elif kind is TaskStateChanged:  # (the model, or its view: events.views)
+            self._reported(cast(TaskStateChanged, event), seq, time)
         elif isinstance(event, GangCancelled):
             self._cancelled(event, seq, time)
         elif kind is GangMovedToQueue:
