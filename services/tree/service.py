@@ -198,6 +198,7 @@ class TreeService:
         self.lock = anyio.Lock()
         self.snapshots = snapshots
         self.tg: TaskGroup | None = None  # while serving: where snapshots are saved from
+        self.started_from: int | None = None  # the position of the snapshot it started from
 
     async def restore(self) -> None:
         """Start from the newest usable snapshot of the view, if any (`services/common/snapshots.py`)."""
@@ -211,6 +212,7 @@ class TreeService:
             logger.warning("snapshot passed over: %s", why)
         if snapshot is not None:
             self.view = snapshot.state
+            self.started_from = snapshot.seq
             logger.info("tree: started from its snapshot at %d", snapshot.seq)
         self.snapshots.last_seq, self.snapshots.last_time = self.position, self.now
 
