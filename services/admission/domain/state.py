@@ -51,6 +51,7 @@ from events import (
     TreeOptions,
     with_views,
 )
+from events.decisions import fold_entitlements
 from services.admission.domain import rules
 from services.admission.domain.facts import running_limit
 from services.admission.domain.model import (
@@ -551,7 +552,6 @@ def _on_entitlements(state: AdmissionState, event: Event, seq: int, out: list[Ou
     event = cast(EntitlementsComputed, event)  # the model or its view (events.views); v1 read as v2
     rt = state.runtime(event.tree)
     # the whole map (`replace`), or the pools that changed and the paths removed: in place
-    from events.decisions import fold_entitlements
     rt.entitlements = fold_entitlements(rt.entitlements, event)
     rt.entitlement_seq = seq
 
