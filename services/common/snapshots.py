@@ -182,6 +182,16 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
     return None, skipped
 
 
+def to_delete(positions: Sequence[int], saved: int) -> list[int]:
+    """What a save at `saved` leaves behind to delete, of the service's snapshots at `positions`:
+    every one after it (a log's position only grows, so those were made from another log, one
+    deleted and made again under the stream's name, or were passed over; kept, they would push
+    this log's snapshots out), and all but the newest `KEEP` at or before it."""
+    after = [seq for seq in positions if seq > saved]
+    kept = sorted((seq for seq in positions if seq <= saved), reverse=True)
+    return after + kept[KEEP:]
+
+
 class MemorySnapshots:
     """Snapshots in a dict (the in-memory log's twin; tests)."""
 
@@ -190,7 +200,7 @@ class MemorySnapshots:
 
     async def save(self, service: str, seq: int, data: bytes) -> None:
         self.objects[(service, seq)] = data
-        for old in sorted(s for name, s in self.objects if name == service)[:-KEEP]:
+        for old in to_delete(await self.candidates(service), seq):
             del self.objects[(service, old)]
 
     async def candidates(self, service: str) -> list[int]:
@@ -229,7 +239,7 @@ class ObjectStoreSnapshots:
     async def save(self, service: str, seq: int, data: bytes) -> None:
         obs = await self._obs()
         await obs.put(self._name(service, seq), data)
-        for old in (await self.candidates(service))[KEEP:]:
+        for old in to_delete(await self.candidates(service), seq):
             try:
                 await obs.delete(self._name(service, old))
             except Exception as exc:  # an old one left over is tidied up by the next save

@@ -199,3 +199,15 @@ async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: 
         assert all(f"g2-{i}" in svc.state.tree().seen_gangs for i in range(6))
     finally:
         await log.close()
+
+
+async def test_snapshots_of_an_older_log_do_not_push_out_the_new_ones(setup: tuple[EventLog, SnapshotStore]) -> None:
+    """A stream made again under its name starts at position 1: snapshots of the old log at higher
+    positions must not count among the newest kept (they once pushed every new snapshot out)."""
+    log, store = setup
+    for stale in (900_000, 900_001, 900_002, 900_003):
+        await store.save("admission", stale, b"stale")
+    await log.append(inputs(0))
+    await run_until_caught_up(log, store)
+    saved = await store.candidates("admission")
+    assert saved and max(saved) < 900_000  # the new log's snapshot kept, the old log's gone
