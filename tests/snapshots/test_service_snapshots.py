@@ -180,6 +180,11 @@ async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: 
     monkeypatch.setenv("POOLWISE_SNAPSHOT_EVERY", "5")
     log = await JetStreamLog.connect(nats_url, stream=STREAM)
     await reset_stream(log)
+    from nats.js import JetStreamContext
+
+    js = JetStreamContext(log.nc)
+    with contextlib.suppress(Exception):  # (earlier tests' snapshots on the session's server)
+        await js.delete_object_store("poolwise_snapshots")
     caplog.set_level(logging.INFO)
     try:
         await log.append(inputs(0))
@@ -191,7 +196,9 @@ async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: 
                     while not all(f"g{phase}-{i}" in svc.state.tree().seen_gangs for i in range(6)):
                         await anyio.sleep(0.05)
                     tg.cancel_scope.cancel()
-        assert svc.started_from is not None and svc.started_from > 0  # the first run's clean-stop snapshot
+        found = await ObjectStoreSnapshots(js, log.stream).candidates("tree")
+        # the first run's clean-stop snapshot
+        assert svc.started_from is not None and svc.started_from > 0, (found, caplog.text)
         reference = TreeView()
         reference.fold(await log.read(1))
         assert svc.view.position == reference.position and svc.view.subject_seq == reference.subject_seq
