@@ -22,6 +22,7 @@ from events.decisions import (
     PoolStarvationChanged,
     PreemptionRequested,
     StarvationStatus,
+    fault_text,
 )
 from events.envelope import CURRENT_VERSIONS, EVENT_TYPES, AnyEvent, DerivedIds, Envelope, at_seconds, derived_id
 from events.inputs import (
@@ -91,6 +92,7 @@ __all__ = [
     "encode",
     "encode_pack",
     "event_class",
+    "fault_text",
     "is_pack",
     "peek_type",
     "read_envelope",

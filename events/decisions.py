@@ -240,3 +240,10 @@ class InputRejected(Event):
 # A refusal quotes at most this many characters of its input: an input message may be up to the
 # server's payload limit, and its refusal (the quote plus a reason) must still fit one message.
 INPUT_QUOTE_LIMIT = 4096
+FAULT_TEXT_LIMIT = 1000  # characters of an exception's text kept in its refusal
+
+
+def fault_text(error: BaseException) -> str:
+    """What a refusal (rule `internal_error`) says of an exception: its type and message
+    (deterministic: the same input raises the same, so a replay derives the same refusal)."""
+    return f"{type(error).__name__}: {error}"[:FAULT_TEXT_LIMIT]

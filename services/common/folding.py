@@ -47,6 +47,7 @@ from events import (
     decode,
     decode_all,
     derived_id,
+    fault_text,
     is_pack,
     read_envelope,
 )
@@ -101,15 +102,6 @@ def rejection_of_malformed(service: str, stored: Stored, error: DecodeError, now
     return Envelope(id=derived_id(service, stored.seq, "malformed"), time=at_seconds(now), source=service,
                     basis=stored.seq, event=event)
 
-
-
-FAULT_TEXT_LIMIT = 1000  # characters of an exception's text kept in its refusal
-
-
-def fault_text(error: BaseException) -> str:
-    """What a refusal says of an exception: its type and message (deterministic: the same input
-    raises the same, so a replay derives the same refusal)."""
-    return f"{type(error).__name__}: {error}"[:FAULT_TEXT_LIMIT]
 
 
 def rejection_of_fault(service: str, envelope: Envelope, seq: int, part: int, error: Exception,

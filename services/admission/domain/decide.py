@@ -13,10 +13,10 @@ cycle's decisions to the state as soon as they are made: they take effect at the
 
 from __future__ import annotations
 
-from events import CycleCompleted, InputRejected
+from events import CycleCompleted
 from services.admission.domain.cycle import decide_cycle
 from services.admission.domain.entitle import compute_cycle
-from services.admission.domain.state import SERVICE, AdmissionState, Outcome
+from services.admission.domain.state import SERVICE, AdmissionState, Outcome, failed_cycle
 
 
 def decide_tree(state: AdmissionState, tree: str, trigger_seq: int) -> list[Outcome]:
@@ -38,22 +38,10 @@ def run_cycles(state: AdmissionState, trigger_seq: int) -> list[Outcome]:
         try:
             decided = decide_tree(state, tree, trigger_seq)
         except Exception as error:  # one tree's broken cycle neither stops the others nor the service
-            decided = failed_cycle(tree, trigger_seq, error)
+            decided = failed_cycle(tree, SERVICE, trigger_seq, "ClockTicked",
+                                   f"the admission cycle of tree {tree} at seq {trigger_seq}", error)
         now = state.now
         for outcome in decided:  # the cycle's own decisions: nothing to announce
             state.apply(outcome.event, trigger_seq, now)
         out += decided
     return out
-
-
-def failed_cycle(tree: str, trigger_seq: int, error: Exception) -> list[Outcome]:
-    """A cycle whose decision raised: nothing is decided, the failure is published as a refusal
-    of the trigger (rule `internal_error`, the exception's type and message), and the cycle is
-    closed all the same (`CycleCompleted` with no decisions), so that its readers (preemption,
-    the scenario runner) do not wait for it for ever."""
-    text = f"{type(error).__name__}: {error}"[:1000]
-    refusal = InputRejected(tree=tree, ref=f"cycle:{trigger_seq}", input_type="ClockTicked",
-                            reason=f"the admission cycle of tree {tree} at seq {trigger_seq} failed: {text}",
-                            rule="internal_error", input_seq=trigger_seq)
-    return [Outcome(refusal, "cycle_failed"),
-            Outcome(CycleCompleted(tree=tree, service=SERVICE, trigger_seq=trigger_seq, decisions=0), "cycle")]

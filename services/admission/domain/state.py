@@ -49,6 +49,7 @@ from events import (
     TaskStateChanged,
     TreeConfigured,
     TreeOptions,
+    fault_text,
     with_views,
 )
 from events.decisions import fold_entitlements
@@ -92,6 +93,20 @@ class Outcome(NamedTuple):
 
     event: Event
     key: str
+
+
+def failed_cycle(tree: str, service: str, trigger_seq: int, trigger_type: str, what: str,
+                 error: Exception) -> list[Outcome]:
+    """A cycle (admission's) or a pass (preemption's) whose decision raised: nothing is decided,
+    the failure is published as a refusal of its trigger (rule `internal_error`, the exception's
+    type and message), and it is closed all the same (`CycleCompleted` with no decisions), so
+    that its readers (preemption, the next pass, the scenario runner) do not wait for it for ever.
+    `what` names it in the reason ("the admission cycle of tree t at seq 8")."""
+    refusal = InputRejected(tree=tree, ref=f"cycle:{trigger_seq}", input_type=trigger_type,
+                            reason=f"{what} failed: {fault_text(error)}", rule="internal_error",
+                            input_seq=trigger_seq)
+    return [Outcome(refusal, "cycle_failed" if service == SERVICE else "pass_failed"),
+            Outcome(CycleCompleted(tree=tree, service=service, trigger_seq=trigger_seq, decisions=0), "cycle")]
 
 
 @dataclass(slots=True)

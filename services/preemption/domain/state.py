@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from events import CycleCompleted, Event, GangAdmitted, GangRequeued, InputRejected, PreemptionRequested, event_class
+from events import CycleCompleted, Event, GangAdmitted, GangRequeued, PreemptionRequested, event_class
 from services.admission.domain.model import ADMITTED, CANCELLED, DONE, PENDING, TERMINAL
 from services.admission.domain.state import SERVICE as ADMISSION
-from services.admission.domain.state import AdmissionState, Outcome
+from services.admission.domain.state import AdmissionState, Outcome, failed_cycle
 from services.preemption.domain.admitted import AdmittedIndex
 from services.preemption.domain.model import PassResult, TreeMemory
 from services.preemption.domain.passes import preemption_pass
@@ -108,7 +108,8 @@ class PreemptionState:
             result = preemption_pass(self.admission, tree, self.now, self.memory.setdefault(tree, TreeMemory()),
                                      admitted)
         except Exception as error:  # a broken pass neither stops the service nor its next passes
-            return failed_pass(tree, seq, error)
+            return failed_cycle(tree, SERVICE, seq, "CycleCompleted",
+                                f"the preemption pass of tree {tree} after seq {seq}", error)
         self.last_pass[tree] = result
         out = [Outcome(p.event, p.key) for p in result.preemptions]
         out += [Outcome(s, f"starvation:{s.pool}") for s in result.starvation]
@@ -213,15 +214,3 @@ class PreemptionState:
                     out.append({"tree": name, "pool": path, "status": status.status, "since": status.since,
                                 "below_since": status.below_since})
         return out
-
-
-def failed_pass(tree: str, seq: int, error: Exception) -> list[Outcome]:
-    """A pass whose decision raised: nothing preempted, the failure published as a refusal of the
-    admission cycle it followed (rule `internal_error`), and the pass closed all the same (its
-    `CycleCompleted`, which the next pass of the tree waits for)."""
-    text = f"{type(error).__name__}: {error}"[:1000]
-    refusal = InputRejected(tree=tree, ref=f"cycle:{seq}", input_type="CycleCompleted",
-                            reason=f"the preemption pass of tree {tree} after seq {seq} failed: {text}",
-                            rule="internal_error", input_seq=seq)
-    return [Outcome(refusal, "pass_failed"),
-            Outcome(CycleCompleted(tree=tree, service=SERVICE, trigger_seq=seq, decisions=0), "cycle")]
