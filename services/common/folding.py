@@ -296,7 +296,13 @@ async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made
 @dataclass(slots=True)
 class SnapshotPolicy:
     """When a service snapshots its state: after `every` log positions folded since the last one,
-    or `seconds` of log time with at least `least` positions, and when it stops cleanly."""
+    or `seconds` of log time with at least `least` positions, and when it stops cleanly.
+
+    `last_seq`/`last_time`: where the last snapshot was started (what `due` counts from);
+    `saved`: the newest position known to be kept, a snapshot stored (or where the service
+    started). They differ while a snapshot is being saved, and for good when that save fails or is
+    cancelled with the service: a clean stop right after a snapshot was started must still save
+    (`unsaved`), or the stop leaves nothing."""
 
     store: SnapshotStore
     every: int = 100_000
@@ -304,10 +310,19 @@ class SnapshotPolicy:
     least: int = 1_000
     last_seq: int = 0
     last_time: float = 0.0
+    saved: int = 0
 
     def due(self, folded: int, now: float) -> bool:
         since = folded - self.last_seq
         return since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)
+
+    def started(self, folded: int, now: float) -> None:
+        """The service starts with its state at `folded`: nothing to snapshot until it folds more."""
+        self.last_seq, self.last_time, self.saved = folded, now, folded
+
+    def unsaved(self, folded: int) -> bool:
+        """Whether a clean stop at `folded` has state to keep (not whether one was started there)."""
+        return folded > self.saved
 
 
 async def anchor_of(log: EventLog, seq: int) -> int | None:
@@ -369,6 +384,7 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
         data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), pickled,
                                               (), anchor)
         await policy.store.save(service, folded, data)
+        policy.saved = max(policy.saved, folded)
         logger.info("%s: snapshot at %d (%d bytes)", service, folded, len(data))
     except Exception as exc:  # a snapshot is a cache: the service goes on without it
         logger.warning("%s: snapshot at %d not saved: %s: %s", service, folded, type(exc).__name__, exc)
@@ -404,7 +420,7 @@ async def run_folder(
     its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
     folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm)
     if snapshots is not None:
-        snapshots.last_seq, snapshots.last_time = folded, folder.now
+        snapshots.started(folded, folder.now)
     start = folded if store is None else min(folded, store.lowest_checkpoint)
     published = folded  # the last position whose decisions are all in the log
     idle = anyio.Event()  # set while no folded batch waits to be published
@@ -464,7 +480,7 @@ async def run_folder(
                 await log.consume(durable, subjects, start, handle, max_batch=max_batch, linger=linger)
     finally:
         gc.unfreeze()
-        if snapshots is not None and published == folded and folded > snapshots.last_seq:
+        if snapshots is not None and published == folded and snapshots.unsaved(folded):
             # a clean stop: everything decided is in the log; keep the state for the next start
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await save_snapshot(snapshots, log, folder.service, folded, folder.now, take_snapshot(folder, folded))

@@ -214,7 +214,7 @@ class TreeService:
             self.view = snapshot.state
             self.started_from = snapshot.seq
             logger.info("tree: started from its snapshot at %d", snapshot.seq)
-        self.snapshots.last_seq, self.snapshots.last_time = self.position, self.now
+        self.snapshots.started(self.position, self.now)
 
     def snapshot_if_due(self, tg: TaskGroup) -> None:
         """After a batch folded (its rejections published): a snapshot of the view, when due."""
@@ -385,7 +385,9 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
     finally:
         svc.tg = None
         policy = svc.snapshots
-        if policy is not None and svc.position > policy.last_seq:  # a clean stop: keep the view
+        # a clean stop: keep the view (also when a snapshot started at this position was cancelled
+        # with the service before it was stored)
+        if policy is not None and policy.unsaved(svc.position):
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await save_snapshot(policy, log, SERVICE, svc.position, svc.now,
                                     pickled_later(svc.view))

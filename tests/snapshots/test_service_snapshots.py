@@ -173,15 +173,29 @@ async def test_a_snapshot_of_other_code_is_passed_over(setup: tuple[EventLog, Sn
 
 
 @pytest.mark.nats
-@pytest.mark.xfail(strict=False, reason=(
-    "passes alone and after the large-tree, replay, service and scenario suites, but in three whole-suite runs "
-    "the tree service saved no snapshot and no log line was captured: something earlier in the session changes "
-    "its process (not found yet; the soak shows the tree starting from its snapshot under `poolwise up`)"))
+@pytest.mark.parametrize("saving", ["as_usual", "held"])
 async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: pytest.LogCaptureFixture,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch, saving: str) -> None:
+    """A clean stop leaves a snapshot, also when it comes while a snapshot is being saved: the
+    tree snapshots right after a batch, so the stop that follows the batch finds one started at
+    its own position, and cancels it with the service. (It once counted as kept: no snapshot at
+    all when the stop beat the save, which a loaded machine made likely; `held` makes it certain.)"""
     from services.tree.service import TreeView, serve_tree
 
     monkeypatch.setenv("POOLWISE_SNAPSHOT_EVERY", "5")
+    cancelled: list[int] = []  # the saves a stop cut short (in `held`; for the failure's message)
+    if saving == "held":  # every save takes a while: a stop always comes while one is saved
+        original = ObjectStoreSnapshots.save
+
+        async def held(self: ObjectStoreSnapshots, service: str, seq: int, data: bytes) -> None:
+            try:
+                await anyio.sleep(0.5)
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(seq)
+                raise
+            await original(self, service, seq, data)
+
+        monkeypatch.setattr(ObjectStoreSnapshots, "save", held)
     log = await JetStreamLog.connect(nats_url, stream=STREAM)
     await reset_stream(log)
     from nats.js import JetStreamContext
@@ -201,8 +215,8 @@ async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: 
                         await anyio.sleep(0.05)
                     tg.cancel_scope.cancel()
         found = await ObjectStoreSnapshots(js, log.stream).candidates("tree")
-        # the first run's clean-stop snapshot
-        assert svc.started_from is not None and svc.started_from > 0, (found, caplog.text)
+        # the first run's snapshot (its clean stop's, if not one saved while it ran)
+        assert svc.started_from is not None and svc.started_from > 0, (found, cancelled, caplog.text)
         reference = TreeView()
         reference.fold(await log.read(1))
         assert svc.view.position == reference.position and svc.view.subject_seq == reference.subject_seq
