@@ -23,6 +23,7 @@ from services.admission.domain.entitlement.model import (
     TOLERANCE,
     Alert,
     FloatArray,
+    IntArray,
     LeafUsage,
     TreeEntitlements,
     TreeInput,
@@ -114,9 +115,21 @@ def _capacity_alerts(arr: TreeArrays) -> list[Alert]:
     return out
 
 
-def _dominant_shares(matrix: FloatArray, capacity: FloatArray) -> FloatArray:
-    inv = np.divide(1.0, capacity, out=np.zeros_like(capacity), where=capacity > 0)
-    return matrix * inv
+def _largest_shares(matrix: FloatArray, capacity: FloatArray) -> tuple[FloatArray, IntArray]:
+    """Each row's largest component as a share of `capacity` (a kind of no capacity counts 0)
+    and the first column that has it: `(matrix / capacity).max(axis=1)` and `.argmax(axis=1)`,
+    column by column, since numpy's reductions along a short last axis cost ~30x more per row
+    (a third of a 100k-pool cycle went there)."""
+    n, k = matrix.shape
+    best, which = np.zeros(n), np.zeros(n, dtype=np.intp)
+    for column in range(k):
+        share = matrix[:, column] / capacity[column] if capacity[column] > 0 else np.zeros(n)
+        if column == 0:
+            best = share
+        else:
+            which = np.where(share > best, column, which)
+            np.maximum(best, share, out=best)
+    return best, which
 
 
 def _compute(arr: TreeArrays) -> TreeEntitlements:
@@ -141,13 +154,10 @@ def _compute(arr: TreeArrays) -> TreeEntitlements:
     shares = np.zeros((n, 3))
     dominant = np.full(n, -1, dtype=np.intp)
     if arr.kinds:
-        fair = _dominant_shares(entitlement, arr.capacity)
-        used = _dominant_shares(usage, arr.capacity)
-        wanted = _dominant_shares(requirement, arr.capacity)
-        shares[:, 0] = fair.max(axis=1)
-        shares[:, 1] = used.max(axis=1)
-        shares[:, 2] = wanted.max(axis=1)
-        dominant = np.where(shares[:, 2] > 0, wanted.argmax(axis=1), -1).astype(np.intp)
+        shares[:, 0] = _largest_shares(entitlement, arr.capacity)[0]
+        shares[:, 1] = _largest_shares(usage, arr.capacity)[0]
+        shares[:, 2], wanted = _largest_shares(requirement, arr.capacity)
+        dominant = np.where(shares[:, 2] > 0, wanted, -1).astype(np.intp)
 
     slack_capacity = {kd: 0.0 for kd in arr.kinds}
     if arr.cpu >= 0:
