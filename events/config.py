@@ -15,7 +15,7 @@ from events.base import Frozen
 
 DEFAULT_KINDS: tuple[str, ...] = ("cpu", "memory", "disk", "gpu")
 
-Policy = Literal["per_resource", "dominant"]
+Policy = Literal["per_resource", "dominant", "hdrf"]
 Mode = Literal["fifo", "fair_share"]
 ReservationType = Literal["elastic", "static"]
 FifoKey = Literal["priority", "arrival", "pending_tasks"]

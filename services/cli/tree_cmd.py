@@ -46,7 +46,7 @@ def _options(file: Path | None, policy: str | None, resources: str | None) -> Tr
 def configure(
     name: str,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="YAML/JSON file of tree options.")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="per_resource or dominant.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="per_resource, dominant or hdrf.")] = None,
     resources: Annotated[str | None, typer.Option("--resources", help="Kinds in play, e.g. cpu,memory,gpu.")] = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:

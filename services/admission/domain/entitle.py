@@ -17,7 +17,15 @@ from events import EntitlementsComputed, PoolEntitlement
 from events.decisions import ENTITLEMENT_PART_POOLS
 from services.admission.domain.entitlement import EntitlementEngine
 from services.admission.domain.entitlement.arrays import positive_amounts
-from services.admission.domain.entitlement.model import FloatArray, IntArray, JobDemand, LeafUsage, PoolInput, TreeInput
+from services.admission.domain.entitlement.model import (
+    JOB_POLICIES,
+    FloatArray,
+    IntArray,
+    JobDemand,
+    LeafUsage,
+    PoolInput,
+    TreeInput,
+)
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.rounding import round_matrix
 from services.admission.domain.state import AdmissionState, TreeRuntime
@@ -43,7 +51,7 @@ def tree_input(state: AdmissionState, tree: str) -> TreeInput:
     config = state.config.tree(tree)
     total, revocable = capacity(state.config, tree)
     rt = state.runtime(tree)
-    jobs = _job_demands(rt) if config.options.policy == "dominant" else None
+    jobs = _job_demands(rt) if config.options.policy in JOB_POLICIES else None
     pools: list[PoolInput] = []
     for path, view in effective_pools(state.config, tree).items():
         if path == "/":
@@ -91,7 +99,7 @@ def _engine(state: AdmissionState, tree: str) -> _Prepared:
         return found
     engine, leaves, given = found.engine, found.leaves, found.given
     rt = state.runtime(tree)
-    if given.policy == "dominant":
+    if given.policy in JOB_POLICIES:
         jobs = _job_demands(rt)
         for leaf in leaves:
             engine.set_usage(leaf, _usage(rt, leaf, jobs))

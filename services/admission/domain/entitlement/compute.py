@@ -18,6 +18,7 @@ import numpy as np
 from services.admission.domain.entitlement import per_resource, slack
 from services.admission.domain.entitlement.arrays import TreeArrays, build_arrays, write_usage
 from services.admission.domain.entitlement.dominant import dominant_entitlements
+from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
 from services.admission.domain.entitlement.model import (
     CPU,
     TOLERANCE,
@@ -135,8 +136,12 @@ def _largest_shares(matrix: FloatArray, capacity: FloatArray) -> tuple[FloatArra
 def _compute(arr: TreeArrays) -> TreeEntitlements:
     requirement, non_revocable = per_resource.leaf_requirements(arr)
     alerts = _capacity_alerts(arr)
+    stops: dict[str, tuple[Stop, ...]] = {}
     if arr.policy == "dominant":
         entitlement, requirement, more = dominant_entitlements(arr)
+    elif arr.policy == "hdrf":
+        hdrf = hdrf_entitlements(arr)
+        entitlement, requirement, more, stops = hdrf.entitlement, hdrf.requirement, hdrf.alerts, hdrf.stops
     else:
         per_resource.aggregate(arr, requirement)
         entitlement, more = per_resource.divide(arr, requirement)
@@ -176,4 +181,5 @@ def _compute(arr: TreeArrays) -> TreeEntitlements:
         shares=shares,
         dominant=dominant,
         alerts=tuple(alerts),
+        stops=stops,
     )

@@ -74,6 +74,7 @@ trees (`tests/entitlement/test_dominant_equivalence.py`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, is_, itemgetter, length_hint
 
@@ -200,8 +201,32 @@ def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[Fl
     return g, lim, alerts
 
 
-def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list[Alert]]:
-    """`(entitlement, requirement, alerts)` of every row under `dominant`."""
+@dataclass(slots=True, eq=False)
+class DrfInputs:
+    """What `dominant` and `hdrf` both start from: the jobs (leaves of the computation), every
+    pool's requirement, and the guarantees and limits as shares of the capacity (kinds it has only:
+    `active`)."""
+
+    job_demand: FloatArray
+    """`(kinds, jobs)`: each job's demand, in amounts, jobs grouped by leaf in row order."""
+    job_weight: FloatArray
+    job_row: IntArray
+    """The leaf row of each job."""
+    requirement: FloatArray
+    """`(pools, kinds)`: the sum of a pool's jobs' demands, capped at its limit (internal pools:
+    their children's, as `per_resource` aggregates)."""
+    active: list[int]
+    """The kinds of positive capacity (indices into `kinds`); the others are left out."""
+    cap: FloatArray
+    guarantee: FloatArray
+    """`(pools, active kinds)`: reservations as shares, inferred, capped and scaled (`_guarantees`)."""
+    limit: FloatArray
+    alerts: list[Alert]
+
+
+def drf_inputs(arr: TreeArrays) -> DrfInputs:
+    """The jobs, requirement, guarantees and limits of a tree under a DRF policy. Guarantees and
+    limits are empty `(pools, 0)` when the tree has no capacity or no pool."""
     n, k = len(arr.paths), len(arr.kinds)
     job_demand, job_weight, job_leaf, leaves = _leaf_jobs(arr)
     job_row = leaves[job_leaf]
@@ -212,14 +237,26 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list
             totals[:, kd] = np.bincount(job_leaf, weights=job_demand[kd], minlength=leaves.size)
         requirement[leaves] = np.minimum(totals, np.take(arr.limit, leaves, axis=0))
     aggregate(arr, requirement)
-
     active = [i for i in range(k) if arr.capacity[i] > 0]
+    cap = arr.capacity[active]
+    if not active or n == 1:
+        empty = np.zeros((n, 0))
+        return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, empty, empty, [])
+    g, lim, alerts = _guarantees(arr, active, cap)
+    return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, g, lim, alerts)
+
+
+def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list[Alert]]:
+    """`(entitlement, requirement, alerts)` of every row under `dominant`."""
+    n, k = len(arr.paths), len(arr.kinds)
+    drf = drf_inputs(arr)
+    requirement, active = drf.requirement, drf.active
     entitlement = np.zeros((n, k))
     if not active or n == 1:
         return entitlement, requirement, []
-    cap = arr.capacity[active]
+    cap, g, lim, alerts = drf.cap, drf.guarantee, drf.limit, drf.alerts
+    job_demand, job_weight, job_row = drf.job_demand, drf.job_weight, drf.job_row
     dims = len(active)
-    g, lim, alerts = _guarantees(arr, active, cap)
     weight = arr.weight
     # kinds-major from here on (see polylines.py): one row per kind
     box = np.ascontiguousarray(np.where((weight > EPS)[:, None], lim, np.minimum(lim, g)).T)

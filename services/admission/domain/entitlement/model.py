@@ -24,12 +24,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-Policy = Literal["per_resource", "dominant"]
+Policy = Literal["per_resource", "dominant", "hdrf"]
+JOB_POLICIES: frozenset[str] = frozenset({"dominant", "hdrf"})
+"""The policies whose leaves are jobs (DRF): a leaf's `LeafUsage.jobs` matter under these only."""
 Amounts = Mapping[str, float]
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -66,7 +68,7 @@ class LeafUsage:
     """What a leaf pool holds and needs. `allocation`/`demand` are non-revocable; revocable gangs
     count in `revocable_allocation`/`revocable_demand` only.
 
-    `jobs` matters only under `dominant`. `None` means "one job": the pool's non-revocable
+    `jobs` matters only under `dominant` and `hdrf` (`JOB_POLICIES`). `None` means "one job": the pool's non-revocable
     allocation plus demand. Give the jobs when the caller knows them (DRF treats each job as a
     leaf: two jobs get twice the weight of one)."""
 
@@ -142,6 +144,16 @@ class PoolEntitlement:
     dominant_kind: str | None
 
 
+class StopLike(Protocol):
+    """`hdrf.Stop`: a kind that stopped some job of a pool, used up at pool `at` (`/`: the tree)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def at(self) -> str: ...
+
+
 class TreeEntitlements(Mapping[str, PoolEntitlement]):
     """The result of one computation: `path -> PoolEntitlement`, built on access.
 
@@ -162,6 +174,7 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         "requirement_matrix",
         "slack_capacity",
         "slack_matrix",
+        "stops",
     )
 
     def __init__(
@@ -180,6 +193,7 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         shares: FloatArray,
         dominant: IntArray,
         alerts: tuple[Alert, ...],
+        stops: Mapping[str, tuple[StopLike, ...]] | None = None,
     ) -> None:
         self.policy: Policy = policy
         self.kinds = kinds
@@ -194,6 +208,9 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         self._shares = shares  # (pools, 3): fair, usage, demand
         self._dominant = dominant  # kind index, -1 for none
         self.alerts = alerts
+        self.stops: Mapping[str, tuple[StopLike, ...]] = stops or {}
+        """Under `hdrf`: per pool path, the kinds that stopped some of its jobs and where they were
+        used up (`hdrf.Stop`); a pool whose jobs all had their demand met is not listed."""
         self._lists: tuple[list[list[float]], ...] | None = None
 
     def row_of(self, path: str) -> int:
