@@ -111,3 +111,48 @@ def trees(
         policy=policy,
         allocation_slack=draw(st.booleans()),
     )
+
+
+ALL_KINDS = ("cpu", "memory", "disk", "gpu")
+
+
+@st.composite
+def contended_trees(draw: st.DrawFn) -> TreeInput:
+    """Nested pools whose jobs want more than there is, each needing only some kinds (the case
+    `hdrf` exists for): limits that bind, guarantees, weights, 2-4 kinds."""
+    chosen = draw(st.sets(st.sampled_from(ALL_KINDS), min_size=2))
+    kinds = tuple(k for k in ALL_KINDS if k in chosen)
+    cap = {k: draw(st.sampled_from([8.0, 10.0, 100.0, 1000.0])) for k in kinds}
+    n = draw(st.integers(1, 7))
+    paths: list[str] = []
+    parents: dict[str, str] = {}
+    for i in range(n):
+        parent = draw(st.sampled_from(["/", *paths]))
+        path = f"/q{i}" if parent == "/" else f"{parent}/q{i}"
+        paths.append(path)
+        parents[path] = parent
+    has_kids = set(parents.values())
+    budget: dict[str, dict[str, float]] = {"/": dict(cap)}
+    limit_of: dict[str, dict[str, float]] = {"/": dict(cap)}
+    pools: list[PoolInput] = []
+    for path in paths:
+        parent = parents[path]
+        reservation = {k: budget[parent][k] * draw(st.sampled_from([0.0, 0.0, 0.25, 0.5])) for k in kinds}
+        for k in kinds:
+            budget[parent][k] -= reservation[k]
+        budget[path] = dict(reservation)
+        limit = {k: max(reservation[k], limit_of[parent][k] * draw(st.sampled_from([1.0, 1.0, 0.6, 0.3])))
+                 for k in kinds}
+        limit_of[path] = limit
+        usage = LeafUsage()
+        if path not in has_kids:
+            jobs = []
+            for j in range(draw(st.integers(0, 4))):
+                needs = draw(st.sets(st.sampled_from(kinds), min_size=1))
+                demand = {k: cap[k] * draw(st.sampled_from([0.02, 0.1, 0.3, 0.7])) for k in sorted(needs)}
+                jobs.append(JobDemand(f"j{j}", demand, draw(st.sampled_from([1.0, 1.0, 0.5, 2.0]))))
+            usage = LeafUsage(jobs=tuple(jobs))
+        pools.append(PoolInput(path=path, reservation=reservation,
+                               limit=None if all(limit[k] >= cap[k] for k in kinds) else limit,
+                               share=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])), usage=usage))
+    return TreeInput(kinds=kinds, capacity=cap, pools=tuple(pools), policy="hdrf")

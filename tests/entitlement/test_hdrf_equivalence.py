@@ -15,11 +15,10 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
 from tests.entitlement.hdrf_reference import hdrf_reference
-from tests.entitlement.strategies import trees
+from tests.entitlement.strategies import contended_trees, trees
 
 # The oracle costs ~0.1 s a tree: fewer examples than the other entitlement tests.
 EXAMPLES = int(os.environ.get("HDRF_EXAMPLES", "40"))
@@ -27,51 +26,6 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 AGREE = 3e-3
 """Of the capacity of each kind (the worst seen over 600 random trees: 5.2e-4)."""
-
-ALL_KINDS = ("cpu", "memory", "disk", "gpu")
-
-
-@st.composite
-def contended_trees(draw: st.DrawFn) -> TreeInput:
-    """Nested pools whose jobs want more than there is, each needing only some kinds (the case
-    `hdrf` exists for): limits that bind, guarantees, weights, 2-4 kinds."""
-    chosen = draw(st.sets(st.sampled_from(ALL_KINDS), min_size=2))
-    kinds = tuple(k for k in ALL_KINDS if k in chosen)
-    cap = {k: draw(st.sampled_from([8.0, 10.0, 100.0, 1000.0])) for k in kinds}
-    n = draw(st.integers(1, 7))
-    paths: list[str] = []
-    parents: dict[str, str] = {}
-    for i in range(n):
-        parent = draw(st.sampled_from(["/", *paths]))
-        path = f"/q{i}" if parent == "/" else f"{parent}/q{i}"
-        paths.append(path)
-        parents[path] = parent
-    has_kids = set(parents.values())
-    budget: dict[str, dict[str, float]] = {"/": dict(cap)}
-    limit_of: dict[str, dict[str, float]] = {"/": dict(cap)}
-    pools: list[PoolInput] = []
-    for path in paths:
-        parent = parents[path]
-        reservation = {k: budget[parent][k] * draw(st.sampled_from([0.0, 0.0, 0.25, 0.5])) for k in kinds}
-        for k in kinds:
-            budget[parent][k] -= reservation[k]
-        budget[path] = dict(reservation)
-        limit = {k: max(reservation[k], limit_of[parent][k] * draw(st.sampled_from([1.0, 1.0, 0.6, 0.3])))
-                 for k in kinds}
-        limit_of[path] = limit
-        usage = LeafUsage()
-        if path not in has_kids:
-            jobs = []
-            for j in range(draw(st.integers(0, 4))):
-                needs = draw(st.sets(st.sampled_from(kinds), min_size=1))
-                demand = {k: cap[k] * draw(st.sampled_from([0.02, 0.1, 0.3, 0.7])) for k in needs}
-                jobs.append(JobDemand(f"j{j}", demand, draw(st.sampled_from([1.0, 1.0, 0.5, 2.0]))))
-            usage = LeafUsage(jobs=tuple(jobs))
-        pools.append(PoolInput(path=path, reservation=reservation,
-                               limit=None if all(limit[k] >= cap[k] for k in kinds) else limit,
-                               share=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5])), usage=usage))
-    return TreeInput(kinds=kinds, capacity=cap, pools=tuple(pools), policy="hdrf")
-
 
 def assert_agree(tree: TreeInput) -> None:
     got = compute_entitlements(tree)
@@ -116,7 +70,7 @@ def test_the_oracle_tells_dominant_apart() -> None:
     assert differ >= 6
 
 
-@settings(max_examples=int(os.environ.get("ENTITLEMENT_EXAMPLES", "300")), deadline=None,
+@settings(max_examples=int(os.environ.get("ENTITLEMENT_EXAMPLES", "300")) // 3, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(trees(policy="hdrf", with_jobs=True))
 def test_with_one_kind_hdrf_is_dominant(tree: TreeInput) -> None:

@@ -251,8 +251,9 @@ class _Filling:
         if grow.any():  # a demand met
             tau = min(tau, float(((1.0 - self.a[grow]) / da[grow]).min()))
         up = (velocity > 0) & ~self.frozen
-        if up.any():  # a limit reached (the root's: the capacity)
-            tau = min(tau, float(((self.lim[up] - self._share[up]) / velocity[up]).min()))
+        if up.any():  # a limit reached (the root's: the capacity); a speck of velocity: never (inf)
+            with np.errstate(over="ignore"):
+                tau = min(tau, float(((self.lim[up] - self._share[up]) / velocity[up]).min()))
         key_rate = np.where(self._argmax, velocity, 0.0).max(axis=1) / self.w
         job_rate = da * self.dom / np.where(self.jw > 0, self.jw, 1.0)
         for _, cands, least in self._visited:  # a larger key caught up by the growing siblings
