@@ -1,6 +1,9 @@
 """Entitlement engine timings on random trees: `bench_entitlement(sizes) -> list[dict]`.
 
 Run: `.venv/bin/python -m bench.entitlement [SIZE ...]`. Nothing runs or prints at import.
+`.venv/bin/python -m bench.entitlement compare [SIZE ...] [capacity=0.25]`: the policies side by
+side on one tree (`compare_policies`: prepared `compute()` of each, runs alternated, best and
+median), with the capacity cut by the factor given (so that kinds run out).
 
 Each row times, best of `repeat`:
 - `compute_s`: `EntitlementEngine.compute()` on a prepared engine (what the admission service
@@ -16,6 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +32,7 @@ from services.admission.domain.entitlement import (
     TreeInput,
     compute_entitlements,
 )
-from services.admission.domain.entitlement.model import Policy
+from services.admission.domain.entitlement.model import JOB_POLICIES, Policy
 
 KINDS = ("cpu", "memory", "disk", "gpu")
 
@@ -79,7 +83,7 @@ def random_tree(
             demand = res * rng.uniform(0.0, 3.0, len(KINDS))
             alloc = res * rng.uniform(0.0, 1.2, len(KINDS))
             jobs = None
-            if policy == "dominant":
+            if policy in JOB_POLICIES:
                 jobs = tuple(
                     JobDemand(
                         job=f"j{row}-{j}",
@@ -156,11 +160,53 @@ def _bench_one(n: int, policy: Policy, repeat: int) -> dict[str, Any]:
     }
 
 
+def compare_policies(
+    n: int, policies: Iterable[Policy] = ("per_resource", "dominant", "hdrf"), *, repeat: int = 5, seed: int = 0,
+    capacity_factor: float = 1.0,
+) -> list[dict[str, Any]]:
+    """Each policy's prepared `compute()` on one tree of `n` pools (its leaves' jobs given, which
+    `per_resource` ignores), the runs alternated (policy A, B, C, A, B, C, ...) so that a noisy
+    machine slows them alike: best and median of `repeat` per policy, and the tree's numbers.
+
+    `random_tree`'s demands fit its capacity (nothing is used up: `hdrf` then needs no event);
+    `capacity_factor` < 1 cuts the capacity so that kinds run out (`contended` in the rows)."""
+    chosen = list(policies)
+    tree = random_tree(n, seed=seed, policy="dominant")
+    tree = replace(tree, capacity={k: v * capacity_factor for k, v in tree.capacity.items()})
+    engines = {p: EntitlementEngine(replace(tree, policy=p)) for p in chosen}
+    times: dict[str, list[float]] = {p: [] for p in chosen}
+    for _ in range(repeat):
+        for p in chosen:
+            t0 = time.perf_counter()
+            engines[p].compute()
+            times[p].append(time.perf_counter() - t0)
+    rows = []
+    for p in chosen:
+        result = engines[p].compute()
+        cap = np.array([result.capacity[k] for k in result.kinds])
+        used = np.divide(result.entitlement_matrix[0], cap, out=np.zeros_like(cap), where=cap > 0)
+        rows.append({"pools": n, "kinds": len(KINDS), "policy": p, "best_s": min(times[p]),
+                     "median_s": float(np.median(times[p])), "repeat": repeat,
+                     "contended": capacity_factor < 1.0,
+                     "root_used": used.round(3).tolist()})
+    return rows
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["compare"]:
+        sizes = [int(a) for a in argv[1:] if a.isdigit()] or [100, 1000]
+        factor = next((float(a.split("=", 1)[1]) for a in argv if a.startswith("capacity=")), 1.0)
+        cut = f" (capacity x {factor:g})" if factor < 1.0 else ""
+        for n in sizes:
+            for row in compare_policies(n, repeat=3 if n > 300 else 5, capacity_factor=factor):
+                print(f"{row['policy']:>12} {row['pools']:>7} pools x {row['kinds']} kinds{cut}: "
+                      f"compute best {row['best_s'] * 1e3:10.1f} ms, median {row['median_s'] * 1e3:10.1f} ms "
+                      f"(runs alternated, {row['repeat']} each); root given / capacity {row['root_used']}")
+        return
     sizes = [int(a) for a in argv if a.isdigit()] or [1000, 10000, 100000]
-    policies: list[Policy] = ["dominant"] if "dominant" in argv else ["per_resource"]
+    policies: list[Policy] = [p for p in ("dominant", "hdrf") if p in argv] or ["per_resource"]
     if "all" in argv:
-        policies = ["per_resource", "dominant"]
+        policies = ["per_resource", "dominant", "hdrf"]
     for policy in policies:
         for row in bench_entitlement(sizes, policy=policy):
             print(

@@ -54,8 +54,10 @@ phases is about the number of jobs plus pools times kinds.
 A pool of weight 0 gets at most its guarantee (as under `dominant`, whose box is then
 `min(limit, guarantee)`): its limit is taken as that, its key as if its weight were 1.
 
-Cost: each phase is O(pools + jobs) Python work, so the whole is quadratic: fine for trees of
-hundreds of pools, not for 10k (see `docs/performance.md`, "Policy hdrf").
+Cost: each phase is O(pools + jobs) Python work and there are about as many phases as jobs, so
+the whole is quadratic: 2 s at 100 pools, 20 s at 300 on the bench's trees, far from `dominant`'s
+vectorised 38 ms at 10k (see `docs/performance.md`, "Policy hdrf", for the way there). A tree
+where nothing is contended (every demand fits every limit and the capacity) takes no phase.
 """
 
 from __future__ import annotations
@@ -119,9 +121,7 @@ class _Filling:
         self.jw = job_weight
         self.job_row = job_row
         self.g = guarantee
-        zero_weight = arr.weight <= EPS
-        self.lim = np.where(zero_weight[:, None], np.minimum(limit, guarantee), limit)
-        self.w = np.where(zero_weight, 1.0, arr.weight)
+        self.lim, self.w = _limits(arr, guarantee, limit)
         self.a = np.zeros(self.m)
         self.blocked = np.zeros(self.m, dtype=bool)
         self.cause_kind = np.full(self.m, MET, dtype=np.intp)
@@ -143,14 +143,7 @@ class _Filling:
 
     def shares(self, per_job: FloatArray) -> FloatArray:
         """`(pools, dims)`: the sum of `per_job` rows over each pool's jobs."""
-        arr = self.arr
-        dims = per_job.shape[1]
-        out = np.zeros((len(arr.paths), dims))
-        for kd in range(dims):
-            out[:, kd] = np.bincount(self.job_row, weights=per_job[:, kd], minlength=len(arr.paths))
-        for lv in reversed(arr.levels):
-            out[lv.group_parent] = np.add.reduceat(out[lv.start : lv.stop], lv.group_starts, axis=0)
-        return out
+        return _sum_up(self.arr, self.job_row, per_job)
 
     def freeze(self, share: FloatArray) -> None:
         """Every (pool, kind) at its limit stops the jobs under the pool that need the kind."""
@@ -283,14 +276,26 @@ def hdrf_entitlements(arr: TreeArrays) -> HdrfResult:
         return HdrfResult(entitlement, drf.requirement, [], {}, 0, np.zeros((drf.job_row.size, k)), drf.job_row)
     active = drf.active
     dshare = np.ascontiguousarray((drf.job_demand[active] / drf.cap[:, None]).T)
-    filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
     # a job needing a kind the tree has none of: that kind is used up at the tree from the start
     inactive = [i for i in range(k) if i not in active]
+    lacking = (drf.job_demand[inactive] > 0).any(axis=0) if inactive else np.zeros(dshare.shape[0], dtype=bool)
+    idle = (dshare.max(axis=1, initial=0.0) <= FULL) | (drf.job_weight <= EPS)  # nothing to give, no weight
+    # Nothing contended (every demand fits every limit on its path and the capacity): no kind is
+    # used up before the last demand is met, so every job gets its demand, without a phase.
+    whole = np.where(lacking | idle, 0.0, 1.0)
+    lim, _ = _limits(arr, drf.guarantee, drf.limit)
+    given = _sum_up(arr, drf.job_row, whole[:, None] * dshare)
+    if not lacking.any() and (given <= lim + FULL).all():
+        entitlement[:, active] = given * drf.cap
+        jobs = np.zeros((dshare.shape[0], k))
+        jobs[:, active] = whole[:, None] * dshare * drf.cap
+        return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
+    filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
     for kd in inactive:
-        lacking = (drf.job_demand[kd] > 0) & ~filling.blocked
-        filling.blocked |= lacking
-        filling.cause_kind[lacking], filling.cause_row[lacking] = -2 - kd, 0
-    filling.blocked |= (filling.dom <= FULL) | (filling.jw <= EPS)  # nothing to give, or no weight to grow by
+        missing = (drf.job_demand[kd] > 0) & ~filling.blocked
+        filling.blocked |= missing
+        filling.cause_kind[missing], filling.cause_row[missing] = -2 - kd, 0
+    filling.blocked |= idle
     phases = filling.run(max_phases=20 * (filling.m + n * len(active)) + 100)
     share = filling.shares(filling.a[:, None] * dshare)
     entitlement[:, active] = share * drf.cap
@@ -298,6 +303,25 @@ def hdrf_entitlements(arr: TreeArrays) -> HdrfResult:
     jobs[:, active] = filling.a[:, None] * dshare * drf.cap
     return HdrfResult(entitlement, drf.requirement, drf.alerts, _stops(arr, filling, active), phases, jobs,
                       drf.job_row)
+
+
+def _sum_up(arr: TreeArrays, job_row: IntArray, per_job: FloatArray) -> FloatArray:
+    """`(pools, columns)`: the sum of `per_job` rows over each pool's jobs (its subtree's)."""
+    n = len(arr.paths)
+    out = np.zeros((n, per_job.shape[1]))
+    for kd in range(per_job.shape[1]):
+        out[:, kd] = np.bincount(job_row, weights=per_job[:, kd], minlength=n)
+    for lv in reversed(arr.levels):
+        out[lv.group_parent] = np.add.reduceat(out[lv.start : lv.stop], lv.group_starts, axis=0)
+    return out
+
+
+def _limits(arr: TreeArrays, guarantee: FloatArray, limit: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """`(limit, weight)` as the filling uses them: a pool of weight 0 gets at most its guarantee
+    (`dominant`'s box `min(limit, guarantee)`), its key taken as if its weight were 1."""
+    zero_weight = arr.weight <= EPS
+    return (np.where(zero_weight[:, None], np.minimum(limit, guarantee), limit),
+            np.where(zero_weight, 1.0, arr.weight))
 
 
 def _stops(arr: TreeArrays, filling: _Filling, active: list[int]) -> dict[str, tuple[Stop, ...]]:
