@@ -46,6 +46,8 @@ from services.admission.domain.cycle import (
     judge,
     take_waiting_jobs,
 )
+from services.admission.domain.entitle import tree_input
+from services.admission.domain.entitlement import compute_entitlements
 from services.admission.domain.model import (
     ADMITTED,
     CANCELLED,
@@ -61,7 +63,7 @@ from services.admission.domain.model import (
     Gang,
 )
 from services.admission.domain.state import AdmissionState, TreeRuntime, _chain, is_forgotten
-from services.admission.domain.vectors import Vector, free, short_of
+from services.admission.domain.vectors import TOLERANCE, Vector, free, short_of
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import EffectivePool, capacity, effective_pools
 
@@ -411,9 +413,12 @@ def _describe(state: AdmissionState, rt: TreeRuntime, gang: Gang, view: Effectiv
             return _shortage(state, rt, "entitlement", "slack entitlement", need, entitlement.slack_entitlement,
                              held.slack, lambda k, left, of: f"needs {k} {spell(need[k])}, pool {path} has "
                                                              f"{spell(left)} of {spell(of)} slack left")
-        return _shortage(state, rt, "entitlement", "entitlement", need, entitlement.non_slack_entitlement,
-                         held.non_slack, lambda k, left, of: f"needs {k} {spell(need[k])}, pool {path} has "
-                                                             f"{spell(left)} of {spell(of)} left")
+        found = _shortage(state, rt, "entitlement", "entitlement", need, entitlement.non_slack_entitlement,
+                          held.non_slack, lambda k, left, of: f"needs {k} {spell(need[k])}, pool {path} has "
+                                                              f"{spell(left)} of {spell(of)} left")
+        if state.config.tree(rt.name).options.policy == "hdrf":
+            found = _used_up(state, rt, gang, pools, found)
+        return found
     if verdict.check == "controller_limit":
         percent = view.controller_limit or 0.0
         cap = {k: v * percent / 100.0 for k, v in view.reservation.items()}
@@ -451,6 +456,39 @@ def _shortage(state: AdmissionState, rt: TreeRuntime, check: str, what: str, nee
         numbers[kind] = {"need": need[kind], "left": left, "of": of, "held": used.get(kind, 0.0),
                          "short": need[kind] - left}
     return Finding(check, f"{what}: {'; '.join(parts)}", numbers)
+
+
+HOLDERS_NAMED = 5
+"""How many holders of a used-up kind are named (the largest); the others are counted."""
+
+
+def _used_up(state: AdmissionState, rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool],
+             found: Finding) -> Finding:
+    """Under `hdrf` a pool's jobs stop growing only when a kind they need is used up (DOMAIN §3):
+    which kinds stopped the gang's pool and where (the engine's `stops`: the tree's capacity, or the
+    limit of a pool on the path), and who holds each there (that place's children, by the last
+    cycle's entitlements, the largest first), added to the shortage. The stops come from computing
+    the tree again on the state as it is now (they are not in the log's entitlement events)."""
+    stops = compute_entitlements(tree_input(state, rt.name)).stops.get(gang.pool, ())
+    ents = rt.entitlements
+    parts: list[str] = []
+    numbers = dict(found.numbers)
+    for stop in stops:
+        kind, place = stop.kind, stop.at
+        if gang.resources.get(kind, 0.0) <= 0:
+            continue
+        below = [p for p in ents if p != place and p.rsplit("/", 1)[0] == ("" if place == "/" else place)]
+        held = sorted(((ents[p].entitlement.get(kind, 0.0), p) for p in below), key=lambda e: (-e[0], e[1]))
+        held = [(amount, p) for amount, p in held if amount >= TOLERANCE]
+        named = ", ".join(f"{p} {spell(amount)}" for amount, p in held[:HOLDERS_NAMED])
+        more = f" and {len(held) - HOLDERS_NAMED} more" if len(held) > HOLDERS_NAMED else ""
+        limit = pools[place].limit.get(kind, 0.0) if place in pools else 0.0
+        where = "" if place == "/" else f" at the limit of {place} ({spell(limit)})"
+        parts.append(f"{kind} is used up{where}: {named}{more}")
+        numbers[f"used_up_{kind}"] = {"at": place, "holders": {p: amount for amount, p in held}}
+    if not parts:
+        return found
+    return Finding(found.check, f"{found.message}; {'; '.join(parts)}", numbers)
 
 
 def _full_pools(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], scratch: Scratch) -> list[Finding]:
