@@ -97,6 +97,21 @@ async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int
 async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,
                      on_progress: OnProgress | None = None, process_from: int | None = None,
                      from_seq: int | None = None, snapshots: SnapshotStore | None = None) -> Report:
+    """Verify `log`: with admission's state folded once for both services where the verifier can
+    (`Verifier(shared=True)`), and when that finds anything, once more with each service's own
+    fold (the log read again; no progress reported meanwhile): the report of a log with findings
+    is always the latter's."""
+    report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
+                               process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=True)
+    if not report.ok and report.shared:
+        report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=None,
+                                   process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=False)
+    return report
+
+
+async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, chunk: int | None,
+                      on_progress: OnProgress | None, process_from: int | None, from_seq: int | None,
+                      snapshots: SnapshotStore | None, shared: bool) -> Report:
     began = time.perf_counter()
     chunk = chunk or CHUNK
     end = await log.last_seq()
@@ -117,10 +132,12 @@ async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | No
         from services.replay.worker import verify_in_process
 
         report = await verify_in_process(log, refusals, end, chunk, began, tree=tree, to_seq=to_seq,
-                                         on_progress=on_progress, snapshots=starts, from_seq=from_seq, first=first)
+                                         on_progress=on_progress, snapshots=starts, from_seq=from_seq, first=first,
+                                         shared=shared)
         report.passed_over = passed_over
         return report
-    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq)
+    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq,
+                        shared=shared)
     verifier.report.passed_over = passed_over
     del starts  # (the folds hold what they need of them)
     send, receive = anyio.create_memory_object_stream[list[Stored]](1)  # one piece read ahead

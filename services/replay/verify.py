@@ -11,7 +11,11 @@ Re-derived, for each deciding service, exactly as its shell decides live:
   decided from: a cycle's decisions take effect at its trigger (admission applies them as it
   makes them, preemption reads through `CycleOrder`), every other decision where it lands.
   Messages are decoded as the live services decode them (`events.read_envelope` / `read_pack`
-  views; task reports as views too), once for all three folds and the comparison.
+  views; task reports as views too), once for all three folds and the comparison. With
+  `shared=True` (what `verify` and the reader ask for first), a fold of the whole log from the
+  start steps admission's state once for both (preemption keeps a copy of it live: `shared.py`
+  says why that is the same on a log whose admission decisions match); a report with findings
+  is then made again with each service's own fold (`verify`, `reader.verify_log`).
 - tree: the rejections of malformed config and host messages (`TreeView.fold`), and every
   recorded refusal of a command: the command (in the record's `input`) is judged again
   (`parse_command`, `judge`) on the tree as folded through the record's `basis`. Commands are not
@@ -84,6 +88,7 @@ from typing import Any, Literal, get_args
 
 from events import DecodeError, Envelope, Event, InputRejected, decode, decode_all, encode, read_envelope, read_pack
 from events.codec import pack_parts
+from events.commands import COMMANDS
 from events.envelope import DecisionEvent
 from events.subjects import PREFIX
 from events.views import VIEWS
@@ -98,8 +103,9 @@ from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
 from services.preemption.folder import PreemptionFolder
+from services.replay.shared import SharedFolds
 from services.tree.domain.decide import Refused
-from services.tree.service import COMMANDS, INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
+from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
 from services.tree.service import SERVICE as TREE
 
 DECISION_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in get_args(DecisionEvent))
@@ -154,6 +160,7 @@ class Report:
     starts: dict[str, int] = field(default_factory=dict)  # `--from`: service -> its snapshot's position (0: none)
     passed_over: list[str] = field(default_factory=list)  # `--from`: snapshots not used, and why
     unchecked: int = 0  # `--from`: decisions read whose basis is before their service's start
+    shared: bool = False  # admission's state was folded once for both services (`shared.py`)
 
     @property
     def ok(self) -> bool:
@@ -480,6 +487,13 @@ def _fold_service(folder: Folder, piece: Sequence[Stored], decoded: _Decoded, af
     return out
 
 
+def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot]) -> bool:
+    """Whether a `Verifier(shared=True)` folds admission's state once for both services: from the
+    start (no snapshot of either), the whole log, every tree. Otherwise (and when asked for
+    `shared=False`) each service folds its own, as live."""
+    return tree is None and to_seq is None and not any(s.service in (ADMISSION, PREEMPTION) for s in snapshots)
+
+
 class Verifier:
     """Re-derive and compare, fed the log a piece at a time, in order (`feed`), then `finish`.
 
@@ -491,7 +505,7 @@ class Verifier:
 
     def __init__(self, refusals: Iterable[Refusal] = (), *, tree: str | None = None,
                  to_seq: int | None = None, snapshots: Iterable[Snapshot] = (),
-                 from_seq: int | None = None) -> None:
+                 from_seq: int | None = None, shared: bool = False) -> None:
         self.report = Report(tree=tree, to_seq=to_seq, from_seq=from_seq)
         self.tree = tree
         self.to_seq = to_seq
@@ -500,11 +514,17 @@ class Verifier:
         self.view = TreeView()
         self.starts: dict[str, int] = {}  # service -> the position its fold starts after
         pending: list[Envelope] = []
+        snapshots = list(snapshots)
         for snapshot in snapshots:
             self._start_from(snapshot)
             pending += snapshot.pending
+        # `shared`: admission's state folded once for both services (`shared.py`), when the
+        # whole log is folded from the start and every decision reported (else each its own)
+        self.shared: SharedFolds | None = SharedFolds() if shared and shares(tree=tree, to_seq=to_seq,
+                                                                            snapshots=snapshots) else None
         if from_seq is not None:
             self.report.starts = {name: self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)}
+        self.report.shared = self.shared is not None
         tree_start = self.starts.get(TREE, 0)
         self.refusals = sorted((r for r in refusals if (to_seq is None or r.seq <= to_seq)
                                 and (r.envelope.basis or 0) >= tree_start),  # (before: not judged, `_unchecked`)
@@ -598,10 +618,17 @@ class Verifier:
         report.messages += len(piece)
         after = self.position
         # 1. re-derive: each service folds the piece (decisions made before their records are read)
-        for folder, wants in ((self.admission, self._admission_wants), (self.preemption, self._preemption_wants)):
-            start = max(after, self.starts.get(folder.service, 0))
-            for decision in _fold_service(folder, piece, decoded, start, wants):
+        if self.shared is not None:
+            for decision in _fold_service(self.shared, piece, decoded, after, self._admission_wants):
                 self._derive(decision)
+            for decision in self.shared.take():
+                self._derive(decision)
+        else:
+            for folder, wants in ((self.admission, self._admission_wants),
+                                  (self.preemption, self._preemption_wants)):
+                start = max(after, self.starts.get(folder.service, 0))
+                for decision in _fold_service(folder, piece, decoded, start, wants):
+                    self._derive(decision)
         self._fold_tree(piece, decoded)
         # 2. compare what the piece records
         for stored in piece:
@@ -779,7 +806,14 @@ class Verifier:
 
 
 def verify(messages: Sequence[Stored], *, tree: str | None = None, to_seq: int | None = None) -> Report:
-    """Re-derive every decision from `messages` (a whole log, in order) and compare."""
-    verifier = Verifier(command_refusals(messages), tree=tree, to_seq=to_seq)
-    verifier.feed(messages)
-    return verifier.finish()
+    """Re-derive every decision from `messages` (a whole log, in order) and compare: with
+    admission's state folded once (`shared`), and when that finds anything, again with each
+    service's own fold (the report of a log with findings is always the latter's)."""
+    report = Report()
+    for shared in (True, False):
+        verifier = Verifier(command_refusals(messages), tree=tree, to_seq=to_seq, shared=shared)
+        verifier.feed(messages)
+        report = verifier.finish()
+        if report.ok or not report.shared:
+            break
+    return report

@@ -45,13 +45,13 @@ def _stored(rows: list[Row]) -> list[Stored]:
 
 
 def child(inbox: Connection, outbox: Connection) -> None:
-    """The child's whole life: ("start", refusals, tree, to_seq, snapshots, from_seq), then ("piece",
+    """The child's whole life: ("start", refusals, tree, to_seq, snapshots, from_seq, shared), then ("piece",
     rows)..., then ("finish",). Answers ("fed", Status) per piece, ("report", Report) at the end, or
     ("error", text)."""
     try:
-        _, refusals, tree, to_seq, snapshots, from_seq = inbox.recv()
+        _, refusals, tree, to_seq, snapshots, from_seq, shared = inbox.recv()
         verifier = Verifier(command_refusals(_stored(refusals)), tree=tree, to_seq=to_seq, snapshots=snapshots,
-                            from_seq=from_seq)
+                            from_seq=from_seq, shared=shared)
         del snapshots
         while True:
             message = inbox.recv()
@@ -114,14 +114,16 @@ class _Child:
 
 async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int, chunk: int, began: float, *,
                             tree: str | None, to_seq: int | None, on_progress: Any,
-                            snapshots: Sequence[Snapshot] = (), from_seq: int | None = None, first: int = 1) -> Report:
+                            snapshots: Sequence[Snapshot] = (), from_seq: int | None = None, first: int = 1,
+                            shared: bool = False) -> Report:
     from services.replay.reader import Progress
 
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
     try:
-        await anyio.to_thread.run_sync(worker.send, ("start", _rows(refusals), tree, to_seq, list(snapshots), from_seq))
+        await anyio.to_thread.run_sync(worker.send, ("start", _rows(refusals), tree, to_seq, list(snapshots), from_seq,
+                                                       shared))
         async for piece in read_in_chunks(log, first, (), chunk, end_seq=end):
             await anyio.to_thread.run_sync(worker.send, ("piece", _rows(piece)))  # waits for the child to take it
             worker.take(block=False)

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from events import Envelope, GangAdmitted, decode_all, encode
+from events import CycleCompleted, Envelope, GangAdmitted, decode_all, encode
 from events.commands import PoolUpsert
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
@@ -22,6 +22,8 @@ from services.replay.verify import Verifier, about, command_refusals
 from services.tree.service import TreeService
 from tests.replay import reference
 from tests.replay.biglog import build
+from tests.service.test_poison_input import poisoned_enqueue  # noqa: F401  (a fixture)
+from tests.service.test_poison_input import run as poison_run
 from tests.service.test_replay import (
     SHARED_FILES,
     TIMEOUTS,
@@ -389,3 +391,78 @@ def test_the_shared_oracle_is_the_old_module() -> None:
     """`reference.py` is the verifier as it was before streaming (kept as the oracle, not used)."""
     text = (Path(reference.__file__)).read_text()
     assert "def verify(messages: Sequence[Stored]) -> Report:" in text
+
+
+# --- admission's state folded once for both services (`services/replay/shared.py`) ------------------------
+
+
+def _preemption_decisions(messages: list[Stored]) -> list[Envelope]:
+    return [e for m in messages for e in decode_all(m.data) if e.source == "preemption" and e.type in DECISION_TYPES]
+
+
+def preemption_tampered(messages: list[Stored]) -> dict[str, tuple[str, list[Stored]]]:
+    """A log's preemption decisions tampered with: one changed, one removed, one forged (the id each names)."""
+    decisions = _preemption_decisions(messages)
+    if not decisions:
+        return {}
+    first, last = decisions[0], decisions[-1]
+    out: dict[str, tuple[str, list[Stored]]] = {}
+    event = first.event
+    if isinstance(event, CycleCompleted):
+        fake = first.model_copy(update={"event": event.model_copy(update={"decisions": event.decisions + 1})})
+        index = holding(messages, first.id)
+        tampered = list(messages)
+        tampered[index] = rewritten(messages[index], first.id, fake)
+        out["changed"] = (first.id, tampered)
+    index = holding(messages, last.id)
+    if len(decode_all(messages[index].data)) > 1:
+        tampered = list(messages)
+        tampered[index] = rewritten(messages[index], last.id, None)
+        out["removed"] = (last.id, tampered)
+    forged = first.model_copy(update={"id": "forged-preemption"})
+    out["forged"] = ("forged-preemption", _append(messages, forged, "poolwise.decision.x.preemption", None))
+    return out
+
+
+def test_shared_folds_give_each_services_own_folds_report_on_a_clean_log(logs: dict[str, list[Stored]]) -> None:
+    for name, messages in logs.items():
+        shared, own = streamed(messages, 3, shared=True), streamed(messages, 3)
+        assert shared.shared and not own.shared
+        assert shared.ok, (name, [f.line() for f in shared.findings])
+        assert summary(shared) == summary(own), name
+
+
+def test_shared_folds_find_a_tampered_decision_of_either_service(logs: dict[str, list[Stored]]) -> None:
+    """Admission's tampered decisions are found as each service's own folds find them; preemption's
+    (changed, removed, forged) are found too. Whatever the shared folds find, `verify` and the
+    reader report the own folds' report (`test_pieces_give_the_whole_list_report`)."""
+    preempting = 0
+    for name, variant, messages in cases(logs):
+        shared, own = streamed(messages, 2, shared=True), streamed(messages, 2)
+        assert shared.ok == own.ok, (name, variant)
+        assert {(f.kind, f.id) for f in shared.findings if f.source != "preemption"} == \
+            {(f.kind, f.id) for f in own.findings if f.source != "preemption"}, (name, variant)
+    for name, messages in logs.items():
+        for variant, (key, tampered) in preemption_tampered(messages).items():
+            preempting += 1
+            for report in (streamed(tampered, 2, shared=True), streamed(tampered, 2)):
+                assert key in report.ids(), (name, variant, report.shared, [f.line() for f in report.findings])
+    assert preempting >= 3
+
+
+def test_verify_reports_the_own_folds_findings(logs: dict[str, list[Stored]]) -> None:
+    messages = changed(logs["timeouts"])
+    report = verify(messages)
+    assert not report.ok and not report.shared
+    assert summary(report) == summary(streamed(messages, 5))
+    assert verify(logs["timeouts"]).shared
+
+
+def test_shared_folds_refuse_a_poison_input_as_both_services_did(poisoned_enqueue: None,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    """Admission's fold raises on an input (live: both services refuse it, each its own fold):
+    folded once for both, both refusals are re-derived (and the fold goes on as both did)."""
+    _, messages = poison_run(MemoryLog(), tmp_path)
+    report = streamed(messages, 2, shared=True)
+    assert report.shared and report.ok, [f.line() for f in report.findings]
+    assert report.counts["InputRejected"].matched == 2

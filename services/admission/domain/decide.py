@@ -13,6 +13,8 @@ cycle's decisions to the state as soon as they are made: they take effect at the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from events import CycleCompleted
 from services.admission.domain.cycle import decide_cycle
 from services.admission.domain.entitle import compute_cycle
@@ -29,10 +31,12 @@ def decide_tree(state: AdmissionState, tree: str, trigger_seq: int) -> list[Outc
     return out
 
 
-def run_cycles(state: AdmissionState, trigger_seq: int) -> list[Outcome]:
+def run_cycles(state: AdmissionState, trigger_seq: int,
+               applied: Callable[[Outcome, list[Outcome]], None] | None = None) -> list[Outcome]:
     """Decide the cycle of every tree due at `trigger_seq` (`state.take_due`), one tree after the
     other, each applied to the state (at the trigger's position and time) before the next is
-    decided. Returns their decisions, in order."""
+    decided. Returns their decisions, in order. `applied(decision, announced)`: called as each
+    is applied (a replay folds preemption's part of the same state there: services/replay/shared.py)."""
     out: list[Outcome] = []
     for tree in state.take_due():
         try:
@@ -42,6 +46,8 @@ def run_cycles(state: AdmissionState, trigger_seq: int) -> list[Outcome]:
                                    f"the admission cycle of tree {tree} at seq {trigger_seq}", error)
         now = state.now
         for outcome in decided:  # the cycle's own decisions: nothing to announce
-            state.apply(outcome.event, trigger_seq, now)
+            announced = state.apply(outcome.event, trigger_seq, now)
+            if applied is not None:
+                applied(outcome, announced)
         out += decided
     return out

@@ -75,8 +75,15 @@ class PreemptionState:
         """Fold one event; after an admission cycle completes, run one preemption pass."""
         kind = event_class(event)  # events come off the wire as exactly these types, or views of them
         before = self._attempt_of(event) if kind is PreemptionRequested else None
-        admission = self.admission
-        announced = admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
+        announced = self.admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
+        return self.applied(event, kind, seq, before, announced)
+
+    def applied(self, event: Event, kind: type[Event], seq: int, before: int | None,
+                announced: list[Outcome]) -> list[Outcome]:
+        """The rest of `apply`, once `self.admission` has applied `event` (of class `kind`) and
+        announced `announced`; `before`: `_attempt_of(event)` before it did (only a
+        `PreemptionRequested`'s). A replay that folds admission's state once for both services
+        steps it so (`services/replay/shared.py`)."""
         if kind is GangAdmitted or kind is PreemptionRequested:
             self._track(event, seq, before)
         if self.open:

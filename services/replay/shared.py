@@ -1,0 +1,115 @@
+"""Admission's and preemption's folds on one `AdmissionState`, for a replay that folds both from
+the start (`Verifier` without snapshots).
+
+Live, preemption keeps a copy of admission's fold (`PreemptionState.admission`), read from the
+log through `CycleOrder`: the events in the order admission's fold applies them (an admission
+cycle's decisions at its trigger, then what came after it, in log order). Folding both services
+as they run live folds admission's state twice (its handlers were ~45% of the verifier's CPU).
+Here admission's folder steps once, and after each event admission's state applies (an input, or
+each decision of a cycle as the cycle makes it, at its trigger) preemption's own part runs on the
+same state (`PreemptionState.applied`): the same events in the same order as `CycleOrder` gives
+preemption, with the re-derived cycle decisions where live preemption reads the recorded ones.
+
+So on a log whose admission decisions all match their records, preemption's fold goes through
+the states it goes through live (the decisions it re-derives are its own, and compared with what
+it recorded: a forged, changed or missing preemption decision is found as before). On a log where
+an admission decision does not match, that is found (admission's `differs`/`unexpected`/
+`missing`), and preemption's decisions are re-derived from the admission decisions the log should
+hold: a preemption decision based on the forged ones may be reported too. A snapshot start
+(`--from`) folds each service on its own (their states are of different positions).
+
+A poison input (a fold that raises) is refused by both services, as live (each folds it with the
+same code: `rejection_of_fault`, preemption's at part 0 as `CycleOrder` steps it); a raise in
+preemption's own part only is preemption's refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+from events import Envelope, PreemptionRequested, at_seconds, event_class
+from services.admission.domain.cycle_order import is_cycle_decision
+from services.admission.domain.decide import run_cycles
+from services.admission.domain.state import SERVICE as ADMISSION
+from services.admission.domain.state import AdmissionState, Outcome
+from services.admission.envelopes import decision_envelopes
+from services.admission.folder import OWNED_PREFIXES, naming_part, seconds_of
+from services.common.folding import decision_envelope, rejection_of_fault
+from services.preemption.domain.state import SERVICE as PREEMPTION
+from services.preemption.domain.state import PreemptionState
+
+
+class SharedFolds:
+    """`AdmissionFolder` (a `Folder`: `step` returns admission's decisions) and preemption's fold
+    (`PreemptionState`) on one admission state; preemption's decisions are collected in
+    `preempted` (the caller takes them)."""
+
+    service = ADMISSION
+
+    def __init__(self) -> None:
+        self.state = AdmissionState()
+        self.preemption = PreemptionState(admission=self.state)
+        self.preempted: list[Envelope] = []
+
+    @property
+    def now(self) -> float:
+        return self.state.now
+
+    def owns(self, subject: str) -> bool:  # (`AdmissionFolder.owns`: preemption owns no input subject)
+        return subject.startswith(OWNED_PREFIXES)
+
+    def take(self) -> list[Envelope]:
+        """Preemption's decisions since the last `take`."""
+        out, self.preempted = self.preempted, []
+        return out
+
+    def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
+        """`AdmissionFolder.step`; what `PreemptionFolder` decides of the same event (and of the
+        cycles it starts) goes to `preempted`."""
+        if is_cycle_decision(envelope):  # applied at its trigger, as made (admission's and preemption's fold)
+            return []
+        state = self.state
+        event = envelope.event
+        kind = event_class(event)
+        before = self.preemption._attempt_of(event) if kind is PreemptionRequested else None
+        try:
+            outcomes = state.apply(event, seq, seconds_of(envelope))
+        except Exception as error:  # both services fold it: both refuse it (admission's refusal: the caller's)
+            self.preempted.append(rejection_of_fault(PREEMPTION, envelope, seq, 0, error, state.now))
+            raise
+        self._preempt(envelope, kind, seq, before, outcomes)
+        cycles: list[Outcome] = []
+        if last and (state.due or state.full):
+            time = at_seconds(state.now)  # (the cycles do not move the clock)
+
+            def applied(decision: Outcome, announced: list[Outcome]) -> None:
+                self._preempt(decision, event_class(decision.event), seq, None, announced,
+                              lambda: decision_envelopes(ADMISSION, [decision], seq, envelope.id, time)[0])
+
+            cycles = run_cycles(state, seq, applied)
+        if not outcomes and not cycles:
+            return []
+        if part:
+            outcomes = [naming_part(o, seq, part) for o in outcomes]
+        outcomes += cycles
+        return decision_envelopes(ADMISSION, outcomes, seq, envelope.id, at_seconds(state.now))
+
+    def _preempt(self, applied: Envelope | Outcome, kind: type, seq: int, before: int | None,
+                 announced: list[Outcome], envelope_of: Callable[[], Envelope] | None = None) -> None:
+        """Preemption's part of folding an input `applied` (or a cycle's decision: its envelope
+        made by `envelope_of` when needed), which admission's state has applied."""
+        state = self.preemption
+        fault: Exception | None = None
+        try:
+            outcomes = state.applied(applied.event, kind, seq, before, announced)
+        except Exception as error:
+            outcomes, fault = [], error
+        if not outcomes and fault is None:
+            return
+        envelope = envelope_of() if envelope_of is not None else cast(Envelope, applied)  # (an input: a view, maybe)
+        if fault is not None:
+            self.preempted.append(rejection_of_fault(PREEMPTION, envelope, seq, 0, fault, state.now))
+        else:
+            time = at_seconds(state.now)
+            self.preempted += [decision_envelope(PREEMPTION, o.event, o.key, seq, envelope.id, time) for o in outcomes]
