@@ -10,6 +10,17 @@ class InputError(Exception):
     """Bad input from a person: printed as one line, exit code 2, never a traceback."""
 
 
+class ServiceError(Exception):
+    """The service refused a command: `rule` names the broken rule. (Here, not in
+    `services.cli.client`, which re-exports it: the CLI's error handling needs the class, and
+    every command's start would otherwise import NATS and the event contract with it.)"""
+
+    def __init__(self, rule: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.field = field
+
+
 def parse_resources(text: str, *, option: str = "resources") -> dict[str, float]:
     """`cpu=100,memory=1000` -> {"cpu": 100.0, "memory": 1000.0}. Negative values pass through
     (the service refuses them, naming the rule); a malformed pair is an InputError naming the option."""

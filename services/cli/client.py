@@ -12,17 +12,8 @@ from pydantic import BaseModel
 
 from events import subjects
 from events.commands import Reply
-from services.cli.args import InputError
+from services.cli.args import InputError, ServiceError
 from services.common.natsserver import resolve_nats_url
-
-
-class ServiceError(Exception):
-    """The service refused a command: `rule` names the broken rule."""
-
-    def __init__(self, rule: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.rule = rule
-        self.field = field
 
 
 def find_url(data_dir: Path) -> str:

@@ -11,8 +11,7 @@ from typing import TypeVar
 import anyio
 import typer
 
-from services.cli.args import InputError
-from services.cli.client import ServiceError
+from services.cli.args import InputError, ServiceError
 
 T = TypeVar("T")
 

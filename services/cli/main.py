@@ -1,39 +1,113 @@
 """The `poolwise` command: one CLI for everything a person does.
 
-Sub-commands live in modules named for what they hold; this module only wires them."""
+Sub-commands live in modules named for what they hold; this module only wires them. Each module
+is imported when one of its commands runs (or when help lists them all), not when the CLI starts:
+`poolwise serve tree`, which `poolwise up` runs once per service, would otherwise load the event
+contract's models, the scenario runner, the submitter SDK and rich's tables it never uses, in
+every process it starts. `up` and `serve` are registered at once (their module is light); every
+other command is `LAZY`: a name, the module holding it, and how that module registers it."""
 
 from __future__ import annotations
 
-import typer
+import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
-from services.cli import demo_cmd, events_cmd, host_cmd, pool_cmd, scenario_cmd, serve_cmd, sql_cmd, tree_cmd
-from services.cli.bench_cmd import register as register_bench
+import typer
+from typer import _click as click
+from typer.core import TyperGroup
+from typer.main import get_group
+
+from services.cli import serve_cmd
 from services.cli.errors import guarded
-from services.cli.gangs_cmd import register as register_gangs
-from services.cli.preemptions_cmd import register as register_preemptions
-from services.cli.replay_cmd import register as register_replay
-from services.cli.submit_cmd import register as register_submit
+
+# (command names, module, what registers them: "register" (its `register(app)`) or "app" (a
+# sub-app added under the one name)), in the order help lists them: the commands the modules'
+# `register` adds, then the sub-apps, as when every module was imported up front.
+LAZY: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("sql",), "services.cli.sql_cmd", "register"),
+    (("bench",), "services.cli.bench_cmd", "register"),
+    (("replay",), "services.cli.replay_cmd", "register"),
+    (("demo",), "services.cli.demo_cmd", "register"),
+    (("preemptions",), "services.cli.preemptions_cmd", "register"),
+    (("submit", "cancel", "task", "gang"), "services.cli.submit_cmd", "register"),
+    (("gangs", "explain"), "services.cli.gangs_cmd", "register"),
+    (("pool",), "services.cli.pool_cmd", "app"),
+    (("host",), "services.cli.host_cmd", "app"),
+    (("tree",), "services.cli.tree_cmd", "app"),
+    (("events",), "services.cli.events_cmd", "app"),
+    (("scenario",), "services.cli.scenario_cmd", "app"),
+)
+# Where each name goes in help: its sub-apps last (`submit`'s `task` and `gang` after `scenario`).
+ORDER: tuple[str, ...] = ("up", "serve", "sql", "bench", "replay", "demo", "preemptions", "submit", "cancel",
+                          "gangs", "explain", "pool", "host", "tree", "events", "scenario", "task", "gang")
+
+SETTINGS: dict[str, Any] = {"pretty_exceptions_enable": False, "add_completion": False}
+
+
+def load(module: str, how: str, names: tuple[str, ...]) -> dict[str, click.Command]:
+    """The click commands `names` of `module`, built as typer builds them in a group of its own."""
+    found = importlib.import_module(module)
+    holder = typer.Typer(**SETTINGS)
+    if how == "register":
+        found.register(holder)
+    else:
+        holder.add_typer(getattr(found, how), name=names[0])
+    commands = get_group(holder).commands
+    return {name: commands[name] for name in names}
+
+
+class LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands by name: those given at once, the `LAZY` ones built when first asked
+    for. Its names (what a mistyped command is matched against) need no import."""
+
+    def __init__(self, given: MutableMapping[str, click.Command]) -> None:
+        self._built: dict[str, click.Command] = dict(given)
+        self._lazy = {name: (module, how, names) for names, module, how in LAZY for name in names}
+
+    def _names(self) -> list[str]:
+        known = [*self._built, *(name for name in self._lazy if name not in self._built)]
+        return sorted(known, key=lambda name: ORDER.index(name) if name in ORDER else len(ORDER))
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._built and name in self._lazy:
+            module, how, names = self._lazy[name]
+            self._built.update(load(module, how, names))
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self._built.pop(name, None)
+        self._lazy.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._built or name in self._lazy
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+class LazyGroup(TyperGroup):
+    """The top-level group, its commands a `LazyCommands`."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands(self.commands)
+
 
 app = typer.Typer(
     name="poolwise",
     help="Event-sourced resource manager for shared compute clusters.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+    cls=LazyGroup,
+    **SETTINGS,
 )
-app.add_typer(pool_cmd.app, name="pool")
-app.add_typer(host_cmd.app, name="host")
-app.add_typer(tree_cmd.app, name="tree")
-app.add_typer(events_cmd.app, name="events")
-app.add_typer(scenario_cmd.app, name="scenario")
 serve_cmd.register(app)
-sql_cmd.register(app)
-register_bench(app)
-register_replay(app)
-demo_cmd.register(app)
-register_preemptions(app)
-register_submit(app)
-register_gangs(app)
 
 
 def main() -> None:

@@ -73,16 +73,16 @@ def serve(
     if service not in SERVICES:
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
-    if supervised and service in YIELDING:  # next to the deciding services, under `poolwise up`
-        yield_cpu()
     if nats_url is None:
         from services.common.natsserver import resolve_nats_url
 
         nats_url = resolve_nats_url(data_dir)
         if nats_url is None:
             raise InputError("no NATS server: set NATS_URL or start `poolwise up` first")
+    # Next to the deciding services, under `poolwise up`: once started (leading or standing by),
+    # not before, so that the start of `up` waits on none of its services' CPU share.
     _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised,
-         sql_retention=retention)
+         sql_retention=retention, yield_when_ready=supervised and service in YIELDING)
 
 
 # Services off the admission path: the tree service's read models (and pool commands) may wait a
@@ -130,7 +130,8 @@ def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
 
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
-         ready_on_standby: bool, announce: bool = True, sql_retention: float | None = None) -> None:
+         ready_on_standby: bool, announce: bool = True, sql_retention: float | None = None,
+         yield_when_ready: bool = False) -> None:
     from services.common.runtime import run_until_signalled
     from services.common.telemetry import configure
     from services.launcher import run_system
@@ -138,6 +139,8 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     configure(f"poolwise-{names[0]}" if len(names) == 1 else "poolwise")  # POOLWISE_TRACE=console: spans
 
     def on_ready(url: str) -> None:
+        if yield_when_ready:
+            yield_cpu()
         if announce:
             typer.echo(ready_line(names, url, data_dir), err=True)
 
