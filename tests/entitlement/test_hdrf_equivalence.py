@@ -15,8 +15,11 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
+from services.admission.domain.entitlement.arrays import build_arrays
+from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
 from tests.entitlement.hdrf_reference import hdrf_reference
 from tests.entitlement.strategies import contended_trees, trees
 
@@ -108,3 +111,30 @@ def _seeded(seed: int) -> TreeInput:
             jobs.append(JobDemand(f"j{j}", {k: cap[k] * float(rng.choice([0.1, 0.3, 0.7])) for k in needs}))
         pools.append(PoolInput(f"/t{i}", usage=LeafUsage(jobs=tuple(jobs))))
     return TreeInput(kinds=kinds, capacity=cap, pools=tuple(pools), policy="hdrf")
+
+
+@settings(max_examples=int(os.environ.get("ENTITLEMENT_EXAMPLES", "300")) // 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.one_of(contended_trees(), trees(policy="hdrf", with_jobs=True), trees(policy="hdrf", with_jobs=True,
+                                                                                  limits=False)))
+def test_the_shortcuts_give_what_the_filling_gives(tree: TreeInput) -> None:
+    """Nothing contended, and `dominant`'s answer where it is `hdrf`'s, are taken without the
+    event-by-event filling: both give its entitlement, job by job, and its stops."""
+    fast = hdrf_entitlements(build_arrays(tree))
+    slow = hdrf_entitlements(build_arrays(tree), shortcuts=False)
+    scale = max(1.0, *tree.capacity.values())
+    np.testing.assert_allclose(fast.entitlement, slow.entitlement, rtol=0, atol=1e-9 * scale)
+    np.testing.assert_allclose(fast.job_entitlement, slow.job_entitlement, rtol=0, atol=1e-9 * scale)
+    assert dict(fast.stops) == dict(slow.stops)
+
+
+def test_the_shortcut_through_dominant_is_taken_on_a_tree_every_job_of_which_needs_every_kind() -> None:
+    """The bench's shape: jobs needing every kind, the cpu running out."""
+    jobs = tuple(JobDemand(f"j{i}", {"cpu": 10.0 + i, "memory": 5.0}) for i in range(4))
+    tree = TreeInput(kinds=("cpu", "memory"), capacity={"cpu": 30, "memory": 100}, policy="hdrf",
+                     pools=(PoolInput("/a", usage=LeafUsage(jobs=jobs[:2])),
+                            PoolInput("/b", usage=LeafUsage(jobs=jobs[2:]))))
+    fast = hdrf_entitlements(build_arrays(tree))
+    assert fast.phases == 0 and fast.entitlement[0, 0] == pytest.approx(30.0)
+    assert dict(fast.stops) == {"/a": (Stop("cpu", "/"),), "/b": (Stop("cpu", "/"),)}
+    assert dict(hdrf_entitlements(build_arrays(tree), shortcuts=False).stops) == dict(fast.stops)

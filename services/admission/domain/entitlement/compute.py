@@ -136,7 +136,7 @@ def _largest_shares(matrix: FloatArray, capacity: FloatArray) -> tuple[FloatArra
 def _compute(arr: TreeArrays) -> TreeEntitlements:
     requirement, non_revocable = per_resource.leaf_requirements(arr)
     alerts = _capacity_alerts(arr)
-    stops: dict[str, tuple[Stop, ...]] = {}
+    stops: Mapping[str, tuple[Stop, ...]] = {}
     if arr.policy == "dominant":
         entitlement, requirement, more = dominant_entitlements(arr)
     elif arr.policy == "hdrf":

@@ -254,7 +254,18 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list
     entitlement = np.zeros((n, k))
     if not active or n == 1:
         return entitlement, requirement, []
-    cap, g, lim, alerts = drf.cap, drf.guarantee, drf.limit, drf.alerts
+    share, _ = dominant_shares(arr, drf)
+    entitlement[:, active] = share * drf.cap
+    return entitlement, requirement, drf.alerts
+
+
+def dominant_shares(arr: TreeArrays, drf: DrfInputs) -> tuple[FloatArray, FloatArray]:
+    """`(share (pools, active kinds), inner argument of each pool)` under `dominant`, for a tree
+    with capacity and pools: a leaf's inner argument is its jobs' common one (a job of demand
+    share `d` and weight `w` holds `d / max(d) * min(max(d), w * t)`)."""
+    n = len(arr.paths)
+    active = drf.active
+    cap, g, lim = drf.cap, drf.guarantee, drf.limit
     job_demand, job_weight, job_row = drf.job_demand, drf.job_weight, drf.job_row
     dims = len(active)
     weight = arr.weight
@@ -302,5 +313,4 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list
         up = arr.parent[sl]
         v, inner_t[sl], inner_r[sl] = evaluate(paths, inner_t[up], inner_r[up])
         share[sl] = v.T
-    entitlement[:, active] = share * cap
-    return entitlement, requirement, alerts
+    return share, inner_t

@@ -63,13 +63,14 @@ where nothing is contended (every demand fits every limit and the capacity) take
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.dominant import drf_inputs
-from services.admission.domain.entitlement.model import Alert, BoolArray, FloatArray, IntArray
+from services.admission.domain.entitlement.dominant import DrfInputs, dominant_shares, drf_inputs
+from services.admission.domain.entitlement.model import ROOT, Alert, BoolArray, FloatArray, IntArray
 from services.admission.domain.entitlement.polylines import EPS
 
 TIE = 1e-9
@@ -94,7 +95,7 @@ class HdrfResult:
     entitlement: FloatArray
     requirement: FloatArray
     alerts: list[Alert]
-    stops: dict[str, tuple[Stop, ...]]
+    stops: Mapping[str, tuple[Stop, ...]]
     """Per pool path (only pools with some job stopped by a kind): the kinds that stopped its
     jobs and where, sorted by kind (tree order) then place."""
     phases: int
@@ -267,8 +268,10 @@ class _Filling:
         return max(tau, 0.0)
 
 
-def hdrf_entitlements(arr: TreeArrays) -> HdrfResult:
-    """Entitlement, requirement, alerts and stops of every row under `hdrf`."""
+def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
+    """Entitlement, requirement, alerts and stops of every row under `hdrf`. Two exact shortcuts
+    come first (`shortcuts=False` skips them, for tests): nothing contended; and `dominant`'s
+    answer when it is provably `hdrf`'s (`_as_dominant`). Else the filling, event by event."""
     n, k = len(arr.paths), len(arr.kinds)
     drf = drf_inputs(arr)
     entitlement = np.zeros((n, k))
@@ -290,6 +293,10 @@ def hdrf_entitlements(arr: TreeArrays) -> HdrfResult:
         jobs = np.zeros((dshare.shape[0], k))
         jobs[:, active] = whole[:, None] * dshare * drf.cap
         return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
+    if shortcuts and not lacking.any():
+        found = _as_dominant(arr, drf, dshare, lim, idle)
+        if found is not None:
+            return found
     filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
     for kd in inactive:
         missing = (drf.job_demand[kd] > 0) & ~filling.blocked
@@ -303,6 +310,68 @@ def hdrf_entitlements(arr: TreeArrays) -> HdrfResult:
     jobs[:, active] = filling.a[:, None] * dshare * drf.cap
     return HdrfResult(entitlement, drf.requirement, drf.alerts, _stops(arr, filling, active), phases, jobs,
                       drf.job_row)
+
+
+def _as_dominant(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray,
+                 idle: BoolArray) -> HdrfResult | None:
+    """`dominant`'s answer, when it is `hdrf`'s; else None.
+
+    Until a kind is used up somewhere, the two fillings are one (the same keys grow together,
+    jumps are taken whole, demands are met alike). `dominant` ends when the root's capacity of a
+    kind is all given (its common argument stops for everyone), and a pool's limit stops its whole
+    subtree. So when, at `dominant`'s end, no pool but the root is at its limit of any kind, and
+    every job short of its demand needs a kind whose capacity is all given, nothing happened that
+    `hdrf` does differently: the same filling reached the same point, where `hdrf` stops every job
+    too. (A job needing a kind the tree has none of is not taken here: `dominant` leaves the kind
+    out, `hdrf` stops the job.)"""
+    share, inner_t = dominant_shares(arr, drf)
+    if (share[1:] >= lim[1:] - FULL).any():
+        return None
+    dom = dshare.max(axis=1, initial=0.0)
+    reach = drf.job_weight * inner_t[drf.job_row]
+    short = ~idle & (reach < dom * (1.0 - 1e-9))
+    used_up = share[0] >= 1.0 - FULL
+    needs = dshare > 0.0
+    if (short & ~(needs & used_up).any(axis=1)).any():
+        return None
+    n, k = len(arr.paths), len(arr.kinds)
+    active = drf.active
+    entitlement = np.zeros((n, k))
+    entitlement[:, active] = share * drf.cap
+    with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
+        given = np.where(idle, 0.0, np.minimum(1.0, np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0)))
+    jobs = np.zeros((dshare.shape[0], k))
+    jobs[:, active] = given[:, None] * dshare * drf.cap
+    # each short job is stopped by the first used-up kind it needs (all were used up at the end)
+    first = np.argmax(needs & used_up, axis=1)
+    stopped = np.zeros((n, k), dtype=bool)
+    rows = drf.job_row[short]
+    stopped[rows, np.asarray(active)[first[short]]] = True
+    for lv in reversed(arr.levels):
+        stopped[lv.group_parent] |= np.logical_or.reduceat(stopped[lv.start : lv.stop], lv.group_starts, axis=0)
+    stopped[0] = False
+    return HdrfResult(entitlement, drf.requirement, drf.alerts, _AtTheTree(arr, stopped), 0, jobs, drf.job_row)
+
+
+class _AtTheTree(Mapping[str, tuple[Stop, ...]]):
+    """Stops all at the tree's capacity, as a `(pools, kinds)` matrix, read as `path -> stops` on
+    access (a 10k-pool tree's dict would cost more than the computation)."""
+
+    def __init__(self, arr: TreeArrays, stopped: BoolArray) -> None:
+        self._arr, self._stopped = arr, stopped
+        self._rows = np.flatnonzero(stopped.any(axis=1)).tolist()
+
+    def __getitem__(self, path: str) -> tuple[Stop, ...]:
+        row = self._arr.index.get(path)
+        if row is None or not self._stopped[row].any():
+            raise KeyError(path)
+        return tuple(Stop(self._arr.kinds[kd], ROOT) for kd in np.flatnonzero(self._stopped[row]).tolist())
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._arr.paths[row] for row in self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 def _sum_up(arr: TreeArrays, job_row: IntArray, per_job: FloatArray) -> FloatArray:
