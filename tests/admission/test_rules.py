@@ -231,6 +231,35 @@ def test_a_task_id_already_used_is_refused() -> None:
     _refused(log.feed(later), "w", "duplicate_task", "w/0")
 
 
+@pytest.mark.parametrize("close", ["waiting", "pending", "admitted", "cancelled"])
+def test_members_sent_again_are_a_repeat_or_a_conflict_whatever_the_gangs_state(close: str) -> None:
+    """The same gang and member ids again (a resubmission after JetStream's duplicate window, or
+    with other content: another event id) are refused as what they are, not by the gang's state."""
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a", tasks=2, size=3 if close == "waiting" else 2, cpu=1, priority=3))
+    if close == "admitted":
+        log.tick(1)
+    elif close == "cancelled":
+        log.feed(cancel("g"))
+    assert log.gang("g").state == close
+    size = 3 if close == "waiting" else 2
+    _refused(log.feed(gang("g", "/a", tasks=2, size=size, cpu=1, priority=3)), "g", "duplicate_task",
+             "gang g: member g/0 was enqueued before (the same members sent again: nothing changes)")
+    _refused(log.feed(gang("g", "/a", tasks=2, size=size, cpu=4, priority=3)), "g", "member_conflict",
+             "gang g: member g/0 was enqueued before with other content (resources cpu 1 then, cpu 4 now)")
+    _refused(log.feed(gang("g", "/a", tasks=1, first=1, size=size, cpu=1, priority=5)), "g", "member_conflict",
+             "gang g: member g/1 was enqueued before with other content (priority 3 then, 5 now)")
+    assert [t.resources for t in log.gang("g").tasks] == [{"cpu": 1}, {"cpu": 1}]  # nothing changed
+    assert log.gang("g").state == close
+
+
+def test_a_task_id_of_another_gang_names_that_gang() -> None:
+    log = world(pool("/a"))
+    log.feed(gang("g", "/a"))
+    twin = GangEnqueued(gang="h", pool="/a", job="h", size=1, tasks=[TaskSpec(id="g/0", resources={"cpu": 2})])
+    _refused(log.feed(twin), "h", "duplicate_task", "task id g/0 is already used (a member of gang g)")
+
+
 # --- task reports -------------------------------------------------------------------------------------
 
 

@@ -143,7 +143,7 @@ def _checks(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> Refusal 
         return too_large
     ids = [spec.id for spec in specs]
     if not rt.tasks.keys().isdisjoint(ids) or not rt.forgotten_tasks.isdisjoint(ids) or len(set(ids)) < len(ids):
-        return Refusal("duplicate_task", f"gang {event.gang}: task id {_duplicate_task(rt, ids)} is already used",
+        return Refusal("duplicate_task", f"gang {event.gang}: task id {_used(rt, _duplicate_task(rt, ids))}",
                        pool_path)
     need = total([spec.resources for spec in specs])
     limit = facts.limit
@@ -168,6 +168,12 @@ def _duplicate_task(rt: TreeRuntime, ids: list[str]) -> str | None:
     return None
 
 
+def _used(rt: TreeRuntime, task_id: str | None) -> str:
+    """`<id> is already used`, and by which gang when it is remembered."""
+    task = rt.tasks.get(task_id) if task_id is not None else None
+    return f"{task_id} is already used" + (f" (a member of gang {task.gang})" if task is not None else "")
+
+
 def _above_limit(event: GangEnqueued, pool_path: str, need: Vector, limit: Vector) -> Refusal:
     """The refusal naming the first kind, in kind order, where `need` is above `limit`."""
     kind = min(k for k, amount in need.items() if amount - limit.get(k, 0.0) >= TOLERANCE)
@@ -188,7 +194,12 @@ def _over_max_jobs(rt: TreeRuntime, event: GangEnqueued, pool_path: str,
 
 def check_more_members(config: TreeState, rt: TreeRuntime, gang: Gang, event: GangEnqueued,
                        wire_bytes: int = 0) -> Refusal | None:
-    """The checks of later members (`wire_bytes`: theirs, `members_bytes`), in order."""
+    """The checks of later members (`wire_bytes`: theirs, `members_bytes`), in order. Members
+    that are the gang's already come first: a submission sent again (`duplicate_task`), or the
+    same ids with other content (`member_conflict`), whatever state the gang is in."""
+    again = _sent_again(rt, gang, event)
+    if again is not None:
+        return again
     if gang.state == PENDING:
         return Refusal("too_many_members", f"gang {gang.id} already has all {gang.size} members", gang.pool)
     if gang.state != WAITING:
@@ -211,8 +222,44 @@ def check_more_members(config: TreeState, rt: TreeRuntime, gang: Gang, event: Ga
                                            f"{unknown[0]} (tree {tree.name} has {', '.join(tree.kinds)})", gang.pool)
     duplicate = _duplicate_task(rt, [spec.id for spec in event.tasks])
     if duplicate is not None:
-        return Refusal("duplicate_task", f"gang {gang.id}: task id {duplicate} is already used", gang.pool)
+        return Refusal("duplicate_task", f"gang {gang.id}: task id {_used(rt, duplicate)}", gang.pool)
     return None
+
+
+_GANG_FIELDS = ("size", "job", "user", "priority", "preemptible", "revocable", "controller")
+
+
+def _sent_again(rt: TreeRuntime, gang: Gang, event: GangEnqueued) -> Refusal | None:
+    """Members of `event` that are members of `gang` already: `member_conflict` when one has other
+    resources, or the gang other options, than when it was enqueued; else `duplicate_task` (the
+    same members sent again: nothing changes). None when none of them is the gang's."""
+    tasks = rt.tasks
+    first: str | None = None
+    for spec in event.tasks:
+        task = tasks.get(spec.id)
+        if task is None or task.gang != gang.id:
+            continue
+        if first is None:
+            first = spec.id
+        if dict(spec.resources) != dict(task.resources):
+            return Refusal("member_conflict", f"gang {gang.id}: member {spec.id} was enqueued before with other "
+                                              f"content (resources {_amounts(task.resources)} then, "
+                                              f"{_amounts(spec.resources)} now); a member is enqueued once: give "
+                                              f"new member ids, or a new gang id", gang.pool)
+    if first is None:
+        return None
+    for name in _GANG_FIELDS:
+        then, now = getattr(gang, name), getattr(event, name)
+        if then != now:
+            return Refusal("member_conflict", f"gang {gang.id}: member {first} was enqueued before with other "
+                                              f"content ({name} {then} then, {now} now); a member is enqueued "
+                                              f"once: give new member ids, or a new gang id", gang.pool)
+    return Refusal("duplicate_task", f"gang {gang.id}: member {first} was enqueued before (the same members sent "
+                                     f"again: nothing changes)", gang.pool)
+
+
+def _amounts(resources: Vector) -> str:
+    return ", ".join(f"{kind} {spell(amount)}" for kind, amount in sorted(resources.items())) or "none"
 
 
 def check_transition(task: Task | None, gang: Gang | None, event: TaskStateChanged) -> Refusal | None:
