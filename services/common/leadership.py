@@ -390,9 +390,9 @@ def connector(servers: str | list[str], name: str = "poolwise-lease") -> Connect
     """A way to open a connection of its own to `servers` (for a lease's renewals)."""
 
     async def connect() -> NATS:
-        from services.common.connection import quietly
+        from services.common.connection import nats_servers, quietly  # (one URL, or several comma-separated)
 
-        return await nats.connect(servers, name=name, max_reconnect_attempts=-1, error_cb=quietly)
+        return await nats.connect(nats_servers(servers), name=name, max_reconnect_attempts=-1, error_cb=quietly)
 
     return connect
 

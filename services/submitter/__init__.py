@@ -27,11 +27,22 @@ Not async? `SyncSubmitter` has the same methods, blocking:
     with SyncSubmitter("nats://127.0.0.1:4222") as poolwise:
         poolwise.enqueue(gang="g1", pool="/ATG", count=2, resources={"cpu": 1})
 
-Retrying is safe: an event's id is derived from what identifies it (the gang and its member ids;
-the task, its state and attempt; the gang to cancel), and JetStream stores an id once. Every
-call returns when the event is stored (`Receipt`), and raises `SubmitError` (bad input, with the
-field and the rule) or `PublishError` (NATS unreachable, no poolwise stream). Whether admission
-accepts the gang is decided on the log: ask `poolwise explain GANG`.
+The URL may name several servers, comma-separated (`nats://n1:4222,nats://n2:4222`), or be a
+list: the client connects, and reconnects, to any of them.
+
+Retrying is safe: an event's id covers its content (what identifies it: the gang; the task, its
+state and attempt; and a digest of the event's body), and JetStream stores an id once (within its
+10-minute duplicate window; a copy after it is refused by admission as `duplicate_task`). The same
+gang and member ids with other content are another event, which admission refuses as
+`member_conflict`: never a duplicate of the first.
+
+Every call returns when the event is stored (`Receipt`), within the client's deadline
+(`timeout=10.0` seconds by default), and raises `SubmitError` (bad input, with the field and the
+rule; a gang too large for one message, `message_too_large`, before anything is sent) or
+`PublishError` (NATS unreachable or not acknowledging within the deadline, no poolwise stream);
+after a `PublishError` the connection goes on reconnecting in the background, so a later call
+succeeds once NATS is back. Whether admission accepts the gang is decided on the log: ask
+`poolwise explain GANG`.
 """
 
 from services.submitter.build import SubmitError, cancel_event, enqueue_event, envelope, event_id, task_state_event

@@ -1,8 +1,11 @@
 """`Submitter` (async) and `SyncSubmitter`: publish gang and task events to poolwise's log.
 
 Every publish waits for JetStream's acknowledgement (the event is stored, or was already: a
-retry of the same call has the same id and is stored once). What admission then decides about
-the event (admitted, refused, ...) is on the log and in `poolwise explain GANG`.
+retry of the same call has the same id and is stored once), for at most the client's `timeout`
+(10 s by default): a call made while NATS is gone raises `PublishError` then, and the connection
+goes on reconnecting in the background (to any server of the URL list), so a later call succeeds
+once NATS is back. What admission then decides about the event (admitted, refused, ...) is on
+the log and in `poolwise explain GANG`.
 """
 
 from __future__ import annotations
@@ -16,16 +19,29 @@ from typing import Any
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from nats.errors import ConnectionClosedError, MaxPayloadError
 
 from events import Envelope, subjects
-from services.common.connection import CONNECT_TIMEOUT, connect_nats
+from services.common.connection import CONNECT_TIMEOUT, Urls, connect_nats, shown
 from services.common.jetstream import JetStreamLog
 from services.common.log import AppendRefused, EventLog
-from services.submitter.build import TaskLike, cancel_event, enqueue_event, envelope, task_state_event
+from services.submitter.build import (
+    MAX_PAYLOAD,
+    SubmitError,
+    TaskLike,
+    cancel_event,
+    check_size,
+    enqueue_event,
+    envelope,
+    task_state_event,
+)
+
+TIMEOUT = 10.0  # seconds a call waits for its events to be stored (a `Submitter` option)
 
 
 class PublishError(RuntimeError):
-    """The event could not be stored: NATS is unreachable, or no stream takes its subject."""
+    """The event could not be stored: NATS is unreachable, it did not acknowledge within the
+    client's timeout, or no stream takes its subject. Retrying is safe (an event is stored once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +57,29 @@ class Receipt:
 class Submitter:
     """An async client that submits gangs and reports task states.
 
-    Connects on first use (or `await connect()`, or `async with`); `close()` when done.
-    `source` is recorded in each envelope (`sdk` by default: say who you are, e.g. `sdk:ci`).
+    `nats_url`: one URL, several comma-separated (`nats://n1:4222,nats://n2:4222`), or a list;
+    the client connects to any of them, and reconnects to any. Connects on first use (or `await
+    connect()`, or `async with`); `close()` when done. `source` is recorded in each envelope
+    (`sdk` by default: say who you are, e.g. `sdk:ci`).
+
+    `timeout` (seconds, default 10) is every call's deadline: a call whose events are not
+    acknowledged by then (NATS gone, restarted elsewhere, overloaded) raises `PublishError` instead
+    of waiting on; the connection keeps reconnecting in the background, so a later call succeeds
+    once NATS is back. `connect_timeout` bounds the first connection (within the first call's
+    deadline).
     """
 
-    def __init__(self, nats_url: str | None = None, *, source: str = "sdk", tree: str = "default",
-                 connect_timeout: float = CONNECT_TIMEOUT, log: EventLog | None = None) -> None:
+    def __init__(self, nats_url: Urls | None = None, *, source: str = "sdk", tree: str = "default",
+                 timeout: float = TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT,
+                 log: EventLog | None = None) -> None:
         if nats_url is None and log is None:
             raise ValueError("Submitter needs a NATS URL (or an event log)")
+        if not timeout > 0:
+            raise ValueError(f"timeout: a deadline in seconds above 0, got {timeout!r}")
         self.nats_url = nats_url
         self.source = source
         self.tree = tree
+        self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._log = log
         self._owned: JetStreamLog | None = None
@@ -73,12 +101,18 @@ class Submitter:
         return self
 
     async def close(self) -> None:
+        """Close the connection (if the client made it): what is buffered is flushed, for at most
+        the client's `timeout`, then the connection is dropped."""
         async with self._lock:
             owned, self._owned = self._owned, None
             if owned is not None:
                 self._log = None
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await owned.close()
+                    with anyio.move_on_after(self.timeout):
+                        await owned.close()
+                        return
+                    with anyio.move_on_after(self.timeout):  # a drain that did not end: closed at once
+                        await owned.nc.close()
 
     async def __aenter__(self) -> Submitter:
         return await self.connect()
@@ -138,27 +172,67 @@ class Submitter:
         return receipt
 
     async def publish(self, envelopes: Sequence[Envelope]) -> list[Receipt]:
-        """Append envelopes to the log, acknowledged; ids de-duplicate."""
+        """Append envelopes to the log, acknowledged within the client's `timeout`; ids
+        de-duplicate. `SubmitError` (`message_too_large`) for an envelope larger than one message
+        holds (nothing is sent); `PublishError` when they are not stored by the deadline."""
         if not envelopes:
             return []
-        if self._log is None:
-            await self.connect()
-        assert self._log is not None
-        try:
-            appended = await self._log.append(envelopes)
-        except AppendRefused as exc:
-            raise PublishError(f"not stored: {exc.reason} (is poolwise running on {self.nats_url}?)") from None
-        except TimeoutError as exc:
-            raise PublishError(f"not acknowledged: {exc}") from None
+        appended = None
+        with anyio.move_on_after(self.timeout):
+            log = await self._connected_log()
+            limit = self._max_payload(log)
+            for item in envelopes:
+                check_size(item, limit)  # before anything is sent
+            try:
+                appended = await log.append(envelopes)
+            except AppendRefused as exc:
+                raise PublishError(f"not stored: {exc.reason} (is poolwise running on {self._where()}?)") from None
+            except MaxPayloadError:  # (check_size keeps an envelope under the limit; a server may say less)
+                raise SubmitError(f"tasks: a message of these {len(envelopes)} event(s) is above the {limit} bytes "
+                                  f"the NATS server takes in one (max_payload) [message_too_large]; send fewer or "
+                                  f"smaller ones at a time", field="tasks", rule="message_too_large") from None
+            except TimeoutError as exc:  # the log's own bound on an unanswered publish
+                raise PublishError(f"not acknowledged by NATS at {self._where()}: {exc}") from None
+            except ConnectionClosedError:
+                raise PublishError(f"the connection to NATS at {self._where()} is closed") from None
+        if appended is None:
+            raise PublishError(self._late())
         return [Receipt(e.id, a.seq, a.duplicate, subjects.for_event(e.type, getattr(e.event, "tree", None), e.source))
                 for e, a in zip(envelopes, appended, strict=True)]
 
+    async def _connected_log(self) -> EventLog:
+        if self._log is None:
+            await self.connect()
+        assert self._log is not None
+        return self._log
+
+    @staticmethod
+    def _max_payload(log: EventLog) -> int:
+        """The largest message the log takes: its NATS connection's `max_payload` (the server
+        says it on connecting), else nats-server's default (the in-memory log)."""
+        nc = getattr(log, "nc", None)
+        found = getattr(nc, "max_payload", None) if nc is not None else None
+        return found if isinstance(found, int) and found > 0 else MAX_PAYLOAD
+
+    def _where(self) -> str:
+        return shown(self.nats_url) if self.nats_url is not None else "the event log"
+
+    def _late(self) -> str:
+        """Why a call ran out of time: NATS unreachable (the connection is down), or slow."""
+        owned = self._owned
+        if self._log is None or (owned is not None and not owned.nc.is_connected):
+            return (f"NATS is unreachable at {self._where()}: not stored within {self.timeout:g} s (the client "
+                    f"keeps reconnecting in the background; retrying is safe: an event is stored once)")
+        return (f"not acknowledged by NATS at {self._where()} within {self.timeout:g} s (it may have been "
+                f"stored; retrying is safe: an event is stored once)")
+
 
 class SyncSubmitter:
-    """`Submitter` for code that is not async: the same methods, blocking (an event loop of its
-    own runs in a thread). Use it as a context manager, or call `close()`."""
+    """`Submitter` for code that is not async: the same methods and options (`timeout`: each
+    call's deadline), blocking (an event loop of its own runs in a thread). Use it as a context
+    manager, or call `close()`."""
 
-    def __init__(self, nats_url: str, **options: Any) -> None:
+    def __init__(self, nats_url: Urls, **options: Any) -> None:
         self._stack = contextlib.ExitStack()
         self._portal: BlockingPortal = self._stack.enter_context(start_blocking_portal(backend="asyncio"))
         self._client = Submitter(nats_url, **options)

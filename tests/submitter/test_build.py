@@ -3,6 +3,7 @@ is refused with the field and the rule, before anything is sent."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import anyio
@@ -56,6 +57,23 @@ def test_same_submission_same_id_and_different_members_differ() -> None:
     assert event_id(enqueue(first_member=2)) != first.id  # the next members of the same gang
     assert event_id(enqueue(gang="g2")) != first.id
     assert event_id(enqueue(tree="other")) != first.id
+    assert envelope(enqueue(), source="cli").id == first.id  # who sends it is not its content
+
+
+@pytest.mark.parametrize("other", [
+    {"resources": {"cpu": 3}}, {"resources": {"cpu": 2, "memory": 1}}, {"priority": 1}, {"size": 3},
+    {"job": "other"}, {"user": "bob"}, {"preemptible": False}, {"timeout": 30.0}, {"pool": "/ATG/x"},
+])
+def test_the_same_gang_and_member_ids_with_other_content_is_another_id(other: dict[str, object]) -> None:
+    assert [t.id for t in enqueue(**other).tasks] == ["g1/0", "g1/1"]
+    assert event_id(enqueue(**other)) != event_id(enqueue())
+
+
+def test_the_same_content_written_otherwise_is_the_same_id() -> None:
+    assert event_id(enqueue(resources={"cpu": 2})) == event_id(enqueue(resources={"cpu": 2.0}))
+    as_tasks = enqueue(count=None, resources=None, tasks=[{"id": "g1/0", "resources": {"cpu": 2}},
+                                                          TaskSpec(id="g1/1", resources={"cpu": 2})])
+    assert event_id(as_tasks) == event_id(enqueue())
 
 
 def test_task_state_and_cancel_ids() -> None:
@@ -63,7 +81,10 @@ def test_task_state_and_cancel_ids() -> None:
     assert event_id(running) == event_id(task_state_event(task="g1/0", gang="g1", state="running"))
     assert event_id(running) != event_id(task_state_event(task="g1/0", gang="g1", state="placed"))
     assert event_id(running, attempt=1) != event_id(running, attempt=2)
-    assert event_id(cancel_event(gang="g1")) == event_id(cancel_event(gang="g1", reason="other words"))
+    assert event_id(running) != event_id(task_state_event(task="g1/0", gang="g1", state="running", message="why"))
+    # an id covers its content: a cancel with another reason is another event (it was one id per gang)
+    assert event_id(cancel_event(gang="g1")) == event_id(cancel_event(gang="g1"))
+    assert event_id(cancel_event(gang="g1")) != event_id(cancel_event(gang="g1", reason="other words"))
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -119,3 +140,47 @@ async def test_unreachable_server_is_a_publish_error_not_a_hang() -> None:
 def test_a_submitter_needs_somewhere_to_publish() -> None:
     with pytest.raises(ValueError, match="needs a NATS URL"):
         Submitter()
+
+
+@pytest.mark.anyio
+async def test_on_a_log_other_content_under_the_same_ids_is_a_new_event() -> None:
+    log = MemoryLog()
+    client = Submitter(log=log)
+    first = await client.enqueue(gang="g1", pool="/ATG", count=2, resources={"cpu": 1})
+    other = await client.enqueue(gang="g1", pool="/ATG", count=2, resources={"cpu": 4})
+    assert (other.duplicate, other.seq, other.id != first.id) == (False, first.seq + 1, True)
+    assert len(await log.read()) == 2  # both stored: admission refuses the second (member_conflict)
+
+
+@pytest.mark.anyio
+async def test_a_gang_too_large_for_one_message_is_refused_before_anything_is_sent() -> None:
+    log = MemoryLog()  # a log without a server: nats-server's default limit, 1 MiB
+    client = Submitter(log=log)
+    with pytest.raises(SubmitError) as caught:
+        await client.enqueue(gang="big", pool="/ATG", count=40_000, resources={"cpu": 1, "memory": 2})
+    error = caught.value
+    assert (error.field, error.rule) == ("tasks", "message_too_large")
+    message = str(error)
+    assert message.startswith("tasks: gang big: its 40000 members take ")
+    assert "above the 1048576 bytes" in message and "[message_too_large]" in message
+    assert "several enqueues with the same gang id and size=40000" in message
+    with pytest.raises(SubmitError, match="message_too_large"):  # checked before any of several is sent
+        await client.enqueue_many([{"gang": "small", "pool": "/ATG", "count": 1, "resources": {"cpu": 1}},
+                                   {"gang": "big", "pool": "/ATG", "count": 40_000, "resources": {"cpu": 1}}])
+    assert await log.read() == []
+    # the advice works: the same gang in parts of the members said, same size, each fits
+    found = re.search(r"about (\d+) members each", message)
+    assert found is not None, message
+    each = int(found[1])
+    for first in range(0, 40_000, each):
+        await client.enqueue(gang="big", pool="/ATG", size=40_000, count=min(each, 40_000 - first),
+                             first_member=first, resources={"cpu": 1, "memory": 2})
+    assert len(await log.read()) == -(-40_000 // each) > 1
+
+
+@pytest.mark.anyio
+async def test_a_deadline_is_a_positive_number_of_seconds_and_a_bad_url_a_publish_error() -> None:
+    with pytest.raises(ValueError, match="timeout: a deadline in seconds above 0"):
+        Submitter("nats://127.0.0.1:4222", timeout=0)
+    with pytest.raises(PublishError, match=re.escape("an empty NATS server URL in 'nats://127.0.0.1:4222,'")):
+        await Submitter("nats://127.0.0.1:4222,").connect()
