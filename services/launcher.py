@@ -41,7 +41,15 @@ from services.cli.args import InputError
 from services.common.jetstream import JetStreamLog
 from services.common.leadership import OnChange, connector, lease_key, open_leases, run_as_leader, servers_of
 from services.common.log import EventLog
-from services.common.natsserver import EmbeddedNats, remove_url_file, write_url_file
+from services.common.natsserver import (
+    EmbeddedNats,
+    NatsServerError,
+    remember_port,
+    remembered_port,
+    remove_url_file,
+    write_url_file,
+)
+from services.common.runtime import give_back_memory
 from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
 
 Serve = Callable[..., Awaitable[None]]
@@ -238,12 +246,20 @@ async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[Ser
         yield Server(nats_url)
         return
     with claim_data_dir(data_dir):
-        embedded = EmbeddedNats(data_dir)
+        embedded = EmbeddedNats(data_dir, port=remembered_port(data_dir))  # the last port, if free
         try:
             with anyio.CancelScope(shield=True):  # a started server is always stopped below
                 embedded.spawn()  # on this (the main) thread: the server dies with up (natsserver doc)
-                await anyio.to_thread.run_sync(embedded.wait_ready)
+                try:
+                    await anyio.to_thread.run_sync(embedded.wait_ready)
+                except NatsServerError:
+                    if embedded.port == -1:
+                        raise
+                    embedded = EmbeddedNats(data_dir)  # the port was taken meanwhile: any free one
+                    embedded.spawn()
+                    await anyio.to_thread.run_sync(embedded.wait_ready)
             write_url_file(data_dir, embedded.url)
+            remember_port(data_dir, embedded.url)
             yield Server(embedded.url, embedded)
         finally:
             with anyio.CancelScope(shield=True):
@@ -298,6 +314,7 @@ async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Cal
     try:
         await log.ensure_stream()
         async with anyio.create_task_group() as tg:
+            tg.start_soon(give_back_memory)
             await start_services(tg, log, names, data_dir, ready_on_standby=ready_on_standby, on_change=on_change,
                                  nats_url=nats_url, **options)
             if on_ready is not None:

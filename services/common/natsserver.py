@@ -15,6 +15,9 @@ waits for readiness on a worker thread, not the fork.
 
 `resolve_nats_url(data_dir)` finds the server a command should talk to: `NATS_URL` wins, else the
 URL `poolwise up` wrote with `write_url_file`, else None (the caller starts its own).
+
+`poolwise up` keeps its server's port across restarts when it is free: `remember_port` records it
+in `<data_dir>/nats.port`, `remembered_port` gives it back to the next start (or -1: any port).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -34,6 +38,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -89,6 +94,43 @@ def write_url_file(data_dir: str | Path, url: str) -> Path:
 
 def remove_url_file(data_dir: str | Path) -> None:
     (Path(data_dir) / URL_FILE).unlink(missing_ok=True)
+
+
+PORT_FILE = "nats.port"  # the port `poolwise up` last ran its server on (kept after it stops)
+
+
+def remembered_port(data_dir: str | Path, host: str = "127.0.0.1") -> int:
+    """The port `poolwise up` last ran its embedded server on (`<data_dir>/nats.port`), if it is
+    free now, so that clients given its URL (an SDK's `NATS_URL`) find it again after a restart;
+    else -1 (the server picks a free port)."""
+    try:
+        port = int((Path(data_dir) / PORT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return -1
+    return port if 0 < port < 65536 and port_free(host, port) else -1
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on `host:port` now (SO_REUSEADDR, as nats-server listens: a
+    port whose last connections are in TIME_WAIT after a restart is free)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def remember_port(data_dir: str | Path, url: str) -> None:
+    """Record the port of the server at `url` for the next `poolwise up` (`remembered_port`)."""
+    port = urlsplit(url).port
+    if port is None:
+        return
+    path = Path(data_dir) / PORT_FILE
+    tmp = path.with_suffix(".port.tmp")
+    tmp.write_text(f"{port}\n")
+    tmp.replace(path)
 
 
 class EmbeddedNats:
