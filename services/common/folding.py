@@ -388,6 +388,9 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
         logger.info("%s: snapshot at %d (%d bytes)", service, folded, len(data))
     except Exception as exc:  # a snapshot is a cache: the service goes on without it
         logger.warning("%s: snapshot at %d not saved: %s: %s", service, folded, type(exc).__name__, exc)
+    except BaseException:  # cancelled with the service: a clean stop saves again (`unsaved`)
+        logger.debug("%s: snapshot at %d cut short by the service's stop", service, folded)
+        raise
 
 
 def _ids_in(piece: Sequence[Stored]) -> Iterator[str]:
