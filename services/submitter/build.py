@@ -195,7 +195,9 @@ def check_size(envelope: Envelope, limit: int = MAX_PAYLOAD) -> None:
             f"tasks: gang {event.gang}: its {members} members take {size} bytes in one message, above the "
             f"{limit} bytes the NATS server takes in one (max_payload) [message_too_large]; send them in several "
             f"enqueues with the same gang id and size={event.size} (about {each} members each, their own ids: "
-            f"e.g. first_member=0, {each}, ...)", field="tasks", rule="message_too_large")
+            f"e.g. first_member=0, {each}, ...); admission still takes at most the tree's max_tasks_per_gang "
+            f"members, and members that fit in one admission message (gang_too_large)",
+            field="tasks", rule="message_too_large")
     field = "message" if isinstance(event, TaskStateChanged) else "reason"
     raise SubmitError(f"{field}: the {event.type} takes {size} bytes in one message, above the {limit} bytes the "
                       f"NATS server takes in one (max_payload) [message_too_large]; make it shorter",
