@@ -209,3 +209,28 @@ async def test_cli_with_no_server_is_one_line(tmp_path: Path) -> None:
     code, _, err = await poolwise("nats://127.0.0.1:1", tmp_path, "gangs")
     assert code == 2
     assert err.strip() == "error: cannot reach NATS at nats://127.0.0.1:1 within 3 s"
+
+
+async def test_the_same_gang_with_other_content_is_refused_as_a_conflict_not_a_duplicate(fresh_stream: str) -> None:
+    """Issue 19: the same gang and member ids with other resources were a JetStream duplicate within
+    its window (`duplicate=True`, the old resources kept, nothing said) and refused after it. Now
+    the id covers the content: it is a new event, and admission names the conflict."""
+    url = fresh_stream
+    async with anyio.create_task_group() as tg:
+        await tg.start(serve_system, url)
+        await setup_cluster(url)
+        async with Submitter(url) as client:
+            first = await client.enqueue(gang="c1", pool="/ATG", count=2, resources={"cpu": 1})
+            same = await client.enqueue(gang="c1", pool="/ATG", count=2, resources={"cpu": 1})
+            other = await client.enqueue(gang="c1", pool="/ATG", count=2, resources={"cpu": 3})
+        assert (same.duplicate, same.seq) == (True, first.seq)
+        assert not other.duplicate and other.seq > first.seq and other.id != first.id
+
+        async def refused() -> list[InputRejected]:
+            return [e.event for e in await events(url) if isinstance(e.event, InputRejected) and e.event.ref == "c1"]
+
+        (refusal,) = await wait_until(refused, "admission's refusal of the second c1")
+        assert refusal.rule == "member_conflict", refusal.reason
+        assert refusal.reason.startswith("gang c1: member c1/0 was enqueued before with other content "
+                                         "(resources cpu 1 then, cpu 3 now)"), refusal.reason
+        tg.cancel_scope.cancel()
