@@ -207,6 +207,7 @@ async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
     data_dir.mkdir(parents=True, exist_ok=True)
     async with nats_server(data_dir, nats_url) as server, anyio.create_task_group() as tg:
         tg.start_soon(watch_server, server)
+        tg.start_soon(give_back_memory)  # what the services' peaks left free, back to the system
         await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change, options or {})
         tg.cancel_scope.cancel()
 
@@ -314,7 +315,6 @@ async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Cal
     try:
         await log.ensure_stream()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(give_back_memory)
             await start_services(tg, log, names, data_dir, ready_on_standby=ready_on_standby, on_change=on_change,
                                  nats_url=nats_url, **options)
             if on_ready is not None:

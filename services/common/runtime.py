@@ -16,14 +16,16 @@ one, while shutting down, is not intercepted any more and stops the process the 
 
 from __future__ import annotations
 
+import ctypes
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-__all__ = ["TaskStatus", "run_until_signalled", "start_all", "until_signalled"]
+__all__ = ["TaskStatus", "give_back_memory", "run_until_signalled", "start_all", "until_signalled"]
 
 SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 
@@ -59,3 +61,31 @@ async def start_all(tg: TaskGroup, services: Sequence[Callable[..., Coroutine[An
     """Start each `serve(*, task_status)` in `tg`, in order, each once the previous one is ready;
     returns what each passed to `task_status.started(...)`."""
     return [await tg.start(service) for service in services]
+
+
+TRIM_EVERY = 30.0  # seconds between two `malloc_trim` calls of a service process
+
+
+def _malloc_trim() -> Callable[[], object] | None:
+    """glibc's `malloc_trim(0)`, where there is one (not on musl, macOS or Windows)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim: Callable[[int], object] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return lambda: trim(0)
+
+
+async def give_back_memory(every: float = TRIM_EVERY) -> None:
+    """Until cancelled, every `every` seconds: hand the C heap's free pages back to the system
+    (`malloc_trim(0)`, on a worker thread: ctypes releases the GIL). A service's peaks (a burst of
+    decodes, a fold, a snapshot) leave the heap with free pages glibc keeps, so a process that ran
+    a long history held more than one restarted on the same state; a trim gives most of them back.
+    Python's own arenas and DuckDB's allocator are not the C heap's: they keep theirs."""
+    trim = _malloc_trim()
+    if trim is None:
+        return
+    while True:
+        await anyio.sleep(every)
+        await anyio.to_thread.run_sync(trim)
