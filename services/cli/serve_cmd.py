@@ -126,7 +126,9 @@ def child_line(service: str, line: str) -> str:
 
 
 def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
-    return f"poolwise: {', '.join(names)} ready on {url} (data dir {data_dir}); Ctrl-C to stop"
+    from services.common.connection import shown  # the URLs without passwords (a unit's NATS_URL has them)
+
+    return f"poolwise: {', '.join(names)} ready on {shown(url)} (data dir {data_dir}); Ctrl-C to stop"
 
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
