@@ -10,12 +10,13 @@ fifth of the tree service's CPU and a third of preemption's; at 5,000 gangs/s, t
 accepts it, and `events.decode(data)` (the pydantic model) for anything else.
 
 Task reports (`TaskStateChanged`, four a gang of two tasks: the most common event of a whole
-lifecycle; pydantic reads one in 14-22 µs) have a view too, given only where asked for:
-`read_envelope(data, tasks=True)` (`read_with_tasks`) gives a `TaskEnvelopeView` holding a
-`TaskStateChangedView`. Not by default, because code reading the log may still test a task
-report with `isinstance(event, TaskStateChanged)` (`projections/gangs.py`), which a view fails;
-where every reader of what a decoder gives asks `event_class`, it may ask for views of task
-reports (the replay does; admission's handlers do).
+lifecycle; pydantic reads one in 14-22 µs) have a view too, read by default: `read_envelope(data)`
+gives a `TaskEnvelopeView` (an `EnvelopeView` whose event may be a `TaskStateChangedView` too;
+every envelope it reads is one of these); `read_envelope(data, tasks=False)` the model of a task
+report (and `EnvelopeView`s of the gang events), for a reader that tests a task report with
+`isinstance(event, TaskStateChanged)`. Every reader of what `read_envelope` gives asks
+`event_class` (admission's and the tree's folds, preemption's, the projections: `gangs.py` since
+it tells task reports by `event_class`, the replay).
 
 A view
 
@@ -215,8 +216,8 @@ class EnvelopeView(_View, frozen=True, kw_only=True):
 
 
 class TaskEnvelopeView(EnvelopeView, frozen=True, kw_only=True):
-    """An `EnvelopeView` that may hold a task report too: what `read_envelope(data, tasks=True)`
-    gives (see the module doc)."""
+    """An `EnvelopeView` that may hold a task report too: what `read_envelope(data)` gives (see
+    the module doc)."""
 
     event: EventView | TaskStateChangedView  # type: ignore[assignment]  # (wider: msgspec reads it so)
 
@@ -299,10 +300,11 @@ def _time(text: object) -> datetime:
     return found
 
 
-def read_envelope(data: bytes, tasks: bool = False) -> Envelope:
-    """The envelope in `data`: an `EnvelopeView` for a gang event that msgspec reads (see the
-    module doc), else `events.decode(data)` (which raises `DecodeError` for what is not one).
-    `tasks`: a task report too (a `TaskEnvelopeView` holding a `TaskStateChangedView`)."""
+def read_envelope(data: bytes, tasks: bool = True) -> Envelope:
+    """The envelope in `data`: a view for a gang event or a task report that msgspec reads (a
+    `TaskEnvelopeView`: see the module doc), else `events.decode(data)` (which raises
+    `DecodeError` for what is not one). `tasks=False`: a task report as its model (and the gang
+    events as `EnvelopeView`s)."""
     if ENABLED:
         try:
             view = (_task_decoder if tasks else _decoder).decode(data)
@@ -318,7 +320,7 @@ _PACKABLE_VIEWS = frozenset(view for model, view in VIEWS.items() if model.__nam
 
 
 def read_with_tasks(data: bytes) -> Envelope:
-    """`read_envelope(data, tasks=True)`: views of the gang events and of task reports."""
+    """`read_envelope(data, tasks=True)` (the default): views of the gang events and of task reports."""
     return read_envelope(data, True)
 
 

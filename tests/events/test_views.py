@@ -65,7 +65,7 @@ def _decoded_or_error(data: bytes) -> Envelope | DecodeError:
 
 def _read_or_error(data: bytes) -> Envelope | DecodeError:
     try:
-        return read_envelope(data, tasks=True)  # (a superset of the views read by default)
+        return read_envelope(data)  # (views of the gang events and of task reports)
     except DecodeError as exc:
         return exc
 
@@ -149,18 +149,20 @@ envelopes = st.builds(Envelope, id=st.text(min_size=1, max_size=40), time=times,
 def test_a_valid_gang_envelope_reads_as_a_view_of_the_model_pydantic_reads(env: Envelope) -> None:
     data = encode(env)
     assert _same_as_pydantic(data)
-    assert read_envelope(data, tasks=True).to_model() == env
-    if isinstance(env.event, TaskStateChanged):  # by default a task report is pydantic's model
-        assert type(read_envelope(data)) is Envelope and read_envelope(data) == env
+    assert read_envelope(data).to_model() == env
+    if isinstance(env.event, TaskStateChanged):  # asked for, a task report is pydantic's model
+        assert type(read_envelope(data, tasks=False)) is Envelope and read_envelope(data, tasks=False) == env
     else:
-        assert read_envelope(data).to_model() == env
+        assert read_envelope(data, tasks=False).to_model() == env
 
 
 def test_the_bench_workload_reads_as_views_with_one_time_per_pack() -> None:
     w = Workload(leaves=10)
     parts = [encode(envelope(gang_event(w, i), f"id{i}", 1_767_225_600.5, source="sdk:bench")) for i in range(50)]
     read = decode_all(encode_pack(parts), read_envelope)
-    assert [type(e) for e in read] == [EnvelopeView] * 50
+    assert [type(e) for e in read] == [TaskEnvelopeView] * 50  # (an `EnvelopeView`: task reports may be read too)
+    assert [type(e) for e in decode_all(encode_pack(parts), lambda d: read_envelope(d, tasks=False))] == \
+        [EnvelopeView] * 50
     assert len({id(e.time) for e in read}) == 1  # the pack's events share one datetime
     assert [e.to_model() for e in read] == decode_all(encode_pack(parts))
     assert read[7].event.tasks[1].resources == {"cpu": 1.0, "memory": 4.0}
@@ -174,13 +176,14 @@ def test_other_events_are_pydantic_models() -> None:
             assert type(found) is Envelope and found == decode(data)
 
 
-def test_a_task_report_is_a_view_only_when_asked_for() -> None:
+def test_a_task_report_is_a_view_unless_asked_for_the_model() -> None:
     from events.views import read_with_tasks
 
     for message in (None, "lost its host", ""):
         event = TaskStateChanged(tree="t", gang="g", task="g/0", state="running", message=message)
         data = encode(Envelope(id="x", time=TIME, source="executor", event=event))
-        assert type(read_envelope(data)) is Envelope
+        assert type(read_envelope(data, tasks=False)) is Envelope
+        assert type(read_envelope(data)) is TaskEnvelopeView
         view = read_with_tasks(data)
         assert type(view) is TaskEnvelopeView and type(view.event) is TaskStateChangedView
         assert isinstance(view, EnvelopeView) and view.to_model() == decode(data)
