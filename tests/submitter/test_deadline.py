@@ -125,3 +125,19 @@ async def test_an_unreachable_list_is_named_whole_without_passwords() -> None:
 async def test_a_malformed_list_is_one_line_naming_it(url: str, message: str) -> None:
     with pytest.raises(ConnectionError, match=message):
         await connect_nats(url, timeout=1.0)
+
+
+async def test_closing_right_after_nats_went_away_does_not_wait(tmp_path: Path) -> None:
+    """Every call was acknowledged: nothing to drain. (A drain waited about 10 s for a server gone
+    a moment ago, and, cut short by a deadline, left asyncio an unretrieved exception to print.)"""
+    server = await start(tmp_path, free_port())
+    client = Submitter(server.url, timeout=30.0)
+    try:
+        await client.enqueue(gang="q1", pool="/ATG", count=1, resources={"cpu": 1})
+        server.stop()
+        started = time.monotonic()
+        with anyio.fail_after(BOUND):
+            await client.close()
+        assert time.monotonic() - started < 5.0  # at once (it took ~10 s), well within the deadline
+    finally:
+        server.stop()
