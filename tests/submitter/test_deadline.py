@@ -141,3 +141,30 @@ async def test_closing_right_after_nats_went_away_does_not_wait(tmp_path: Path) 
         assert time.monotonic() - started < 5.0  # at once (it took ~10 s), well within the deadline
     finally:
         server.stop()
+
+
+async def test_a_lost_server_is_replaced_by_another_of_the_list(tmp_path: Path) -> None:
+    """Connected to one server of a list, the client reconnects to another when that one goes."""
+    first, second = await start(tmp_path / "a", free_port()), await start(tmp_path / "b", free_port())
+    servers = {first.url: first, second.url: second}
+    try:
+        async with Submitter(f"{first.url},{second.url}", timeout=DEADLINE) as client:
+            await client.enqueue(gang="r1", pool="/ATG", count=1, resources={"cpu": 1})
+            assert client._owned is not None
+            connected = client._owned.nc.connected_url
+            assert connected is not None
+            lost = f"nats://{connected.hostname}:{connected.port}"
+            servers[lost].stop()
+            with anyio.fail_after(BOUND):
+                while True:
+                    try:
+                        receipt = await client.enqueue(gang="r2", pool="/ATG", count=1, resources={"cpu": 1})
+                        break
+                    except PublishError:
+                        continue
+            now = client._owned.nc.connected_url
+            assert now is not None and f"nats://{now.hostname}:{now.port}" != lost
+            assert receipt.seq == 1  # the other server's stream: its first event
+    finally:
+        first.stop()
+        second.stop()
