@@ -28,3 +28,13 @@ def test_serving_admission_or_preemption_loads_no_duckdb_or_arrow() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[2])
     assert json.loads(done.stdout) == []
+
+
+def test_the_cli_imports_a_command_only_when_it_runs() -> None:
+    # each `poolwise serve` process of `poolwise up` starts through the CLI: every module imported
+    # there is imported by every service process (docs/performance.md, "Start-up")
+    code = ("import json, sys, services.cli.main; print(json.dumps([m for m in ('events', 'nats', 'pydantic', "
+            "'services.scenario', 'services.submitter', 'rich.table', 'yaml') if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert json.loads(done.stdout) == []
