@@ -1,9 +1,10 @@
 """Entitlement engine timings on random trees: `bench_entitlement(sizes) -> list[dict]`.
 
 Run: `.venv/bin/python -m bench.entitlement [SIZE ...]`. Nothing runs or prints at import.
-`.venv/bin/python -m bench.entitlement compare [SIZE ...] [capacity=0.25]`: the policies side by
-side on one tree (`compare_policies`: prepared `compute()` of each, runs alternated, best and
-median), with the capacity cut by the factor given (so that kinds run out).
+`.venv/bin/python -m bench.entitlement compare [SIZE ...] [capacity=0.25] [some-kinds]`: the
+policies side by side on one tree (`compare_policies`: prepared `compute()` of each, runs
+alternated, best and median), with the capacity cut by the factor given (so that kinds run out)
+and, with `some-kinds`, jobs that each need only some of the kinds.
 
 Each row times, best of `repeat`:
 - `compute_s`: `EntitlementEngine.compute()` on a prepared engine (what the admission service
@@ -162,17 +163,21 @@ def _bench_one(n: int, policy: Policy, repeat: int) -> dict[str, Any]:
 
 def compare_policies(
     n: int, policies: Iterable[Policy] = ("per_resource", "dominant", "hdrf"), *, repeat: int = 5, seed: int = 0,
-    capacity_factor: float = 1.0,
+    capacity_factor: float = 1.0, some_kinds: bool = False,
 ) -> list[dict[str, Any]]:
     """Each policy's prepared `compute()` on one tree of `n` pools (its leaves' jobs given, which
     `per_resource` ignores), the runs alternated (policy A, B, C, A, B, C, ...) so that a noisy
     machine slows them alike: best and median of `repeat` per policy, and the tree's numbers.
 
     `random_tree`'s demands fit its capacity (nothing is used up: `hdrf` then needs no event);
-    `capacity_factor` < 1 cuts the capacity so that kinds run out (`contended` in the rows)."""
+    `capacity_factor` < 1 cuts the capacity so that kinds run out (`contended` in the rows);
+    `some_kinds` makes each job need only some kinds (each kind kept with probability 1/2, one
+    at least: the GPU cluster's shape, where `hdrf` and `dominant` differ)."""
     chosen = list(policies)
     tree = random_tree(n, seed=seed, policy="dominant")
     tree = replace(tree, capacity={k: v * capacity_factor for k, v in tree.capacity.items()})
+    if some_kinds:
+        tree = _some_kinds(tree, seed)
     engines = {p: EntitlementEngine(replace(tree, policy=p)) for p in chosen}
     times: dict[str, list[float]] = {p: [] for p in chosen}
     for _ in range(repeat):
@@ -192,13 +197,27 @@ def compare_policies(
     return rows
 
 
+def _some_kinds(tree: TreeInput, seed: int) -> TreeInput:
+    rng = np.random.default_rng(seed + 1)
+
+    def cut(job: JobDemand) -> JobDemand:
+        keep = rng.random(len(KINDS)) < 0.5
+        keep[int(rng.integers(len(KINDS)))] = True
+        return replace(job, demand={k: v for (k, v), kept in zip(job.demand.items(), keep, strict=True) if kept})
+
+    pools = tuple(replace(p, usage=replace(p.usage, jobs=tuple(map(cut, p.usage.jobs)))) if p.usage.jobs else p
+                  for p in tree.pools)
+    return replace(tree, pools=pools)
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["compare"]:
         sizes = [int(a) for a in argv[1:] if a.isdigit()] or [100, 1000]
         factor = next((float(a.split("=", 1)[1]) for a in argv if a.startswith("capacity=")), 1.0)
-        cut = f" (capacity x {factor:g})" if factor < 1.0 else ""
+        some = "some-kinds" in argv
+        cut = (f" (capacity x {factor:g})" if factor < 1.0 else "") + (" (jobs need some kinds)" if some else "")
         for n in sizes:
-            for row in compare_policies(n, repeat=3 if n > 300 else 5, capacity_factor=factor):
+            for row in compare_policies(n, repeat=3 if n > 300 else 5, capacity_factor=factor, some_kinds=some):
                 print(f"{row['policy']:>12} {row['pools']:>7} pools x {row['kinds']} kinds{cut}: "
                       f"compute best {row['best_s'] * 1e3:10.1f} ms, median {row['median_s'] * 1e3:10.1f} ms "
                       f"(runs alternated, {row['repeat']} each); root given / capacity {row['root_used']}")

@@ -138,3 +138,21 @@ def test_the_shortcut_through_dominant_is_taken_on_a_tree_every_job_of_which_nee
     assert fast.phases == 0 and fast.entitlement[0, 0] == pytest.approx(30.0)
     assert dict(fast.stops) == {"/a": (Stop("cpu", "/"),), "/b": (Stop("cpu", "/"),)}
     assert dict(hdrf_entitlements(build_arrays(tree), shortcuts=False).stops) == dict(fast.stops)
+
+
+@pytest.mark.parametrize(("pools", "seed", "factor"), [(40, 0, 0.05), (40, 3, 0.1), (60, 1, 0.1), (60, 3, 0.2)])
+def test_runs_of_dominant_give_the_fillings_numbers_on_bench_trees(pools: int, seed: int, factor: float) -> None:
+    """The bench's trees, capacity cut so that kinds run out one after the other, jobs needing some
+    kinds only (the GPU case): the runs of `dominant`, one per kind used up (2 or 3 of them
+    here), are taken (no phase of the filling) and give what the filling gives."""
+    from bench.entitlement import _some_kinds, random_tree
+
+    base = random_tree(pools, seed=seed, policy="dominant")
+    tree = _some_kinds(dataclasses.replace(base, policy="hdrf", capacity={k: v * factor for k, v in
+                                                                         base.capacity.items()}), seed)
+    fast = hdrf_entitlements(build_arrays(tree))
+    slow = hdrf_entitlements(build_arrays(tree), shortcuts=False)
+    assert fast.phases == 0 < slow.phases
+    cap = np.array([tree.capacity[k] for k in tree.kinds])
+    np.testing.assert_allclose(fast.entitlement / cap, slow.entitlement / cap, rtol=0, atol=1e-9)
+    assert dict(fast.stops) == dict(slow.stops)

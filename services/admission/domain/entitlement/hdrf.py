@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -146,11 +146,12 @@ class _Filling:
         """`(pools, dims)`: the sum of `per_job` rows over each pool's jobs."""
         return _sum_up(self.arr, self.job_row, per_job)
 
-    def freeze(self, share: FloatArray) -> None:
-        """Every (pool, kind) at its limit stops the jobs under the pool that need the kind."""
+    def freeze(self, share: FloatArray) -> bool:
+        """Every (pool, kind) at its limit stops the jobs under the pool that need the kind. Says
+        whether a (pool, kind) reached its limit now."""
         newly = (share >= self.lim - FULL) & ~self.frozen
         if not newly.any():
-            return
+            return False
         self.frozen |= newly
         hits = {(int(r), int(k)) for r, k in zip(*np.nonzero(newly), strict=True)}
         rows_hit = {r for r, _ in hits}
@@ -163,10 +164,12 @@ class _Filling:
                     self.blocked[j] = True
                     self.cause_kind[j], self.cause_row[j] = kinds[0], row
                     break
+        return True
 
     # -- one phase ------------------------------------------------------------------------------
 
     def run(self, max_phases: int) -> int:
+        """Phases until every job is stopped; returns how many."""
         arr = self.arr
         children = arr.children
         phases = 0
@@ -271,7 +274,8 @@ class _Filling:
 def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     """Entitlement, requirement, alerts and stops of every row under `hdrf`. Two exact shortcuts
     come first (`shortcuts=False` skips them, for tests): nothing contended; and `dominant`'s
-    answer when it is provably `hdrf`'s (`_as_dominant`). Else the filling, event by event."""
+    answer, run again after each kind used up at the tree, when only the capacity stops jobs
+    (`_by_epochs`). Else the filling, event by event."""
     n, k = len(arr.paths), len(arr.kinds)
     drf = drf_inputs(arr)
     entitlement = np.zeros((n, k))
@@ -293,8 +297,9 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
         jobs = np.zeros((dshare.shape[0], k))
         jobs[:, active] = whole[:, None] * dshare * drf.cap
         return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
+    max_phases = 20 * (dshare.shape[0] + n * len(active)) + 100
     if shortcuts and not lacking.any():
-        found = _as_dominant(arr, drf, dshare, lim, idle)
+        found = _by_epochs(arr, drf, dshare, lim, idle)
         if found is not None:
             return found
     filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
@@ -303,54 +308,88 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
         filling.blocked |= missing
         filling.cause_kind[missing], filling.cause_row[missing] = -2 - kd, 0
     filling.blocked |= idle
-    phases = filling.run(max_phases=20 * (filling.m + n * len(active)) + 100)
-    share = filling.shares(filling.a[:, None] * dshare)
-    entitlement[:, active] = share * drf.cap
-    jobs = np.zeros((filling.m, k))
-    jobs[:, active] = filling.a[:, None] * dshare * drf.cap
-    return HdrfResult(entitlement, drf.requirement, drf.alerts, _stops(arr, filling, active), phases, jobs,
-                      drf.job_row)
+    return _filling_result(arr, drf, filling, filling.run(max_phases))
 
 
-def _as_dominant(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray,
-                 idle: BoolArray) -> HdrfResult | None:
-    """`dominant`'s answer, when it is `hdrf`'s; else None.
+def _by_epochs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray,
+               idle: BoolArray) -> HdrfResult | None:
+    """`hdrf` as a few runs of `dominant`, when only the tree's capacity stops jobs; else None.
 
     Until a kind is used up somewhere, the two fillings are one (the same keys grow together,
     jumps are taken whole, demands are met alike). `dominant` ends when the root's capacity of a
-    kind is all given (its common argument stops for everyone), and a pool's limit stops its whole
-    subtree. So when, at `dominant`'s end, no pool but the root is at its limit of any kind, and
-    every job short of its demand needs a kind whose capacity is all given, nothing happened that
-    `hdrf` does differently: the same filling reached the same point, where `hdrf` stops every job
-    too. (A job needing a kind the tree has none of is not taken here: `dominant` leaves the kind
-    out, `hdrf` stops the job.)"""
-    share, inner_t = dominant_shares(arr, drf)
-    if (share[1:] >= lim[1:] - FULL).any():
-        return None
+    kind is all given (its common argument stops for everyone); a pool's limit stops its whole
+    subtree. So after a run of `dominant` in which no pool but the root reached a limit, `hdrf`
+    is exactly there too, and stops the jobs short of their demand that need a kind now used up.
+    Such a job from then on holds what it has: it is a job whose demand is that, met. So the next
+    run, with those demands cut, goes the same way up to that point and then on for the others,
+    to the next kind used up: one run per kind used up at the tree.
+
+    None (the event-by-event filling does it all) when a pool's limit is reached; when a run ends
+    with no new kind used up (at the foot of a jump that does not fit whole: a pool whose key is
+    held by stopped jobs grows its others at once, and `dominant` takes a jump whole or not at
+    all, where `hdrf` takes it in part; going on from there with the filling and handing back was
+    tried, and gave wrong numbers on bench trees, as `dominant` re-reads a pool left part-way up
+    a jump at its foot); or when a job needs a kind the tree has none of (`dominant` leaves the
+    kind out, `hdrf` stops the job)."""
+    m, dims = dshare.shape
     dom = dshare.max(axis=1, initial=0.0)
-    reach = drf.job_weight * inner_t[drf.job_row]
-    short = ~idle & (reach < dom * (1.0 - 1e-9))
-    used_up = share[0] >= 1.0 - FULL
     needs = dshare > 0.0
-    if (short & ~(needs & used_up).any(axis=1)).any():
-        return None
+    given = np.zeros(m)  # fraction of its demand each job holds
+    cause = np.full(m, MET, dtype=np.intp)  # the kind (index into `active`) that stopped it
+    open_ = ~idle
+    used = np.zeros(dims, dtype=bool)
+    for _ in range(dims + 1):
+        cut = np.where(cause >= 0, given, 1.0)
+        share, inner_t = dominant_shares(arr, replace(drf, job_demand=drf.job_demand * cut))
+        if (share[1:] >= lim[1:] - FULL).any():
+            return None
+        reach = drf.job_weight * inner_t[drf.job_row]
+        with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
+            position = np.minimum(1.0, np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0))
+        if (~idle & (position < given - 1e-9)).any():
+            return None  # short of where some job already is: not a state of this filling (a guard)
+        now_given = np.where(open_, position, given)
+        short = open_ & (now_given < 1.0 - 1e-9)
+        now = share[0] >= 1.0 - FULL
+        stopped = short & (needs & now).any(axis=1)
+        if not short.any() or ((now & ~used).any() and stopped.any()):
+            given = np.where(open_ & ~short, 1.0, now_given)
+            cause[stopped] = np.argmax(needs & now, axis=1)[stopped]
+            open_ &= short & ~stopped
+            used |= now
+            if not open_.any():
+                return _epochs_result(arr, drf, share, given, idle, cause)
+            continue
+        return None  # at the foot of a jump that does not fit whole, which `hdrf` takes in part
+    return None
+
+
+def _epochs_result(arr: TreeArrays, drf: DrfInputs, share: FloatArray, given: FloatArray, idle: BoolArray,
+                   cause: IntArray) -> HdrfResult:
     n, k = len(arr.paths), len(arr.kinds)
     active = drf.active
     entitlement = np.zeros((n, k))
     entitlement[:, active] = share * drf.cap
-    with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
-        given = np.where(idle, 0.0, np.minimum(1.0, np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0)))
-    jobs = np.zeros((dshare.shape[0], k))
-    jobs[:, active] = given[:, None] * dshare * drf.cap
-    # each short job is stopped by the first used-up kind it needs (all were used up at the end)
-    first = np.argmax(needs & used_up, axis=1)
-    stopped = np.zeros((n, k), dtype=bool)
-    rows = drf.job_row[short]
-    stopped[rows, np.asarray(active)[first[short]]] = True
+    jobs = np.zeros((given.size, k))
+    jobs[:, active] = (np.where(idle, 0.0, given)[:, None] * drf.job_demand[active].T)
+    stops = np.zeros((n, k), dtype=bool)
+    cut = cause >= 0
+    stops[drf.job_row[cut], np.asarray(active)[cause[cut]]] = True
     for lv in reversed(arr.levels):
-        stopped[lv.group_parent] |= np.logical_or.reduceat(stopped[lv.start : lv.stop], lv.group_starts, axis=0)
-    stopped[0] = False
-    return HdrfResult(entitlement, drf.requirement, drf.alerts, _AtTheTree(arr, stopped), 0, jobs, drf.job_row)
+        stops[lv.group_parent] |= np.logical_or.reduceat(stops[lv.start : lv.stop], lv.group_starts, axis=0)
+    stops[0] = False
+    return HdrfResult(entitlement, drf.requirement, drf.alerts, _AtTheTree(arr, stops), 0, jobs, drf.job_row)
+
+
+def _filling_result(arr: TreeArrays, drf: DrfInputs, filling: _Filling, phases: int) -> HdrfResult:
+    n, k = len(arr.paths), len(arr.kinds)
+    active = drf.active
+    entitlement = np.zeros((n, k))
+    entitlement[:, active] = filling.shares(filling.a[:, None] * filling.dshare) * drf.cap
+    jobs = np.zeros((filling.m, k))
+    jobs[:, active] = filling.a[:, None] * filling.dshare * drf.cap
+    return HdrfResult(entitlement, drf.requirement, drf.alerts, _stops(arr, filling, active), phases, jobs,
+                      drf.job_row)
 
 
 class _AtTheTree(Mapping[str, tuple[Stop, ...]]):
