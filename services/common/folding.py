@@ -135,8 +135,8 @@ class _GcPause:
     again (a fold took twice as long). So the collector is off while batches are folded and
     published, and when the last one is done what they left alive is moved out of its sight
     (`gc.freeze`: the state is long-lived by nature); reference counting still frees whatever the
-    fold drops. Every `UNFREEZE_EVERY` batches everything is handed back to the collector, so
-    cyclic garbage made meanwhile (rare: event-loop internals) is collected after all.
+    fold drops. Every `UNFREEZE_EVERY` batches everything is handed back to the collector and
+    collected, so cyclic garbage made meanwhile (rare: event-loop internals) is freed after all.
     """
 
     UNFREEZE_EVERY = 1000
@@ -159,7 +159,11 @@ class _GcPause:
             if self.depth == 0 and self.resume:
                 self.batches += 1
                 if self.batches % self.UNFREEZE_EVERY == 0:
+                    # and collected now: unfrozen objects land in the oldest generation, which
+                    # the collector's own schedule scans too rarely to reach before the next
+                    # batch freezes them again (cycles made in batches were never freed)
                     gc.unfreeze()
+                    gc.collect()
                 else:
                     gc.freeze()
                 gc.enable()
