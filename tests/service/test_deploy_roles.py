@@ -107,3 +107,24 @@ def test_each_role_does_its_job_and_nothing_more(server: int) -> None:
             await main()
 
     anyio.run(bounded)
+
+
+def test_the_service_role_saves_and_reads_snapshots(server: int) -> None:
+    """The services keep their snapshots in the object store `poolwise_snapshots`: its chunks and
+    metadata are published on `$O.poolwise_snapshots.>` (denied, a save timed out and every service
+    rebuilt from the whole log at each start)."""
+    from services.common.snapshots import ObjectStoreSnapshots
+
+    async def main() -> None:
+        service = await JetStreamLog.connect(_url(server, "SERVICE"))
+        try:
+            store = ObjectStoreSnapshots(service.nc.jetstream(), "POOLWISE")
+            with anyio.fail_after(30):
+                await store.save("tree", 7, b"state" * 1000)
+                assert await store.candidates("tree") == [7]
+                assert await store.fetch("tree", 7) == b"state" * 1000
+        finally:
+            await service.close()
+        assert await _refused(server, "SUBMITTER", "$O.poolwise_snapshots.M.x")
+
+    anyio.run(main)
