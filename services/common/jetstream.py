@@ -75,6 +75,10 @@ ATOMIC_DISABLED = 10174  # the stream does not allow atomic batches
 # at their limit, 50 by default; the client sees the commit refused as incomplete); too many requests.
 ATOMIC_AGAIN = frozenset({10176, 10210, 10167})
 ATOMIC_PATIENCE = 12.0  # seconds: nats-server drops a batch left open after 10 s
+# seconds to keep sending again what was refused with "no responders" (503): on a cluster, a
+# replicated stream whose leader went is without one until its other replicas elect one (a few
+# seconds); only after this long is the publish refused (AppendRefused).
+LEADER_PATIENCE = 30.0
 _NO_STREAM = {"error": {"code": 503, "description": "no stream takes this subject (no responders)"}}
 _TERMINAL = frozenset({"404", "408", "409"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # per pull request, well under nats-py's 128 MiB slow-consumer limit
@@ -237,6 +241,15 @@ class _Batch:
         if size == 0:
             self.done.set()
 
+    def reopen(self, indexes: Sequence[int]) -> None:
+        """Forget what came back for `indexes`: they are sent again."""
+        for index in indexes:
+            if self.results[index] is not None:
+                self.results[index] = None
+                self.remaining += 1
+        if self.remaining:
+            self.done.clear()
+
     def settle(self, index: int, value: dict[str, Any]) -> None:
         if self.results[index] is None:
             self.results[index] = value
@@ -285,6 +298,7 @@ class _Publisher:
         self._started = False
         self._batch_prefix = ""
         self.atomic = True  # until the server or stream says it does not take atomic batches
+        self.ours: Callable[[str], bool] = lambda subject: False  # a subject of the log's stream
 
     async def _start(self) -> None:
         async with self._lock:
@@ -405,10 +419,13 @@ class _Publisher:
             pause = min(2 * pause, 2.0)
 
     async def _publish_each(self, items: Sequence[_Item]) -> list[dict[str, Any]]:
-        """Publish all, message by message, wait for every PubAck (resending unanswered ones)."""
+        """Publish all, message by message, wait for every PubAck (resending unanswered ones, and
+        for up to `LEADER_PATIENCE` seconds those refused for want of a stream leader)."""
         batch = _Batch(len(items))
         todo: Sequence[int] = range(len(items))
         unanswered = 0
+        patience: float | None = None
+        pause = 0.05
         try:
             while True:
                 reconnects = await _connected(self._nc)
@@ -417,7 +434,16 @@ class _Publisher:
                 except OutboundBufferLimitError:  # the connection went meanwhile: again once it is back
                     sent = False
                 if sent and await self._settled(batch, reconnects):
-                    return [r for r in batch.results if r is not None]
+                    refused = [i for i, r in enumerate(batch.results) if r is _NO_STREAM and self.ours(items[i][0])]
+                    now = asyncio.get_running_loop().time()
+                    patience = now + LEADER_PATIENCE if patience is None and refused else patience
+                    if not refused or patience is None or now > patience:
+                        return [r for r in batch.results if r is not None]
+                    batch.reopen(refused)  # no leader (yet): the same messages (ids) again shortly
+                    todo = refused
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, 1.0)
+                    continue
                 todo = [i for i, r in enumerate(batch.results) if r is None]
                 self._forget(batch, todo)
                 if self._nc.stats["reconnects"] == reconnects:  # no answer on a steady connection
@@ -696,6 +722,17 @@ class JetStreamLog:
         self._api = "$JS.API"
         self._owns = owns_connection
         self._publisher = _Publisher(nc, window, timeout, retries)
+        self._publisher.ours = self._ours  # "no responders" on these: a stream without a leader for now
+
+    def _ours(self, subject: str) -> bool:
+        """Whether the stream's subjects take `subject` (NATS wildcards: `*` a token, `>` the rest)."""
+        tokens = subject.split(".")
+        for pattern in self.subjects:
+            parts = pattern.split(".")
+            fits = len(tokens) >= len(parts) if parts[-1] == ">" else len(tokens) == len(parts)
+            if fits and all(p in ("*", ">") or p == t for p, t in zip(parts, tokens, strict=False)):
+                return True
+        return False
 
     @classmethod
     async def connect(cls, url: str, *, name: str = "poolwise", within: float = CONNECT_WITHIN,
