@@ -72,7 +72,8 @@ API
   `TreeEntitlements` (`path -> PoolEntitlement`, built lazily; raw matrices too), `Alert`.
 
 Modules: `per_resource` (requirement and Peloton's three phases), `dominant` (exact
-piecewise-linear vector fair share), `slack`, `waterfill` (weighted max-min, scalar and
+piecewise-linear vector fair share), `hdrf` (`dominant` where a job stops only when a kind it
+needs is used up: exact, event by event, with its worked GPU example), `slack`, `waterfill` (weighted max-min, scalar and
 segmented), `arrays` (the tree as flat per-depth arrays), `compute` (the entry points).
 """
 
