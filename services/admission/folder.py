@@ -11,6 +11,7 @@ from services.admission.domain.cycle_order import is_cycle_decision
 from services.admission.domain.decide import run_cycles
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
 from services.admission.envelopes import decision_envelopes
+from services.common.folding import rejection_of_fault
 
 # What admission and preemption fold (preemption keeps a copy of admission's fold).
 SUBJECTS: tuple[str, ...] = (
@@ -74,7 +75,16 @@ class AdmissionFolder:
             return []
         # 1. fold the event (timers due before it fire first);
         state = self.state
-        outcomes = state.apply(envelope.event, seq, seconds_of(envelope))
+        try:
+            outcomes = state.apply(envelope.event, seq, seconds_of(envelope))
+        except Exception as error:  # a poison input: refused here, so that its message's cycles run
+            # all the same (2.), where preemption's copy of this fold (`CycleOrder`) opens them:
+            # one message later, preemption would hold the log for a cycle that never comes
+            refused = rejection_of_fault(SERVICE, envelope, seq, part, error, state.now)
+            if not (last and (state.due or state.full)):
+                return [refused]
+            time = at_seconds(state.now)
+            return [refused, *decision_envelopes(SERVICE, run_cycles(state, seq), seq, envelope.id, time)]
         # 2. at the end of its message, run the cycles it started (decided, then applied).
         cycles = run_cycles(state, seq) if last and (state.due or state.full) else []
         if not outcomes and not cycles:

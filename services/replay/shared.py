@@ -75,25 +75,30 @@ class SharedFolds:
         before = self.preemption._attempt_of(event) if kind is PreemptionRequested else None
         try:
             outcomes = state.apply(event, seq, seconds_of(envelope))
-        except Exception as error:  # both services fold it: both refuse it (admission's refusal: the caller's)
+        except Exception as error:  # both services fold it: both refuse it, and its cycles run (as live)
             self.preempted.append(rejection_of_fault(PREEMPTION, envelope, seq, 0, error, state.now))
-            raise
+            refused = rejection_of_fault(ADMISSION, envelope, seq, part, error, state.now)
+            cycles = self._cycles(envelope, seq) if last and (state.due or state.full) else []
+            return [refused, *decision_envelopes(ADMISSION, cycles, seq, envelope.id, at_seconds(state.now))]
         self._preempt(envelope, kind, seq, before, outcomes)
-        cycles: list[Outcome] = []
-        if last and (state.due or state.full):
-            time = at_seconds(state.now)  # (the cycles do not move the clock)
-
-            def applied(decision: Outcome, announced: list[Outcome]) -> None:
-                self._preempt(decision, event_class(decision.event), seq, None, announced,
-                              lambda: decision_envelopes(ADMISSION, [decision], seq, envelope.id, time)[0])
-
-            cycles = run_cycles(state, seq, applied)
+        cycles = self._cycles(envelope, seq) if last and (state.due or state.full) else []
         if not outcomes and not cycles:
             return []
         if part:
             outcomes = [naming_part(o, seq, part) for o in outcomes]
         outcomes += cycles
         return decision_envelopes(ADMISSION, outcomes, seq, envelope.id, at_seconds(state.now))
+
+    def _cycles(self, envelope: Envelope, seq: int) -> list[Outcome]:
+        """The cycles due at the end of the message at `seq`, each decision followed by
+        preemption's part of applying it."""
+        time = at_seconds(self.state.now)  # (the cycles do not move the clock)
+
+        def applied(decision: Outcome, announced: list[Outcome]) -> None:
+            self._preempt(decision, event_class(decision.event), seq, None, announced,
+                          lambda: decision_envelopes(ADMISSION, [decision], seq, envelope.id, time)[0])
+
+        return run_cycles(self.state, seq, applied)
 
     def _preempt(self, applied: Envelope | Outcome, kind: type, seq: int, before: int | None,
                  announced: list[Outcome], envelope_of: Callable[[], Envelope] | None = None) -> None:

@@ -233,3 +233,35 @@ async def test_a_gang_too_large_for_one_message_is_refused(fresh_stream: str, tm
     assert max(len(m.data) for m in messages) < 1024 * 1024
     result = verify(messages)
     assert result.ok, [f.line() for f in result.findings]
+
+
+def test_a_poison_input_that_made_a_cycle_due_still_has_its_cycle_there(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """A tick whose fold raises after it made the tree's cycle due: admission runs that cycle at
+    the tick's own message, where preemption's copy of the fold (`CycleOrder`) opens it too. Run
+    one message later, preemption held the rest of the log for a cycle that never came."""
+    real = admission_state._on_tick
+    raised: set[int] = set()  # once per fold (admission's, preemption's, the runner's views)
+
+    def raising_after(state: Any, event: Any, seq: int, out: Any) -> None:
+        real(state, event, seq, out)
+        if state.now >= 5.0 and id(state) not in raised and state.due:
+            raised.add(id(state))
+            raise RuntimeError("a tick that breaks after making the cycle due")
+
+    table = dict(admission_state._HANDLERS)
+    for kind, handler in table.items():
+        if handler is real:
+            table[kind] = raising_after
+    monkeypatch.setattr(admission_state, "_HANDLERS", table)
+    report, messages = run(MemoryLog(), tmp_path)
+    found = refusals(messages, "internal_error")
+    assert sorted(source for source, _ in found) == ["admission", "preemption"], found
+    tick_seq = found[0][1].input_seq
+    cycles = [(e.source, e.event.trigger_seq) for s in messages for e in decode_all(s.data)
+              if isinstance(e.event, CycleCompleted)]
+    assert ("admission", tick_seq) in cycles and ("preemption", tick_seq) in cycles, (tick_seq, cycles)
+    assert report.passed, report.to_dict()
+    result = verify(messages)
+    assert result.ok, [f.line() for f in result.findings]
+    assert result.shared  # the replay's one fold for both services agrees too (not only the separate folds)
