@@ -34,7 +34,8 @@ class SharedDecodes:
         self._found: dict[bytes, tuple[Envelope, list[int]]] = {}  # data -> (envelope, [takes left])
 
     def decode(self, data: bytes) -> Envelope:
-        """`events.read_envelope(data)` (a view of a gang event, else `events.decode(data)`), or
+        """`events.read_envelope(data)` (a view of a gang event or a task report, else
+        `events.decode(data)`), or
         the envelope another reader of this process decoded (or this process encoded) from the
         same bytes."""
         found = self._found.get(data) if self._found else None
