@@ -35,9 +35,8 @@ class SharedDecodes:
 
     def decode(self, data: bytes) -> Envelope:
         """`events.read_envelope(data)` (a view of a gang event or a task report, else
-        `events.decode(data)`), or
-        the envelope another reader of this process decoded (or this process encoded) from the
-        same bytes."""
+        `events.decode(data)`), or the envelope another reader of this process decoded (or this
+        process encoded) from the same bytes."""
         found = self._found.get(data) if self._found else None
         if found is not None:
             envelope, left = found
