@@ -31,3 +31,8 @@ bench:
 soak:
     POOLWISE_SOAK=1 {{venv}}/bin/python -m pytest -q tests/bench/test_soak.py
     {{venv}}/bin/poolwise bench soak --quick
+
+# The replicated log (issue 19): a 3-node cluster from deploy/nats/ on loopback, the services on it
+# with --replicas 3, a node killed and the stream's leader stopped mid-burst (~1 min; also in `just test`).
+cluster:
+    {{venv}}/bin/python -m pytest -q -m cluster tests/cluster

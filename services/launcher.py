@@ -49,6 +49,7 @@ from services.common.natsserver import (
     remove_url_file,
     write_url_file,
 )
+from services.common.replicas import prepare
 from services.common.runtime import give_back_memory
 from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
 
@@ -200,15 +201,17 @@ def serves_store(pid: int, store_dir: Path) -> bool:
 
 async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
                      on_ready: Callable[[str], None] | None = None, *, ready_on_standby: bool = False,
-                     on_change: OnChange | None = None, options: dict[str, dict[str, Any]] | None = None) -> None:
+                     on_change: OnChange | None = None, options: dict[str, dict[str, Any]] | None = None,
+                     replicas: int = 1) -> None:
     """Run the named services in this process until cancelled, on `nats_url` or an embedded server.
     Ready (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`.
-    `options`: keyword arguments of services' entry points, by service (`start_services`)."""
+    `options`: keyword arguments of services' entry points, by service (`start_services`).
+    `replicas`: of the stream and buckets (`services.common.replicas.prepare`)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     async with nats_server(data_dir, nats_url) as server, anyio.create_task_group() as tg:
         tg.start_soon(watch_server, server)
         tg.start_soon(give_back_memory)  # what the services' peaks left free, back to the system
-        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change, options or {})
+        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change, options or {}, replicas)
         tg.cancel_scope.cancel()
 
 
@@ -274,12 +277,11 @@ def service_process(name: str, nats_url: str, data_dir: Path, args: Sequence[str
                         "--nats-url", nats_url, "--data-dir", str(data_dir), *args))
 
 
-async def prepare_log(nats_url: str) -> None:
-    """Create the stream and the lease bucket once, before several processes would race to."""
+async def prepare_log(nats_url: str, replicas: int = 1) -> None:
+    """Create the stream and the buckets once (with `replicas`), before several processes would race to."""
     log = await JetStreamLog.connect(nats_url)
     try:
-        await log.ensure_stream()
-        await open_leases(log.nc)
+        await prepare(log, replicas)
     finally:
         with anyio.CancelScope(shield=True):
             await log.close()
@@ -288,18 +290,20 @@ async def prepare_log(nats_url: str) -> None:
 async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
                         on_ready: Callable[[str], None] | None = None, *, is_up: Callable[[str, str], bool],
                         on_line: Callable[[str, str], None], echo: Callable[[str], None],
-                        restarts: Restarts | None = None, args: dict[str, Sequence[str]] | None = None) -> None:
+                        restarts: Restarts | None = None, args: dict[str, Sequence[str]] | None = None,
+                        replicas: int = 1) -> None:
     """Run each named service in a process of its own until cancelled (then stop them, then the
     embedded server), on `nats_url` or an embedded server. Ready (`on_ready(url)`) once every
     child is up (`is_up(name, line)` held for a line of its stderr); `on_line(name, line)` gets
     every line a child writes to stderr, `echo(text)` what the supervisor says. Raises
     `services.common.supervisor.GaveUp` if a service keeps failing before it is up. `args`: more
-    arguments of `poolwise serve`, by service."""
+    arguments of `poolwise serve`, by service. `replicas`: of the stream and buckets (and each child's)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     async with nats_server(data_dir, nats_url) as server:
         url = server.url
-        await prepare_log(url)
-        children = [service_process(name, url, data_dir, (args or {}).get(name, ())) for name in SERVICES
+        await prepare_log(url, replicas)
+        children = [service_process(name, url, data_dir, (*(args or {}).get(name, ()), "--replicas", str(replicas)))
+                    for name in SERVICES
                     if name in names]
         supervisor = Supervisor(children, is_up=is_up, on_line=on_line, echo=echo, restarts=restarts)
         async with anyio.create_task_group() as tg:
@@ -310,10 +314,11 @@ async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
 
 
 async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None,
-                  ready_on_standby: bool, on_change: OnChange | None, options: dict[str, dict[str, Any]]) -> None:
+                  ready_on_standby: bool, on_change: OnChange | None, options: dict[str, dict[str, Any]],
+                  replicas: int = 1) -> None:
     log = await JetStreamLog.connect(nats_url)
     try:
-        await log.ensure_stream()
+        await prepare(log, replicas)
         async with anyio.create_task_group() as tg:
             await start_services(tg, log, names, data_dir, ready_on_standby=ready_on_standby, on_change=on_change,
                                  nats_url=nats_url, **options)

@@ -32,6 +32,12 @@ SqlRetention = Annotated[str | None, typer.Option(
          "entitlement_history, preemptions, rejections) what is older than this much log time: 30d, 12h, "
          "90m, 3600 (seconds), or off (the default: keep everything). The log itself keeps every event.")]
 
+Replicas = Annotated[str | None, typer.Option(
+    "--replicas", envvar="POOLWISE_STREAM_REPLICAS", metavar="N",
+    help="Copies of the log the NATS cluster keeps (1-5; default 1): the stream, the lease bucket and the "
+         "snapshot store are created with N replicas, and one found with fewer is raised to N "
+         "(services/common/replicas.py). More than the cluster's servers: an error.")]
+
 # The names of `services.launcher.SERVICES`, in its order (a test keeps them equal): the launcher
 # imports every service (DuckDB, Arrow, ...), which only `up` and `serve` need, not every command.
 SERVICES: tuple[str, ...] = ("tree", "admission", "preemption")
@@ -49,14 +55,22 @@ def up(
     single_process: Annotated[bool, typer.Option(
         "--single-process", help="Run every service in this one process (one core; for debugging).")] = False,
     sql_retention: SqlRetention = None,
+    replicas: Replicas = None,
 ) -> None:
     """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
     service, each in a process of its own."""
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
+    copies = _replicas(replicas)
     if single_process:
-        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention)
+        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention, replicas=copies)
     else:
-        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention)
+        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention, replicas=copies)
+
+
+def _replicas(text: str | None) -> int:
+    from services.common.replicas import parse_replicas
+
+    return 1 if text is None or not text.strip() else parse_replicas(text)
 
 
 def serve(
@@ -65,6 +79,7 @@ def serve(
     nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
                                                   help="NATS server; default: the one `poolwise up` started.")] = None,
     sql_retention: SqlRetention = None,
+    replicas: Replicas = None,
 ) -> None:
     """Run one service alone against a NATS server (NATS_URL, or the data dir's embedded one)."""
     from services.common.supervisor import die_with_parent
@@ -73,6 +88,7 @@ def serve(
     if service not in SERVICES:
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
+    copies = _replicas(replicas)
     if nats_url is None:
         from services.common.natsserver import resolve_nats_url
 
@@ -82,7 +98,7 @@ def serve(
     # Next to the deciding services, under `poolwise up`: once started (leading or standing by),
     # not before, so that the start of `up` waits on none of its services' CPU share.
     _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised,
-         sql_retention=retention, yield_when_ready=supervised and service in YIELDING)
+         sql_retention=retention, yield_when_ready=supervised and service in YIELDING, replicas=copies)
 
 
 # Services off the admission path: the tree service's read models (and pool commands) may wait a
@@ -133,7 +149,7 @@ def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
          ready_on_standby: bool, announce: bool = True, sql_retention: float | None = None,
-         yield_when_ready: bool = False) -> None:
+         yield_when_ready: bool = False, replicas: int = 1) -> None:
     from services.common.runtime import run_until_signalled
     from services.common.telemetry import configure
     from services.launcher import run_system
@@ -152,7 +168,8 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     try:
         run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
                                                on_ready=on_ready, ready_on_standby=ready_on_standby,
-                                               on_change=on_change, options=tree_options(sql_retention)))
+                                               on_change=on_change, options=tree_options(sql_retention),
+                                               replicas=replicas))
     except Exception as exc:
         _fail_on_known(exc)
         raise
@@ -169,7 +186,7 @@ def tree_args(sql_retention: float | None) -> dict[str, list[str]]:
 
 
 def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
-                   sql_retention: float | None = None) -> None:
+                   sql_retention: float | None = None, replicas: int = 1) -> None:
     from services.common.runtime import run_until_signalled
     from services.launcher import run_processes
 
@@ -186,7 +203,7 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
     try:
         run_until_signalled(lambda: run_processes(names, data_dir, nats_url, on_ready=on_ready,
                                                   is_up=says_leading, on_line=on_line, echo=echo,
-                                                  args=tree_args(sql_retention)))
+                                                  args=tree_args(sql_retention), replicas=replicas))
     except Exception as exc:
         _fail_on_known(exc)
         raise
