@@ -33,15 +33,16 @@ async def connect(url: str, *, name: str = "poolwise-cli") -> Any:
     """A NATS connection for one command to any server of `url` (one URL or several,
     comma-separated): one attempt each (nats-py takes max_reconnect_attempts=0 for "forever"), a
     bounded wait, no traceback; InputError when no server can be reached."""
-    from services.common.connection import nats_servers, shown
+    from services.common.connection import connect_options, nats_servers, shown
 
     try:
         servers = nats_servers(url)
+        options = connect_options()  # credentials and TLS: the global options, NATS_CREDS, ...
     except ConnectionError as exc:
         raise InputError(str(exc)) from None
     try:
         return await nats.connect(servers, name=name, connect_timeout=3, max_reconnect_attempts=1,
-                                  reconnect_time_wait=0.2, allow_reconnect=False, error_cb=_quiet)
+                                  reconnect_time_wait=0.2, allow_reconnect=False, error_cb=_quiet, **options)
     except Exception as exc:
         raise InputError(f"cannot reach NATS at {shown(servers)}: {exc.__class__.__name__} {exc}".strip()) from None
 

@@ -18,7 +18,7 @@ from typer import _click as click
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from services.cli import serve_cmd
+from services.cli import credentials, serve_cmd
 from services.cli.errors import guarded
 
 # (command names, module, what registers them: "register" (its `register(app)`) or "app" (a
@@ -107,6 +107,7 @@ app = typer.Typer(
     cls=LazyGroup,
     **SETTINGS,
 )
+credentials.register(app)  # --creds, --nkey, --tls-ca, --tls-cert, --tls-key (before any command)
 serve_cmd.register(app)
 
 

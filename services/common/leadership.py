@@ -390,9 +390,10 @@ def connector(servers: str | list[str], name: str = "poolwise-lease") -> Connect
     """A way to open a connection of its own to `servers` (for a lease's renewals)."""
 
     async def connect() -> NATS:
-        from services.common.connection import nats_servers, quietly  # (one URL, or several comma-separated)
+        from services.common.connection import connect_options, nats_servers, quietly  # (one URL, or several)
 
-        return await nats.connect(nats_servers(servers), name=name, max_reconnect_attempts=-1, error_cb=quietly)
+        return await nats.connect(nats_servers(servers), name=name, max_reconnect_attempts=-1, error_cb=quietly,
+                                  **connect_options())  # the service's credentials and TLS (its environment)
 
     return connect
 

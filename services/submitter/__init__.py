@@ -30,6 +30,16 @@ Not async? `SyncSubmitter` has the same methods, blocking:
 The URL may name several servers, comma-separated (`nats://n1:4222,nats://n2:4222`), or be a
 list: the client connects, and reconnects, to any of them.
 
+Credentials and TLS, when the server asks for them (docs/security.md): a user and password in the
+URL, or a `.creds` file, or an nkey seed file; TLS with the CA that signed the servers'
+certificates (and a client certificate, for servers that verify clients):
+
+    from services.submitter import Submitter, Tls
+
+    Submitter("tls://n1:4222", nkey="team-a.nk", tls=Tls(ca="ca.pem", cert="client.pem", key="client-key.pem"))
+
+What is not given is read from NATS_CREDS, NATS_NKEY, NATS_CA, NATS_CERT and NATS_KEY.
+
 Retrying is safe: an event's id covers its content (what identifies it: the gang; the task, its
 state and attempt; and a digest of the event's body), and JetStream stores an id once (within its
 10-minute duplicate window; a copy after it is refused by admission as `duplicate_task`). The same
@@ -45,6 +55,7 @@ succeeds once NATS is back. Whether admission accepts the gang is decided on the
 `poolwise explain GANG`.
 """
 
+from services.common.connection import Tls
 from services.submitter.build import SubmitError, cancel_event, enqueue_event, envelope, event_id, task_state_event
 from services.submitter.client import PublishError, Receipt, Submitter, SyncSubmitter
 
@@ -54,6 +65,7 @@ __all__ = [
     "SubmitError",
     "Submitter",
     "SyncSubmitter",
+    "Tls",
     "cancel_event",
     "enqueue_event",
     "envelope",

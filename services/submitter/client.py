@@ -11,6 +11,7 @@ the log and in `poolwise explain GANG`.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -22,7 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from nats.errors import ConnectionClosedError, MaxPayloadError
 
 from events import Envelope, subjects
-from services.common.connection import CONNECT_TIMEOUT, Urls, connect_nats, shown
+from services.common.connection import CONNECT_TIMEOUT, Auth, Tls, Urls, connect_nats, connect_options, shown
 from services.common.jetstream import JetStreamLog
 from services.common.log import AppendRefused, EventLog
 from services.submitter.build import (
@@ -67,15 +68,29 @@ class Submitter:
     of waiting on; the connection keeps reconnecting in the background, so a later call succeeds
     once NATS is back. `connect_timeout` bounds the first connection (within the first call's
     deadline).
+
+    Credentials: a user and password in the URL, or `creds` (a `.creds` file) or `nkey` (a file
+    holding a user nkey seed); `tls`: `Tls(ca=..., cert=..., key=...)` (or an `ssl.SSLContext`),
+    for servers that require TLS or a `tls://` URL. What is not given is read from `NATS_CREDS`,
+    `NATS_NKEY`, `NATS_CA`, `NATS_CERT`, `NATS_KEY` (`services.common.connection.Auth`). A file
+    that is missing or not what it should be raises `ValueError` naming it.
     """
 
     def __init__(self, nats_url: Urls | None = None, *, source: str = "sdk", tree: str = "default",
                  timeout: float = TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT,
-                 log: EventLog | None = None) -> None:
+                 log: EventLog | None = None, creds: str | None = None, nkey: str | None = None,
+                 tls: Tls | ssl.SSLContext | None = None) -> None:
         if nats_url is None and log is None:
             raise ValueError("Submitter needs a NATS URL (or an event log)")
         if not timeout > 0:
             raise ValueError(f"timeout: a deadline in seconds above 0, got {timeout!r}")
+        given = Auth(creds=None if creds is None else str(creds), nkey=None if nkey is None else str(nkey), tls=tls)
+        if given != Auth():
+            try:
+                connect_options(given)  # a missing or bad file: said now, naming it
+            except ConnectionError as exc:
+                raise ValueError(str(exc)) from None
+        self._auth: Auth | None = given if given != Auth() else None
         self.nats_url = nats_url
         self.source = source
         self.tree = tree
@@ -92,8 +107,9 @@ class Submitter:
             if self._log is None:
                 assert self.nats_url is not None
                 try:
+                    auth = self._auth.over(Auth.from_env()) if self._auth is not None else None
                     nc = await connect_nats(self.nats_url, name=f"poolwise-{self.source}",
-                                            timeout=self.connect_timeout)
+                                            timeout=self.connect_timeout, auth=auth)
                 except ConnectionError as exc:
                     raise PublishError(str(exc)) from None
                 self._owned = JetStreamLog(nc, owns_connection=True)

@@ -6,59 +6,29 @@ port and a store in a temporary directory; the `$..._BCRYPT` variables hold plai
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import nats
 import pytest
 
 from services.common.jetstream import JetStreamLog
-from services.common.natsserver import find_nats_server
 from services.submitter.client import Submitter
+from tests.service.natsconf import nats_server
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "accounts.conf"
 PASSWORDS = {"SERVICE": "svc-pw", "SUBMITTER": "sub-pw", "OPERATOR": "op-pw"}
 
 pytestmark = pytest.mark.nats
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     where = tmp_path_factory.mktemp("roles")
-    shutil.copy(DEPLOY, where / "accounts.conf")
-    port = _free_port()
-    (where / "server.conf").write_text(
-        f'listen: 127.0.0.1:{port}\njetstream {{ store_dir: "{where / "js"}" }}\ninclude "accounts.conf"\n')
     # the `$<ROLE>_PASSWORD_BCRYPT` variables come from the environment (plain text is accepted too)
-    env = {**os.environ, **{f"{role}_PASSWORD_BCRYPT": pw for role, pw in PASSWORDS.items()}}
-    process = subprocess.Popen([find_nats_server(), "-c", str(where / "server.conf")], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("nats-server did not start with deploy/nats/accounts.conf") from None
-                time.sleep(0.05)
+    env = {f"{role}_PASSWORD_BCRYPT": pw for role, pw in PASSWORDS.items()}
+    config = 'listen: 127.0.0.1:{port}\njetstream { store_dir: "{store}" }\ninclude "accounts.conf"\n'
+    with nats_server(where, config, env=env, include=["accounts.conf"]) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _url(port: int, role: str) -> str:
