@@ -21,6 +21,7 @@ from services.admission.domain.entitlement import (
     TreeInput,
     compute_entitlements,
 )
+from services.admission.domain.entitlement import hdrf as hdrf_module
 from services.admission.domain.entitlement.arrays import build_arrays
 from services.admission.domain.entitlement.dominant import drf_inputs
 from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
@@ -64,6 +65,29 @@ def test_a_pools_limit_is_named_where_it_stops_a_job() -> None:
     assert got["/team/a"].entitlement["gpu"] == pytest.approx(2.0)
     assert got["/team/a"].entitlement["cpu"] == pytest.approx(0.5 + 6.0)
     assert got.stops["/team/a"] == (Stop("gpu", "/team"),)
+
+
+def test_a_tree_too_costly_to_fill_exactly_gets_dominants_numbers_and_an_alert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event-by-event filling is quadratic (docs/policies.md): past its budget (a count of
+    phase-rows, so every replay decides the same) a tree gets `dominant`'s numbers and an alert,
+    where it would have stalled admission's cycle for seconds. The same tree within the budget
+    is filled exactly, with no alert."""
+    tree = TreeInput(kinds=("cpu", "gpu"), capacity={"cpu": 10, "gpu": 8}, policy="hdrf", pools=(
+        PoolInput("/team", limit={"cpu": 10, "gpu": 2}),
+        PoolInput("/team/a", usage=LeafUsage(jobs=(JobDemand("g", {"cpu": 1, "gpu": 4}),
+                                                   JobDemand("c", {"cpu": 6}))))))
+    exact = compute_entitlements(tree)
+    assert not [a for a in exact.alerts if a.code == "hdrf_too_costly"]
+    assert exact["/team/a"].entitlement["cpu"] == pytest.approx(6.5)
+    monkeypatch.setattr(hdrf_module, "MAX_WORK", 1)
+    cut = compute_entitlements(tree)
+    dominant = compute_entitlements(dataclasses.replace(tree, policy="dominant"))
+    for path in ("/team", "/team/a"):
+        assert cut[path].entitlement == pytest.approx(dominant[path].entitlement)
+    assert cut["/team/a"].entitlement["cpu"] < 6.5 - 1  # dominant stops the CPU job with the GPU one
+    (alert,) = [a for a in cut.alerts if a.code == "hdrf_too_costly"]
+    assert "2 jobs" in alert.message and "dominant" in alert.message
+    assert cut.stops == {}
 
 
 # -- laws -----------------------------------------------------------------------------------------

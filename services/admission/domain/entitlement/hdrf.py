@@ -70,10 +70,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.dominant import DrfInputs, dominant_shares, drf_inputs
+from services.admission.domain.entitlement.dominant import DrfInputs, dominant_entitlements, dominant_shares, drf_inputs
 from services.admission.domain.entitlement.model import ROOT, Alert, BoolArray, FloatArray, IntArray
 from services.admission.domain.entitlement.polylines import EPS
 
+MAX_WORK = 100_000
+"""The event-by-event filling's budget, in phases times rows (pools + jobs): each phase walks the
+tree (~3-6 µs a row here), and the number of phases grows with the tree, so the whole is
+quadratic: about 0.5 s at this budget, reached by ~100 contended pools of a few jobs each.
+Beyond it the tree gets `dominant`'s numbers and an alert (`_dominant_instead`): a cycle must not
+stall admission for seconds or minutes. A count, not a clock: every replay decides the same."""
 TIE = 1e-9
 """Keys closer than this are equal: such siblings grow together."""
 FULL = 1e-12
@@ -298,7 +304,7 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
         jobs = np.zeros((dshare.shape[0], k))
         jobs[:, active] = whole[:, None] * dshare * drf.cap
         return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
-    max_phases = 20 * (dshare.shape[0] + n * len(active)) + 100
+    max_phases = min(20 * (dshare.shape[0] + n * len(active)) + 100, MAX_WORK // (n + dshare.shape[0]) + 1)
     if shortcuts and not lacking.any():
         found = _by_epochs(arr, drf, dshare, lim, idle)
         if found is not None:
@@ -309,7 +315,25 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
         filling.blocked |= missing
         filling.cause_kind[missing], filling.cause_row[missing] = -2 - kd, 0
     filling.blocked |= idle
-    return _filling_result(arr, drf, filling, filling.run(max_phases))
+    phases = filling.run(max_phases)
+    if phases >= max_phases:  # too costly to finish exactly: dominant's numbers, and an alert that says so
+        return _dominant_instead(arr, drf, phases)
+    return _filling_result(arr, drf, filling, phases)
+
+
+def _dominant_instead(arr: TreeArrays, drf: DrfInputs, phases: int) -> HdrfResult:
+    """`dominant`'s answer for a tree whose exact filling would cost more than `MAX_WORK`:
+    feasible (within every limit and the capacity), the same on every replay (the budget counts
+    phases, not time), with an alert naming the tree's size; no stops are known."""
+    entitlement, requirement, alerts = dominant_entitlements(arr)
+    jobs = drf.job_row.size
+    alert = Alert(code="hdrf_too_costly", path="/", kind="",
+                  message=(f"hdrf: the exact filling of this tree ({len(arr.paths)} pools, {jobs} jobs) stopped "
+                           f"after {phases} phases (at most {MAX_WORK} phase-rows); the dominant policy's "
+                           "numbers are used, so capacity a waiting job could use may sit idle "
+                           "(docs/policies.md: the size hdrf is exact for)"))
+    return HdrfResult(entitlement, requirement, [*alerts, alert], {}, phases,
+                      np.zeros((jobs, len(arr.kinds))), drf.job_row)
 
 
 def _by_epochs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray,
