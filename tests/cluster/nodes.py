@@ -80,6 +80,7 @@ class Node:
 class Cluster:
     def __init__(self, where: Path) -> None:
         ports = free_ports(9)
+        where.mkdir(parents=True, exist_ok=True)
         self.nodes = [Node(n, ports[3 * (n - 1)], ports[3 * (n - 1) + 1], ports[3 * (n - 1) + 2],
                            where / f"n{n}", where / f"n{n}.log") for n in (1, 2, 3)]
         self.routes = "[" + ", ".join(f"nats-route://127.0.0.1:{node.route}" for node in self.nodes) + "]"
@@ -101,3 +102,19 @@ class Cluster:
         for node in self.nodes:
             with contextlib.suppress(Exception):
                 node.stop()
+
+
+def started_cluster(where: Path, attempts: int = 3) -> Cluster:
+    """A started cluster in `where/<attempt>`; again on other free ports when a node could not
+    listen (a port taken between the look for a free one and the server's start, by another test)."""
+    for attempt in range(1, attempts + 1):
+        cluster = Cluster(where / f"try{attempt}")
+        try:
+            cluster.start()
+            return cluster
+        except AssertionError:
+            logs = " ".join(node.log.read_text() for node in cluster.nodes if node.log.exists())
+            cluster.close()
+            if "address already in use" not in logs or attempt == attempts:
+                raise
+    raise AssertionError("unreachable")

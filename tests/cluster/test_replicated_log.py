@@ -32,7 +32,7 @@ from services.common.replicas import ReplicasError, prepare, stream_replicas
 from services.submitter import Submitter
 from services.submitter.client import PublishError
 from tests.cli.helpers import POOLWISE, clean_env, run
-from tests.cluster.nodes import WAIT, Cluster, Node
+from tests.cluster.nodes import WAIT, Cluster, Node, started_cluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats, pytest.mark.cluster, pytest.mark.timeout(400)]
 
@@ -112,10 +112,9 @@ async def _setup(url: str) -> None:
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     where = tmp_path_factory.mktemp("cluster")
-    cluster = Cluster(where)
+    cluster = started_cluster(where)
     services: list[Serve] = []
     try:
-        cluster.start()
         services = [Serve(name, cluster.urls("service"), where) for name in SERVICES]
         anyio.run(until, lambda: all(s.ready() for s in services), "the services to be ready on the cluster", 120.0)
         anyio.run(_setup, cluster.urls("operator"))
@@ -302,3 +301,39 @@ async def _current(log: JetStreamLog) -> dict[str, Any] | None:
     info = await stream_replicas(log.nc, log.stream)
     whole = info["leader"] and len(info["peers"]) == 2 and all(p.get("current") for p in info["peers"])
     return info if whole else None
+
+
+async def test_up_runs_every_service_on_the_cluster(tmp_path: Path) -> None:
+    """`poolwise up --nats-url <every node> --replicas 3` (deploy/README.md's one-machine run): up
+    prepares the stream and the buckets with 3 replicas, then runs each service in a process of
+    its own against the cluster (each given --replicas 3 too)."""
+    cluster = started_cluster(tmp_path)
+    err_path = tmp_path / "up.err"
+    try:
+        with err_path.open("wb") as err:
+            up = subprocess.Popen(
+                [POOLWISE, "up", "--replicas", "3", "--data-dir", str(tmp_path / "data")],
+                env=clean_env(NATS_URL=cluster.urls("service"), POOLWISE_DEBUG="1"), cwd=tmp_path,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            def ready() -> bool:
+                assert up.poll() is None, err_path.read_text()
+                return "tree, admission, preemption ready on" in err_path.read_text()
+
+            await until(ready, "poolwise up to be ready on the cluster", timeout=120.0)
+            await _setup(cluster.urls("operator"))
+            system = System(cluster, [], tmp_path)
+            gangs = {f"up-{i}" for i in range(40)}
+            async with Submitter(cluster.urls("submitter"), source="cluster-test") as submitter:
+                await submitter.enqueue_many([{"gang": g, "pool": "/a", "count": 1, "resources": {"cpu": 1}}
+                                              for g in sorted(gangs)])
+            await _decided_once(system, gangs)
+            for stream in ("POOLWISE", "KV_poolwise_leases", "OBJ_poolwise_snapshots"):
+                assert (await _cluster_of(system, stream))["replicas"] == 3, stream
+        finally:
+            up.send_signal(signal.SIGTERM)
+            code = up.wait(WAIT)
+        text = err_path.read_text()
+        assert code == 0 and "Traceback" not in text and "--replicas 3" not in text, text  # nothing raised: made so
+    finally:
+        cluster.close()
