@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -922,7 +923,11 @@ class JetStreamLog:
                 await asyncio.sleep(0.05 * max(failures, 1))
 
     async def _read_into(self, out: list[Stored], after: int, end: int, subjects: Sequence[str]) -> None:
+        # named in the request's subject (CONSUMER.CREATE.<stream>.<name>): a reader allowed only
+        # such names (the auditor, deploy/nats/teams.conf) cannot name a service's durable in the
+        # body of an unnamed create, which updates that durable (its filter, ...)
         config = ConsumerConfig(
+            name=f"read-{secrets.token_hex(8)}",
             ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=after + 1, filter_subjects=list(subjects) or None, mem_storage=True,
             inactive_threshold=30.0, num_replicas=1,

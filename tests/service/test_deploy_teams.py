@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import nats
 import nkeys
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -127,7 +128,9 @@ def test_the_auditor_reads_the_log_and_writes_nothing(teams: tuple[int, Path]) -
             "poolwise.cmd.tree.host_add", "poolwise.cmd.tree.host_remove",
             "$JS.API.STREAM.PURGE.POOLWISE", "$JS.API.STREAM.DELETE.POOLWISE", "$JS.API.STREAM.MSG.DELETE.POOLWISE",
             "$JS.API.STREAM.UPDATE.POOLWISE", "$JS.API.STREAM.CREATE.AUDIT", "$JS.API.STREAM.SNAPSHOT.POOLWISE",
-            "$JS.API.CONSUMER.CREATE.POOLWISE.admission", "$JS.API.CONSUMER.DURABLE.CREATE.POOLWISE.admission",
+            "$JS.API.CONSUMER.CREATE.POOLWISE", "$JS.API.CONSUMER.DURABLE.CREATE.POOLWISE.admission",
+            *(f"$JS.API.CONSUMER.CREATE.POOLWISE.{durable}{filtered}" for durable in DURABLES
+              for filtered in ("", ".poolwise.hosts")),
             "$JS.ACK.POOLWISE.admission.1.1.1.1.0", "$KV.poolwise_leases.admission", "$O.poolwise_snapshots.M.x",
             *(f"$JS.API.CONSUMER.{what}.POOLWISE.{durable}" for durable in DURABLES for what in ("MSG.NEXT", "DELETE")),
         ]
@@ -140,11 +143,23 @@ def test_the_auditor_reads_the_log_and_writes_nothing(teams: tuple[int, Path]) -
                              subscribe=[*forbidden_sub, *reads])
         assert got == {("publish", s) for s in forbidden_pub} | {("subscribe", s) for s in forbidden_sub}
 
-        async with await JetStreamLog.connect(url(port, "service")) as service:  # nothing was lost
+        # a consumer of its own named in the subject, a durable's name in the body: the subject's
+        # name is taken (an unnamed create, refused above, would have updated the durable)
+        nc = await nats.connect(url(port, "auditor"))
+        try:
+            body = {"stream_name": "POOLWISE", "config": {"name": "admission", "filter_subject": "poolwise.hosts",
+                                                          "ack_policy": "all", "mem_storage": True}}
+            reply = await nc.request("$JS.API.CONSUMER.CREATE.POOLWISE.mine", json.dumps(body).encode(), timeout=5)
+            assert json.loads(reply.data)["name"] == "mine", reply.data
+        finally:
+            await nc.close()
+
+        async with await JetStreamLog.connect(url(port, "service")) as service:  # nothing was lost or changed
             assert await service.last_seq() == last + 1
             for durable in DURABLES:
                 info = await service.jsm.consumer_info("POOLWISE", durable)
                 assert info.delivered.stream_seq == 0 and info.ack_floor.stream_seq == 0
+                assert info.config.filter_subject is None and info.config.ack_policy == AckPolicy.ALL
 
     async def bounded() -> None:
         with anyio.fail_after(90):
