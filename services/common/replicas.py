@@ -3,9 +3,10 @@
 
 `prepare(log, replicas)` runs when a service (or `up`) starts, before anything reads or writes:
 
-- the stream (`JetStreamLog.ensure_stream`), the lease bucket (`KV_poolwise_leases`) and, when more
-  than one replica is asked, the snapshot object store (`OBJ_poolwise_snapshots`; with one replica
-  it is created when first used, as before) are created with `replicas` replicas;
+- the stream (`JetStreamLog.ensure_stream`), the lease bucket (`KV_poolwise_leases`) and, with more
+  than one replica, the snapshot object store (`OBJ_poolwise_snapshots`; with one it is created
+  when first used, as before) are created with `replicas` replicas; the buckets with as many as the
+  stream has, if that is more (a `serve` without --replicas on an R3 log makes no R1 bucket);
 - one that exists with fewer replicas is raised to `replicas` by a stream update (what nats-server
   supports for a stream, and buckets are streams: the new replicas catch up from the leader in the
   background), and one line says so (`say`; the log's warning otherwise). Never used as it is: a
@@ -80,17 +81,20 @@ async def prepare(log: Any, replicas: int = 1, say: Callable[[str], None] | None
 
     tell = say or _log.warning
     await _settled(lambda: log.ensure_stream(replicas=replicas), replicas, f"stream {log.stream}")
-    await raise_replicas(log.nc, log.stream, replicas, f"stream {log.stream}", tell)
-    await _settled(lambda: open_leases(log.nc, replicas=replicas), replicas, f"lease bucket {LEASES}")
-    await raise_replicas(log.nc, f"KV_{LEASES}", replicas, f"lease bucket {LEASES}", tell)
-    if replicas > 1:
-        store = ObjectStoreSnapshots(log.nc.jetstream(), log.stream, replicas=replicas)
-        await _settled(store._obs, replicas, f"snapshot store {SNAPSHOTS}")
-        await raise_replicas(log.nc, f"OBJ_{SNAPSHOTS}", replicas, f"snapshot store {SNAPSHOTS}", tell)
+    copies = await raise_replicas(log.nc, log.stream, replicas, f"stream {log.stream}", tell)
+    # The buckets follow the stream: as many replicas as it has (more than asked when it has more,
+    # so that a `serve` without --replicas on an R3 log does not make R1 buckets).
+    why = f"{OPTION} {replicas}" if copies == replicas else f"as the stream {log.stream}"
+    await _settled(lambda: open_leases(log.nc, replicas=copies), copies, f"lease bucket {LEASES}")
+    await raise_replicas(log.nc, f"KV_{LEASES}", copies, f"lease bucket {LEASES}", tell, why)
+    if copies > 1:
+        store = ObjectStoreSnapshots(log.nc.jetstream(), log.stream, replicas=copies)
+        await _settled(store._obs, copies, f"snapshot store {SNAPSHOTS}")
+        await raise_replicas(log.nc, f"OBJ_{SNAPSHOTS}", copies, f"snapshot store {SNAPSHOTS}", tell, why)
 
 
 async def raise_replicas(nc: Any, stream: str, replicas: int, what: str,
-                         say: Callable[[str], None] | None = None) -> int:
+                         say: Callable[[str], None] | None = None, why: str | None = None) -> int:
     """Raise the replicas of `stream` (named `what` in messages) to `replicas` if it has fewer,
     saying so; return how many it has now. The stream's configuration is sent back as the server
     gave it (every field, known to nats-py or not), with only `num_replicas` changed."""
@@ -104,7 +108,8 @@ async def raise_replicas(nc: Any, stream: str, replicas: int, what: str,
     config["num_replicas"] = replicas
     await _request(nc, f"STREAM.UPDATE.{stream}", config, replicas, what)
     (say or _log.warning)(f"poolwise: {what} had {had} replica{'s' if had != 1 else ''}; raised to {replicas} "
-                          f"({OPTION} {replicas}): the new replicas copy it from the leader in the background")
+                          f"({why or f'{OPTION} {replicas}'}): the new replicas copy it from the leader in the "
+                          "background")
     return replicas
 
 

@@ -28,6 +28,7 @@ from events.config import GangTimeoutOptions, TreeOptions
 from services.cli.client import request
 from services.common.connection import connect_nats
 from services.common.jetstream import JetStreamLog
+from services.common.leadership import open_leases
 from services.common.replicas import ReplicasError, prepare, stream_replicas
 from services.submitter import Submitter
 from services.submitter.client import PublishError
@@ -305,11 +306,18 @@ async def _current(log: JetStreamLog) -> dict[str, Any] | None:
 
 async def test_up_runs_every_service_on_the_cluster(tmp_path: Path) -> None:
     """`poolwise up --nats-url <every node> --replicas 3` (deploy/README.md's one-machine run): up
-    prepares the stream and the buckets with 3 replicas, then runs each service in a process of
-    its own against the cluster (each given --replicas 3 too)."""
+    prepares the stream and the buckets with 3 replicas (the lease bucket an older deployment left
+    R1 is raised, with a line saying so), then runs each service in a process of its own against
+    the cluster (each given --replicas 3 too). Then a bucket found with fewer replicas than the
+    stream is raised to the stream's, even with no --replicas."""
     cluster = started_cluster(tmp_path)
     err_path = tmp_path / "up.err"
     try:
+        nc = await connect_nats(cluster.urls("service"))
+        try:
+            await _settled_cluster(lambda: open_leases(nc, replicas=1))  # as before --replicas existed
+        finally:
+            await nc.close()
         with err_path.open("wb") as err:
             up = subprocess.Popen(
                 [POOLWISE, "up", "--replicas", "3", "--data-dir", str(tmp_path / "data")],
@@ -334,6 +342,31 @@ async def test_up_runs_every_service_on_the_cluster(tmp_path: Path) -> None:
             up.send_signal(signal.SIGTERM)
             code = up.wait(WAIT)
         text = err_path.read_text()
-        assert code == 0 and "Traceback" not in text and "--replicas 3" not in text, text  # nothing raised: made so
+        assert code == 0 and "Traceback" not in text, text
+        raised = [line for line in text.splitlines() if "raised to" in line]
+        assert raised == ["poolwise: lease bucket poolwise_leases had 1 replica; raised to 3 (--replicas 3): the new "
+                          "replicas copy it from the leader in the background"], text
+
+        log = await JetStreamLog.connect(cluster.urls("service"))
+        try:
+            await log.jsm.delete_stream("KV_poolwise_leases")
+            await open_leases(log.nc, replicas=1)
+            said: list[str] = []
+            await prepare(log, 1, said.append)  # no --replicas: the buckets follow the R3 stream
+            assert said == ["poolwise: lease bucket poolwise_leases had 1 replica; raised to 3 (as the stream "
+                            "POOLWISE): the new replicas copy it from the leader in the background"]
+        finally:
+            await log.close()
     finally:
         cluster.close()
+
+
+async def _settled_cluster(make: Callable[[], Any]) -> Any:
+    """`await make()`, again while a cluster just started has no JetStream leader yet."""
+    async def attempt() -> Any:
+        try:
+            return await make()
+        except Exception:
+            return None
+
+    return await until(attempt, "the cluster's JetStream to answer")
