@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ async def _quiet(_: Exception) -> None:
     """nats-py's default error callback prints a traceback per failed attempt: a person sees one line."""
 
 
-async def connect(url: str, *, name: str = "poolwise-cli") -> Any:
+async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quiet) -> Any:
     """A NATS connection for one command to any server of `url` (one URL or several,
     comma-separated): one attempt each (nats-py takes max_reconnect_attempts=0 for "forever"), a
     bounded wait, no traceback; InputError when no server can be reached."""
@@ -42,19 +43,38 @@ async def connect(url: str, *, name: str = "poolwise-cli") -> Any:
         raise InputError(str(exc)) from None
     try:
         return await nats.connect(servers, name=name, connect_timeout=3, max_reconnect_attempts=1,
-                                  reconnect_time_wait=0.2, allow_reconnect=False, error_cb=_quiet, **options)
+                                  reconnect_time_wait=0.2, allow_reconnect=False, error_cb=error_cb, **options)
     except Exception as exc:
         raise InputError(f"cannot reach NATS at {shown(servers)}: {exc.__class__.__name__} {exc}".strip()) from None
 
 
 async def request(url: str, service: str, command: BaseModel, timeout: float = 10.0) -> Reply:
     """Send one command and return the service's reply; an error reply raises ServiceError."""
-    nc = await connect(url)
+    from services.common.connection import shown
+
+    refusals: list[str] = []  # the server refused this user a subject (its permissions): said at once
+    refused = asyncio.Event()
+
+    async def on_error(exc: Exception) -> None:
+        if "permissions violation" in str(exc).lower():
+            refusals.append(" ".join(str(exc).split()))
+            refused.set()
+
+    nc = await connect(url, error_cb=on_error)
+    subject = subjects.command(service, getattr(command, "op"))  # noqa: B009 - every command model has `op`
     try:
-        op: str = getattr(command, "op")  # noqa: B009 - every command model has `op`
-        msg = await nc.request(subjects.command(service, op), command.model_dump_json().encode(), timeout=timeout)
+        asking = asyncio.ensure_future(nc.request(subject, command.model_dump_json().encode(), timeout=timeout))
+        watching = asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait({asking, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watching.cancel()
+        if not asking.done():
+            asking.cancel()
+            raise InputError(f"NATS at {shown(url)} refused this user: {refusals[0]} (not among its permissions)")
+        msg = asking.result()
     except NoRespondersError:
-        raise InputError(f"the {service} service is not running (no responder on {url})") from None
+        raise InputError(f"the {service} service is not running (no responder on {shown(url)})") from None
     except NatsTimeout:
         raise InputError(f"the {service} service did not answer within {timeout:g} s") from None
     finally:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,3 +188,48 @@ def test_replay_verify_runs_as_the_auditor(teams: tuple[int, Path]) -> None:
     assert done.returncode in (0, 1), done.stderr
     assert "ermission" not in done.stderr
     assert json.loads(done.stdout)["messages"] == last
+
+
+def test_the_auditors_commands_against_the_services(teams: tuple[int, Path], tmp_path: Path) -> None:
+    """The three services run as the service role; the auditor's `poolwise` read commands answer,
+    and a writing one is refused by the server (one line saying so, at once)."""
+    port, _ = teams
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NATS_") and k != "POOLWISE_DEBUG"}
+
+    def poolwise(user: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "services.cli.main", *args], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=timeout, env={**clean, "NATS_URL": url(port, user)})
+
+    services = [subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", name, "--data-dir",
+                                  str(tmp_path / name)], cwd=tmp_path, env={**clean, "NATS_URL": url(port, "service")},
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for name in ("tree", "admission", "preemption")]
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # until each service answers the auditor
+            asked = [poolwise("auditor", *args, timeout=30) for args in (["tree", "list"], ["gangs"], ["preemptions"])]
+            if all(done.returncode == 0 for done in asked):
+                break
+            assert all(service.poll() is None for service in services)
+            assert time.monotonic() < deadline, [done.stderr for done in asked]
+            time.sleep(1)
+        assert poolwise("operator", "tree", "configure", "a", "--resources", "cpu").returncode in (0, 2)
+        for args in (["sql", "SELECT count(*) AS n FROM event_log"], ["pool", "list", "--tree", "a"],
+                     ["host", "list"], ["explain", "no-such-gang"]):
+            done = poolwise("auditor", *args)
+            assert done.returncode in (0, 2) and "did not answer" not in done.stderr, (args, done.stderr)
+        started = time.monotonic()
+        refused = poolwise("auditor", "pool", "create", "/x", "--tree", "a", "--reservation", "cpu=1")
+        assert refused.returncode == 2, refused
+        assert "refused this user: nats: permissions violation for publish to" in refused.stderr, refused.stderr
+        assert "poolwise.cmd.tree.pool_upsert" in refused.stderr and len(refused.stderr.splitlines()) == 1
+        assert "audit-pw" not in refused.stderr and time.monotonic() - started < 9  # not the request's 10 s
+    finally:
+        for service in services:
+            service.terminate()
+        for service in services:
+            try:
+                service.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                service.kill()
+                service.wait(timeout=10)
