@@ -27,7 +27,7 @@ import base64
 import logging
 import os
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, fields
 from typing import Any
@@ -53,6 +53,7 @@ async def quietly(exc: Exception) -> None:
 _quietly = quietly
 
 Urls = str | Sequence[str]  # one URL, several comma-separated, or a list of either
+ErrorCallback = Callable[[Exception], Awaitable[None]]
 
 
 def nats_servers(urls: Urls) -> list[str]:
@@ -231,18 +232,25 @@ def connect_options(auth: Auth | None = None) -> dict[str, Any]:
 
 
 async def connect_nats(url: Urls, *, name: str = "poolwise", timeout: float = CONNECT_TIMEOUT,
-                       auth: Auth | None = None) -> NATS:
+                       auth: Auth | None = None, on_error: ErrorCallback | None = None) -> NATS:
     """Connect to any server of `url` (one URL, comma-separated URLs, or a list) within `timeout`
     seconds, else `ConnectionError` naming them. Once connected, a lost connection is
     re-established, to any of them, for as long as it takes. `auth`: credentials and TLS (the
-    environment's when None: `Auth.from_env`)."""
+    environment's when None: `Auth.from_env`). `on_error` hears the connection's errors too (the
+    server's permissions violations come only this way)."""
     servers = nats_servers(url)
     options = connect_options(auth)
     nc = new_client()  # the log's fast paths (PubAcks straight from the parser)
+
+    async def errors(exc: Exception) -> None:
+        await _quietly(exc)
+        if on_error is not None:
+            await on_error(exc)
+
     try:
         with anyio.fail_after(timeout):
             await nc.connect(servers, name=name, connect_timeout=max(1, int(min(timeout, 2.0))),
-                             max_reconnect_attempts=-1, reconnect_time_wait=1, error_cb=_quietly, **options)
+                             max_reconnect_attempts=-1, reconnect_time_wait=1, error_cb=errors, **options)
     except TimeoutError:
         await _abandon(nc)
         raise ConnectionError(f"cannot reach NATS at {shown(servers)} within {timeout:g} s") from None

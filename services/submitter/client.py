@@ -10,6 +10,7 @@ the log and in `poolwise explain GANG`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +26,7 @@ from nats.errors import ConnectionClosedError, MaxPayloadError
 from events import Envelope, subjects
 from services.common.connection import CONNECT_TIMEOUT, Auth, Tls, Urls, connect_nats, connect_options, shown
 from services.common.jetstream import JetStreamLog
-from services.common.log import AppendRefused, EventLog
+from services.common.log import Appended, AppendRefused, EventLog
 from services.submitter.build import (
     MAX_PAYLOAD,
     SubmitError,
@@ -99,6 +100,8 @@ class Submitter:
         self._log = log
         self._owned: JetStreamLog | None = None
         self._lock = anyio.Lock()
+        self._refusals: list[str] = []  # the server's permissions violations, as it said them
+        self._waiting: set[asyncio.Event] = set()  # publishes that end at the next refusal
 
     # --- connection -----------------------------------------------------------------------------
 
@@ -109,7 +112,7 @@ class Submitter:
                 try:
                     auth = self._auth.over(Auth.from_env()) if self._auth is not None else None
                     nc = await connect_nats(self.nats_url, name=f"poolwise-{self.source}",
-                                            timeout=self.connect_timeout, auth=auth)
+                                            timeout=self.connect_timeout, auth=auth, on_error=self._heard)
                 except ConnectionError as exc:
                     raise PublishError(str(exc)) from None
                 self._owned = JetStreamLog(nc, owns_connection=True)
@@ -197,7 +200,7 @@ class Submitter:
             for item in envelopes:
                 check_size(item, limit)  # before anything is sent
             try:
-                appended = await log.append(envelopes)
+                appended = await self._append(log, envelopes)
             except AppendRefused as exc:
                 raise PublishError(f"not stored: {exc.reason} (is poolwise running on {self._where()}?)") from None
             except MaxPayloadError:  # (check_size keeps an envelope under the limit; a server may say less)
@@ -212,6 +215,33 @@ class Submitter:
             raise PublishError(self._late())
         return [Receipt(e.id, a.seq, a.duplicate, subjects.for_event(e.type, getattr(e.event, "tree", None), e.source))
                 for e, a in zip(envelopes, appended, strict=True)]
+
+    async def _heard(self, exc: Exception) -> None:
+        """The connection's errors: a permissions violation ends the publishes waiting now (the
+        server drops a message this user may not publish, and no acknowledgement ever comes)."""
+        text = " ".join(str(exc).split())
+        if "permissions violation" in text.lower():
+            self._refusals.append(text)
+            for waiting in self._waiting:
+                waiting.set()
+
+    async def _append(self, log: EventLog, envelopes: Sequence[Envelope]) -> list[Appended]:
+        """`log.append`, or `PublishError` as soon as the server refuses this user a subject."""
+        refused = asyncio.Event()
+        self._waiting.add(refused)
+        appending = asyncio.ensure_future(log.append(envelopes))
+        watching = asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait({appending, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiting.discard(refused)
+            watching.cancel()
+            if not appending.done():
+                appending.cancel()
+        if not refused.is_set() or (appending.done() and not appending.cancelled()):
+            return appending.result()  # (stored, or its own error)
+        raise PublishError(f"NATS at {self._where()} refused this user: {self._refusals[-1]} (not among its "
+                           f"permissions: a tree of another team?)")
 
     async def _connected_log(self) -> EventLog:
         if self._log is None:

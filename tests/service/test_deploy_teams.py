@@ -71,6 +71,12 @@ def test_each_team_submits_to_its_own_trees_only(teams: tuple[int, Path]) -> Non
             await team_a.task_state("a1/0", gang="a1", state="running", attempt=1)
             with pytest.raises(PublishError):  # refused by the server: no acknowledgement comes
                 await team_a.enqueue(gang="a3", pool="/x", count=1, resources={"cpu": 1}, tree="b")
+        async with Submitter(url(port, "team-a"), source="sdk:team-a", tree="a", timeout=60) as patient:
+            # the server's refusal ends the call at once and is named: the 60 s deadline is not waited out
+            refused = r"refused this user: .*[Pp]ermissions [Vv]iolation.*poolwise\.gang\.b"
+            with pytest.raises(PublishError, match=refused):
+                await patient.enqueue(gang="a4", pool="/x", count=1, resources={"cpu": 1}, tree="b")
+            assert (await patient.enqueue(gang="a5", pool="/x", count=1, resources={"cpu": 1})).seq >= 1
         async with Submitter(url(port), source="sdk:team-b", tree="b", timeout=3, nkey=str(seed_file)) as team_b:
             assert (await team_b.enqueue(gang="b1", pool="/x", count=1, resources={"cpu": 1})).seq >= 1
             with pytest.raises(PublishError):
@@ -94,7 +100,8 @@ def test_each_team_submits_to_its_own_trees_only(teams: tuple[int, Path]) -> Non
 
         async with await JetStreamLog.connect(url(port, "service")) as service:
             stored = [item.subject for item in await service.read()]
-        assert stored == ["poolwise.gang.a", "poolwise.gang.a-batch", "poolwise.task.a", "poolwise.gang.b"]
+        assert stored == ["poolwise.gang.a", "poolwise.gang.a-batch", "poolwise.task.a", "poolwise.gang.a",
+                          "poolwise.gang.b"]
 
     async def bounded() -> None:
         with anyio.fail_after(90):
