@@ -14,21 +14,17 @@ from typing import Annotated, Any
 
 import anyio
 import typer
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
 from rich.table import Table
 
-from events import subjects
 from events.commands import Reply
 from services.admission.commands import DEFAULT_LIMIT, SERVICE, ExplainQuery, GangsQuery
 from services.admission.domain.model import GANG_STATES, UNKNOWN
 from services.cli.args import InputError, format_resources, parse_list
-from services.cli.client import ServiceError, find_url
+from services.cli.client import find_url, request
 from services.cli.errors import run_async
 from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
 from services.cli.render import console
-from services.common.connection import connect_nats
 
 Opt = typer.Option
 REQUEST_TIMEOUT = 10.0
@@ -116,26 +112,10 @@ def gang_table(rows: list[dict[str, Any]], total: int, as_of: int) -> Table:
 
 
 async def ask(url: str, query: BaseModel, timeout: float = REQUEST_TIMEOUT) -> Reply:
-    """One query to the admission service; an error reply raises ServiceError, an unreachable
-    server or service an InputError (never a hang: the connection attempt is bounded)."""
-    try:
-        nc = await connect_nats(url, name="poolwise-cli", timeout=3.0)
-    except ConnectionError as exc:
-        raise InputError(str(exc)) from None
-    op: str = getattr(query, "op")  # noqa: B009 - every query model has `op`
-    try:
-        msg = await nc.request(subjects.command(SERVICE, op), query.model_dump_json().encode(), timeout=timeout)
-    except NoRespondersError:
-        raise InputError(f"the {SERVICE} service is not running (no responder on {url})") from None
-    except NatsTimeout:
-        raise InputError(f"the {SERVICE} service did not answer within {timeout:g} s") from None
-    finally:
-        with anyio.CancelScope(shield=True):
-            await nc.close()
-    reply = Reply.model_validate_json(msg.data)
-    if not reply.ok and reply.error is not None:
-        raise ServiceError(reply.error.rule, reply.error.message, reply.error.field)
-    return reply
+    """One query to the admission service (`client.request`): an error reply raises
+    ServiceError; an unreachable server or service, or a subject the server refuses this user,
+    an InputError (never a hang: every step is bounded)."""
+    return await request(url, SERVICE, query, timeout)
 
 
 async def first_word(url: str, gang: str, tree: str, wait: float) -> tuple[str, str]:

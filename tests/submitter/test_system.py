@@ -208,7 +208,9 @@ async def test_cli_submit_gangs_explain_task_cancel(fresh_stream: str, tmp_path:
 async def test_cli_with_no_server_is_one_line(tmp_path: Path) -> None:
     code, _, err = await poolwise("nats://127.0.0.1:1", tmp_path, "gangs")
     assert code == 2
-    assert err.strip() == "error: cannot reach NATS at nats://127.0.0.1:1 within 3 s"
+    # one line, as every command that asks a service says it (client.request)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: cannot reach NATS at nats://127.0.0.1:1")
 
 
 async def test_the_same_gang_with_other_content_is_refused_as_a_conflict_not_a_duplicate(fresh_stream: str) -> None:
