@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -290,7 +290,7 @@ async def prepare_log(nats_url: str, replicas: int = 1) -> None:
 async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
                         on_ready: Callable[[str], None] | None = None, *, is_up: Callable[[str, str], bool],
                         on_line: Callable[[str, str], None], echo: Callable[[str], None],
-                        restarts: Restarts | None = None, args: dict[str, Sequence[str]] | None = None,
+                        restarts: Restarts | None = None, args: Mapping[str, Sequence[str]] | None = None,
                         replicas: int = 1) -> None:
     """Run each named service in a process of its own until cancelled (then stop them, then the
     embedded server), on `nats_url` or an embedded server. Ready (`on_ready(url)`) once every
@@ -314,7 +314,7 @@ async def run_processes(names: list[str], data_dir: Path, nats_url: str | None,
 
 
 async def _run_on(names: list[str], data_dir: Path, nats_url: str, on_ready: Callable[[str], None] | None,
-                  ready_on_standby: bool, on_change: OnChange | None, options: dict[str, dict[str, Any]],
+                  ready_on_standby: bool, on_change: OnChange | None, options: dict[str, Any],
                   replicas: int = 1) -> None:
     log = await JetStreamLog.connect(nats_url)
     try:

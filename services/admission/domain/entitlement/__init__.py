@@ -73,8 +73,9 @@ API
 
 Modules: `per_resource` (requirement and Peloton's three phases), `dominant` (exact
 piecewise-linear vector fair share), `hdrf` (`dominant` where a job stops only when a kind it
-needs is used up: exact, event by event, with its worked GPU example), `slack`, `waterfill` (weighted max-min, scalar and
-segmented), `arrays` (the tree as flat per-depth arrays), `compute` (the entry points).
+needs is used up: exact, event by event, with its worked GPU example), `slack`, `waterfill`
+(weighted max-min, scalar and segmented), `arrays` (the tree as flat per-depth arrays),
+`compute` (the entry points).
 """
 
 from services.admission.domain.entitlement.compute import EntitlementEngine, compute_entitlements
