@@ -25,6 +25,7 @@ import pytest
 from events import GangAdmitted, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, TreeOptions
+from services.cli.args import InputError
 from services.cli.client import request
 from services.common.connection import connect_nats
 from services.common.jetstream import JetStreamLog
@@ -104,8 +105,20 @@ async def until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> A
 
 
 async def _setup(url: str) -> None:
-    await request(url, "tree", TreeConfigure(options=TreeOptions(
-        gang_timeout=GangTimeoutOptions(default=1000, limit=1000, jitter=0))))
+    configure = TreeConfigure(options=TreeOptions(gang_timeout=GangTimeoutOptions(default=1000, limit=1000, jitter=0)))
+
+    async def configured() -> bool:
+        # a service's request subscription reaches the other nodes through the routes a moment
+        # after it says it is ready: asked through another node just then, nobody answers yet
+        try:
+            await request(url, "tree", configure)
+        except InputError as exc:
+            if "no responder" not in str(exc):
+                raise
+            return False
+        return True
+
+    await until(configured, "the tree service's requests to reach every node", 30.0)
     await request(url, "tree", HostAdd(host="h1", resources={"cpu": 1_000_000}))
     await request(url, "tree", PoolUpsert(path="/a"))
 
