@@ -39,7 +39,15 @@ import anyio
 
 from services.cli.args import InputError
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import OnChange, connector, lease_key, open_leases, run_as_leader, servers_of
+from services.common.leadership import (
+    BUCKET,
+    OnChange,
+    connector,
+    lease_key,
+    open_leases,
+    run_as_leader,
+    servers_of,
+)
 from services.common.log import EventLog
 from services.common.natsserver import (
     EmbeddedNats,
@@ -52,6 +60,8 @@ from services.common.natsserver import (
 from services.common.replicas import prepare
 from services.common.runtime import give_back_memory
 from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
+from services.common.tree_gate import OnTrees, run_per_tree
+from services.common.tree_leases import PER_TREE, SERVICE_WIDE
 
 Serve = Callable[..., Awaitable[None]]
 
@@ -90,6 +100,10 @@ class WarmStandby:
 
 # Services whose standby instances keep folding the log (the tree service's standby starts from
 # its snapshot on takeover).
+# Services that decide per tree with `--trees per-tree` (the tree service validates commands
+# against the whole configuration and keeps the read models of every tree: one lease).
+PER_TREE_SERVICES: tuple[str, ...] = ("admission", "preemption")
+
 STANDBYS: dict[str, WarmStandby] = {
     "admission": WarmStandby("services.admission.service", "admission"),
     "preemption": WarmStandby("services.preemption.service", "preemption"),
@@ -105,6 +119,7 @@ SERVICES: dict[str, Serve] = {
 async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Path | None, *,
                          leadership: bool = True, ready_on_standby: bool = False,
                          on_change: OnChange | None = None, nats_url: str | None = None,
+                         leases: str = SERVICE_WIDE, on_trees: OnTrees | None = None,
                          **options: Any) -> list[Any]:
     """Start each named service in `tg` (in the table's order) and return what each reported ready.
 
@@ -112,7 +127,11 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
     renewed on a connection of its own to `nats_url` (default: the servers the log's connection
     knows): ready once it leads and is ready, or, with `ready_on_standby`, once it stands by (a
     `StandingBy`); `on_change(lease, state, holder)` hears of every change of role. `options`
-    maps a service name to keyword arguments for its entry point."""
+    maps a service name to keyword arguments for its entry point.
+
+    `leases=PER_TREE`: admission and preemption share the trees with their other instances
+    (`services.common.tree_gate.run_per_tree`: ready once folded, whatever it holds; `on_trees`
+    hears the trees held); the tree service keeps its one lease."""
     kv = await open_leases(log.nc) if leadership and isinstance(log, JetStreamLog) else None
     started = []
     for name in SERVICES:
@@ -130,6 +149,10 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
                 continue
             assert isinstance(log, JetStreamLog)
             connect = connector(nats_url or servers_of(log.nc), name=f"poolwise-{name}-lease")
+            if leases == PER_TREE and name in PER_TREE_SERVICES:
+                started.append(await tg.start(partial(run_per_tree, name, run, log=log, bucket=BUCKET,
+                                                      connect=connect, on_trees=on_trees)))
+                continue
             started.append(await tg.start(partial(run_as_leader, lease_key(log.stream, name), run, log=log, kv=kv,
                                                   connect=connect, ready_on_standby=ready_on_standby,
                                                   on_change=on_change, standby=STANDBYS.get(name))))
@@ -202,16 +225,18 @@ def serves_store(pid: int, store_dir: Path) -> bool:
 async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
                      on_ready: Callable[[str], None] | None = None, *, ready_on_standby: bool = False,
                      on_change: OnChange | None = None, options: dict[str, dict[str, Any]] | None = None,
-                     replicas: int = 1) -> None:
+                     replicas: int = 1, leases: str = SERVICE_WIDE, on_trees: OnTrees | None = None) -> None:
     """Run the named services in this process until cancelled, on `nats_url` or an embedded server.
     Ready (`on_ready(url)`) once every service leads, or also stands by with `ready_on_standby`.
     `options`: keyword arguments of services' entry points, by service (`start_services`).
-    `replicas`: of the stream and buckets (`services.common.replicas.prepare`)."""
+    `replicas`: of the stream and buckets (`services.common.replicas.prepare`). `leases`,
+    `on_trees`: see `start_services`."""
     data_dir.mkdir(parents=True, exist_ok=True)
     async with nats_server(data_dir, nats_url) as server, anyio.create_task_group() as tg:
         tg.start_soon(watch_server, server)
         tg.start_soon(give_back_memory)  # what the services' peaks left free, back to the system
-        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change, options or {}, replicas)
+        await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change,
+                      {**(options or {}), "leases": leases, "on_trees": on_trees}, replicas)
         tg.cancel_scope.cancel()
 
 

@@ -15,6 +15,7 @@ ones. Scenario runs switch the clock off and publish their own ticks.
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -22,11 +23,14 @@ import anyio
 from anyio.abc import TaskStatus
 
 from events import ClockTicked, Envelope, at_seconds, derived_id
+from services.admission.domain.state import trees_ticked
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.admission.queries import ExplainingFolder, serve_queries
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.snapshots import policy_for
+from services.common.tree_gate import while_holding
+from services.common.tree_leases import TreeLeases
 
 DEBOUNCE = 0.002  # seconds: after a quiet spell, inputs arriving together share one cycle
 QUIET = 0.05  # seconds without a tick after which the next one waits DEBOUNCE for more inputs
@@ -38,9 +42,15 @@ MIN_CYCLE_INTERVAL = 0.01
 
 
 class Clock:
-    def __init__(self, log: EventLog, folder: AdmissionFolder) -> None:
+    """`trees`: the tree leases of an instance deciding per tree (`services.common.tree_leases`):
+    it ticks only the trees it holds (a `ClockTicked` naming the tree), and a timer's tick only
+    when the earliest timer is of one of them (its holder ticks for it; a tick fires every timer
+    due, whatever the tree, so one is enough). None: one tick for every tree."""
+
+    def __init__(self, log: EventLog, folder: AdmissionFolder, trees: TreeLeases | None = None) -> None:
         self.log = log
         self.folder = folder
+        self.trees = trees
         self.wake = anyio.Event()
         self.count = 0
         self.last_tick = float("-inf")  # monotonic time of the last tick
@@ -55,12 +65,31 @@ class Clock:
         return self.folder.state.last_seq < self.tick_seq
 
     def _wanted(self) -> bool:
-        return not self._ahead() and any(rt.dirty for rt in self.folder.state.trees.values())
+        if self._ahead():
+            return False
+        if self.trees is None:
+            return any(rt.dirty for rt in self.folder.state.trees.values())
+        held = self.trees.held()
+        return any(rt.dirty for name, rt in self.folder.state.trees.items() if name in held)
+
+    def _deadline(self) -> float | None:
+        """When the earliest timer this instance ticks for is due."""
+        if self.trees is None:
+            return self.folder.state.next_deadline()
+        timer = self.folder.state.next_timer()
+        return timer[0] if timer is not None and timer[1] in self.trees.held() else None
+
+    async def follow_leases(self) -> None:
+        """Look again whenever the trees held change (a tree taken over may wait for a cycle)."""
+        assert self.trees is not None
+        while True:
+            await self.trees.changed()
+            self.wake.set()
 
     async def run(self) -> None:
         self.wake.set()  # look once at start: inputs folded by the rebuild may be waiting for a cycle
         while True:
-            deadline = self.folder.state.next_deadline()
+            deadline = self._deadline()
             # a timer due while a tick is ahead waits for the fold to read it (woken per batch)
             timeout = None if deadline is None or self._ahead() else max(0.0, deadline - time.time())
             with anyio.move_on_after(timeout if timeout is not None else 3600):
@@ -80,15 +109,39 @@ class Clock:
 
     async def tick(self) -> None:
         state = self.folder.state
-        for rt in state.trees.values():
-            rt.dirty = False
         now = max(time.time(), state.now)
+        if self.trees is None:
+            for rt in state.trees.values():
+                rt.dirty = False
+            ticks = [ClockTicked()]
+        else:
+            ticks = [ClockTicked(tree=name) for name in self._held_due(now)]
+            if not ticks:
+                return
         self.count += 1
         self.last_tick = time.monotonic()
-        (where,) = await self.log.append([Envelope(id=derived_id("clock", now, self.count, state.last_seq),
-                                                   time=at_seconds(now), source="admission:clock",
-                                                   event=ClockTicked())])
-        self.tick_seq = max(self.tick_seq, where.seq)
+        basis = (now, self.count, state.last_seq)
+        landed = await self.log.append([Envelope(id=derived_id("clock", *basis, *([tick.tree] if tick.tree else [])),
+                                                 time=at_seconds(now), source="admission:clock", event=tick)
+                                        for tick in ticks])
+        self.tick_seq = max(self.tick_seq, *(where.seq for where in landed))
+
+    def _held_due(self, now: float) -> list[str]:
+        """The held trees to tick (marked clean): those with inputs since their cycle and something
+        to decide (`trees_ticked`), and the earliest timer's when it is due."""
+        assert self.trees is not None
+        state, held = self.folder.state, self.trees.held()
+        busy = set(trees_ticked(state, None))
+        names = []
+        for name, rt in state.trees.items():
+            if name in held and rt.dirty:
+                rt.dirty = False
+                if name in busy:
+                    names.append(name)
+        timer = state.next_timer()
+        if timer is not None and timer[0] <= now and timer[1] in held and timer[1] not in names:
+            names.append(timer[1])
+        return sorted(names)
 
 
 def standby() -> Warm:
@@ -99,8 +152,11 @@ def standby() -> Warm:
 
 async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool = True,
                           folder: AdmissionFolder | None = None, warm: Warm | None = None,
+                          trees: TreeLeases | None = None,
                           task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
-    """Admission on `log`; `warm`: a standby's fold, caught up already (it decides from there)."""
+    """Admission on `log`; `warm`: a standby's fold, caught up already (it decides from there);
+    `trees`: an instance deciding per tree (`services.common.tree_gate`): it ticks and answers
+    queries for the trees it holds (its log keeps the others' decisions back)."""
     if warm is not None:
         folder = cast(ExplainingFolder, warm.folder).inner
     folder = folder or AdmissionFolder()
@@ -114,7 +170,7 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
             from projections.store import ProjectionStore
 
             store = ProjectionStore(data_dir / "admission.duckdb", kept)
-    ticker = Clock(log, folder) if clock else None
+    ticker = Clock(log, folder, trees) if clock else None
     # the same folder, keeping what `explain` needs
     explaining = cast(ExplainingFolder, warm.folder) if warm is not None else ExplainingFolder(folder)
     try:
@@ -124,8 +180,12 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
                 warm=warm, on_batch=ticker.on_batch if ticker else None, task_status=task_status))
             if ticker is not None:
                 tg.start_soon(ticker.run)
+                if trees is not None:
+                    tg.start_soon(ticker.follow_leases)
             nc = getattr(log, "nc", None)
-            if nc is not None:  # JetStream: answer `poolwise.cmd.admission.*` (gangs, explain)
+            if nc is not None and trees is not None:  # per tree: while a tree is held
+                tg.start_soon(while_holding, trees, partial(serve_queries, nc, explaining))
+            elif nc is not None:  # JetStream: answer `poolwise.cmd.admission.*` (gangs, explain)
                 await tg.start(lambda task_status: serve_queries(nc, explaining, task_status=task_status))
             task_status.started("admission")
     finally:

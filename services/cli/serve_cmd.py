@@ -38,6 +38,13 @@ Replicas = Annotated[str | None, typer.Option(
          "snapshot store are created with N replicas, and one found with fewer is raised to N "
          "(services/common/replicas.py). More than the cluster's servers: an error.")]
 
+Trees = Annotated[str | None, typer.Option(
+    "--trees", envvar="POOLWISE_LEASES", metavar="service|per-tree",
+    help="How instances of admission and preemption share the work: service (the default: one instance "
+         "decides every tree, the others stand by) or per-tree (every instance decides the trees whose lease "
+         "it holds, shared evenly; when one stops or dies the others take its trees over). Every instance "
+         "of a deployment must be given the same. docs/operations.md, \"Trees spread over instances\".")]
+
 # The names of `services.launcher.SERVICES`, in its order (a test keeps them equal): the launcher
 # imports every service (DuckDB, Arrow, ...), which only `up` and `serve` need, not every command.
 SERVICES: tuple[str, ...] = ("tree", "admission", "preemption")
@@ -56,15 +63,27 @@ def up(
         "--single-process", help="Run every service in this one process (one core; for debugging).")] = False,
     sql_retention: SqlRetention = None,
     replicas: Replicas = None,
+    trees: Trees = None,
 ) -> None:
     """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
     service, each in a process of its own."""
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
     copies = _replicas(replicas)
+    leases = _leases(trees)
     if single_process:
-        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention, replicas=copies)
+        _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention, replicas=copies,
+             leases=leases)
     else:
-        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention, replicas=copies)
+        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention, replicas=copies, leases=leases)
+
+
+def _leases(text: str | None) -> str:
+    from services.common.tree_leases import leases_mode
+
+    try:
+        return leases_mode(text)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _replicas(text: str | None) -> int:
@@ -80,6 +99,7 @@ def serve(
                                                   help="NATS server; default: the one `poolwise up` started.")] = None,
     sql_retention: SqlRetention = None,
     replicas: Replicas = None,
+    trees: Trees = None,
 ) -> None:
     """Run one service alone against a NATS server (NATS_URL, or the data dir's embedded one)."""
     from services.common.supervisor import die_with_parent
@@ -89,6 +109,7 @@ def serve(
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
     copies = _replicas(replicas)
+    leases = _leases(trees)
     if nats_url is None:
         from services.common.natsserver import resolve_nats_url
 
@@ -98,7 +119,8 @@ def serve(
     # Next to the deciding services, under `poolwise up`: once started (leading or standing by),
     # not before, so that the start of `up` waits on none of its services' CPU share.
     _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised,
-         sql_retention=retention, yield_when_ready=supervised and service in YIELDING, replicas=copies)
+         sql_retention=retention, yield_when_ready=supervised and service in YIELDING, replicas=copies,
+         leases=leases)
 
 
 # Services off the admission path: the tree service's read models (and pool commands) may wait a
@@ -130,9 +152,16 @@ def role_line(lease: str, state: str, holder: str | None) -> str:
     return f"poolwise: {service} lost its lease; stopped deciding"
 
 
+def trees_line(service: str, held: frozenset[str], holder: str) -> str:
+    """What stderr says when an instance deciding per tree is ready, and when its trees change."""
+    trees = f"trees {', '.join(sorted(held))}" if held else "no tree (folding the log)"
+    return f"poolwise: {service} deciding per tree (as {holder}): {trees}"
+
+
 def says_leading(service: str, line: str) -> bool:
-    """Whether a line of `poolwise serve SERVICE`'s stderr is its `role_line` for leading."""
-    return line.startswith(f"poolwise: {service} leading (")
+    """Whether a line of `poolwise serve SERVICE`'s stderr is its `role_line` for leading (or, per
+    tree, its `trees_line`: it is ready, whatever it holds)."""
+    return line.startswith((f"poolwise: {service} leading (", f"poolwise: {service} deciding per tree ("))
 
 
 def child_line(service: str, line: str) -> str:
@@ -149,7 +178,7 @@ def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
          ready_on_standby: bool, announce: bool = True, sql_retention: float | None = None,
-         yield_when_ready: bool = False, replicas: int = 1) -> None:
+         yield_when_ready: bool = False, replicas: int = 1, leases: str = "service") -> None:
     from services.common.runtime import run_until_signalled
     from services.common.telemetry import configure
     from services.launcher import run_system
@@ -165,11 +194,14 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     def on_change(lease: str, state: str, holder: str | None) -> None:
         typer.echo(role_line(lease, state, holder), err=True)
 
+    def on_trees(service: str, held: frozenset[str], holder: str) -> None:
+        typer.echo(trees_line(service, held, holder), err=True)
+
     try:
         run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
                                                on_ready=on_ready, ready_on_standby=ready_on_standby,
                                                on_change=on_change, options=tree_options(sql_retention),
-                                               replicas=replicas))
+                                               replicas=replicas, leases=leases, on_trees=on_trees))
     except Exception as exc:
         _fail_on_known(exc)
         raise
@@ -185,8 +217,14 @@ def tree_args(sql_retention: float | None) -> dict[str, list[str]]:
     return {} if sql_retention is None else {"tree": [SQL_RETENTION, repr(sql_retention)]}
 
 
+def service_args(sql_retention: float | None, leases: str) -> dict[str, list[str]]:
+    """`tree_args`, and `--trees` for every service's process (each reads what concerns it)."""
+    args = tree_args(sql_retention)
+    return {name: [*args.get(name, []), "--trees", leases] for name in SERVICES}
+
+
 def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
-                   sql_retention: float | None = None, replicas: int = 1) -> None:
+                   sql_retention: float | None = None, replicas: int = 1, leases: str = "service") -> None:
     from services.common.runtime import run_until_signalled
     from services.launcher import run_processes
 
@@ -203,7 +241,7 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
     try:
         run_until_signalled(lambda: run_processes(names, data_dir, nats_url, on_ready=on_ready,
                                                   is_up=says_leading, on_line=on_line, echo=echo,
-                                                  args=tree_args(sql_retention), replicas=replicas))
+                                                  args=service_args(sql_retention, leases), replicas=replicas))
     except Exception as exc:
         _fail_on_known(exc)
         raise

@@ -315,6 +315,9 @@ class SnapshotPolicy:
     last_seq: int = 0
     last_time: float = 0.0
     saved: int = 0
+    # The decisions made and kept back from the log (an instance deciding per tree keeps those of
+    # trees it does not hold: `services.common.tree_gate`): saved as the snapshot's `pending`.
+    kept: Callable[[], Sequence[Envelope]] | None = None
 
     def due(self, folded: int, now: float) -> bool:
         since = folded - self.last_seq
@@ -382,11 +385,12 @@ def pickled_later(state: object) -> Awaitable[bytes]:
 async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, folded: int, now: float,
                         pickling: Awaitable[bytes]) -> None:
     policy.last_seq, policy.last_time = folded, now
+    pending = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
     try:
         pickled = await pickling
         anchor = await anchor_of(log, folded)
         data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), pickled,
-                                              (), anchor)
+                                              pending, anchor)
         await policy.store.save(service, folded, data)
         policy.saved = max(policy.saved, folded)
         logger.info("%s: snapshot at %d (%d bytes)", service, folded, len(data))

@@ -56,7 +56,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -78,6 +77,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from services.common.jetstream import DELETE_SETTLE, JetStreamLog
+from services.common.loop_thread import LoopThread
 
 __all__ = [
     "BUCKET",
@@ -298,17 +298,30 @@ class Lease:
         the holder cannot work any more; then mark it lost and call `on_lost()` (which should
         cancel whatever runs under the lease). Runs until cancelled or lost."""
         while True:
-            await anyio.sleep(max(0.0, self._next_renewal - time.monotonic()))
-            renewed = await self.renew(kv) if alive is None or alive() else False
-            if renewed:
-                continue
-            if renewed is None and time.monotonic() < self.valid_until:
-                self._next_renewal = time.monotonic() + self.renew_every / 4
-                continue
-            _log.info("lease %s lost by %s", self.name, self.holder)
-            self._lose()
-            on_lost()
-            return
+            await anyio.sleep(max(0.0, self.next_renewal - time.monotonic()))
+            if not await self.renew_or_lose(kv, alive is None or alive()):
+                on_lost()
+                return
+
+    @property
+    def next_renewal(self) -> float:
+        """When (`time.monotonic()`) the next renewal is due."""
+        return self._next_renewal
+
+    async def renew_or_lose(self, kv: KeyValue | None = None, able: bool = True) -> bool:
+        """One renewal (`able` false: the holder cannot work any more, so none): False once the
+        lease is lost (marked so), True while it is held, renewed or still valid (an unanswered
+        renewal is tried again soon). What `keep` does each time a renewal is due; several leases
+        renewed by one loop (`services.common.tree_leases`) call it themselves."""
+        renewed = await self.renew(kv) if able else False
+        if renewed:
+            return True
+        if renewed is None and time.monotonic() < self.valid_until:
+            self._next_renewal = time.monotonic() + self.renew_every / 4
+            return True
+        _log.info("lease %s lost by %s", self.name, self.holder)
+        self._lose()
+        return False
 
     async def wait_valid(self) -> None:
         """Return while the lease is certainly ours; wait while that is in doubt; raise `LeaseLost`
@@ -403,15 +416,12 @@ def servers_of(nc: NATS) -> list[str]:
     return [server.geturl() for server in nc.servers]
 
 
-STOP_RETRY = 0.5  # seconds between cancellations sent to a renewals' thread that has not ended
-
-
 class _Renewer:
     """Renews a held lease from a thread of its own, on an event loop and a NATS connection of its
-    own, so that a busy event loop (a long fold, rebuild or cycle: seconds at scale) does not cost
-    the lease. A frozen or partitioned process still loses it: the thread stops with it; and so
-    does one whose own connection is closed for good (`alive()` false: it could not work).
-    `on_lost` is called from that thread."""
+    own (`LoopThread`), so that a busy event loop (a long fold, rebuild or cycle: seconds at scale)
+    does not cost the lease. A frozen or partitioned process still loses it: the thread stops with
+    it; and so does one whose own connection is closed for good (`alive()` false: it could not
+    work). `on_lost` is called from that thread."""
 
     def __init__(self, lease: Lease, connect: Connect, bucket: str, on_lost: Callable[[], None],
                  alive: Callable[[], bool]) -> None:
@@ -420,24 +430,12 @@ class _Renewer:
         self._connect = connect
         self._bucket = bucket
         self._on_lost = on_lost
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._stopping = False
-        self._thread = threading.Thread(target=self._main, name=f"lease {lease.name}", daemon=True)
+        self._thread = LoopThread(f"lease {lease.name}", self._run)
 
     def start(self) -> None:
         self._thread.start()
 
-    def _main(self) -> None:
-        asyncio.run(self._run())
-
     async def _run(self) -> None:
-        with self._lock:
-            if self._stopping:
-                return
-            self._loop = asyncio.get_running_loop()
-            self._task = asyncio.current_task()
         nc: NATS | None = None
         try:
             nc = await self._connect()
@@ -457,22 +455,8 @@ class _Renewer:
                     _log.debug("lease %s: closing the renewals' connection: %r", self._lease.name, exc)
 
     async def stop(self) -> None:
-        """Stop renewing (the lease stays as it is) and wait for the thread to end.
-
-        The cancellation is sent again until the thread has ended: one can be lost (Python 3.11's
-        `asyncio.wait_for`, under nats-py's requests, swallows a cancellation that arrives as the
-        awaited reply does), and a renewals' thread that never ends would keep the service from
-        ever stopping: a service that failed at start hung instead of exiting, and `poolwise up`
-        waited for it forever."""
-        with self._lock:
-            self._stopping = True
-        while self._thread.is_alive():
-            with self._lock:
-                loop, task = self._loop, self._task
-            if loop is not None and task is not None:
-                with contextlib.suppress(RuntimeError):  # its loop has ended already
-                    loop.call_soon_threadsafe(task.cancel)
-            await anyio.to_thread.run_sync(self._thread.join, STOP_RETRY)
+        """Stop renewing (the lease stays as it is) and wait for the thread to end."""
+        await self._thread.stop()
 
 
 @dataclass(frozen=True, slots=True)

@@ -297,4 +297,6 @@ def policy_for(log: Any, service: str) -> Any:
     from nats.js import JetStreamContext
 
     js = JetStreamContext(nc)  # through the log's connection: a term's publishes are fenced
-    return SnapshotPolicy(ObjectStoreSnapshots(js, stream), every=every, least=min(1_000, every))
+    # a log that keeps decisions back (`services.common.tree_gate`) has them saved as the pending
+    kept = getattr(log, "kept", None)
+    return SnapshotPolicy(ObjectStoreSnapshots(js, stream), every=every, least=min(1_000, every), kept=kept)

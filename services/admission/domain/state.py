@@ -259,6 +259,11 @@ class AdmissionState:
         quiet log); stale entries may make this early, never late."""
         return self._timers[0][0] if self._timers else None
 
+    def next_timer(self) -> tuple[float, str] | None:
+        """`next_deadline` and the tree of that timer (an instance deciding per tree ticks for the
+        timers of the trees it holds)."""
+        return (self._timers[0][0], self._timers[0][2]) if self._timers else None
+
     # --- gang transitions (shared by handlers) -------------------------------------------------
 
     def _time_out(self, rt: TreeRuntime, gang: Gang, deadline: float, seq: int, out: list[Outcome]) -> None:

@@ -1,0 +1,191 @@
+"""A service instance that decides per tree: the log as it sees it (`TreeGate`), and its run
+(`run_per_tree`). See `services.common.tree_leases` for the leases and how trees are shared.
+
+Every instance folds the whole log and makes every decision: a decision is a function of the log
+(its id too: service, basis, tree, what), so all instances make the same ones, in the same order,
+whichever holds a tree. The gate lets through those of the trees whose lease this instance holds
+and keeps the others (`pending`, in the order made) until they are seen in the log (published by
+the tree's holder) or the lease comes to this instance: then what is still missing goes out
+first, before anything newer of that tree. So a tree whose holder dies mid-cycle is taken over
+by an instance that has decided the same cycle already and publishes the rest of it; a decision
+that both publish is one message (the same id: JetStream's duplicate window), whatever packs
+group them (a pack is one cycle's run of decisions, the same for every instance).
+
+- **Fencing per tree**: a decision of tree T is sent only while T's lease is valid; while it is
+  in doubt (renewals unanswered) the append waits; once lost, the decision is kept back. A send
+  that the connection delays past the lease's end can land after the next holder's copy of it:
+  the same id, stored once.
+- **Inputs** the service appends (the clock's ticks) go through: a tick is an input, not a
+  decision, and whoever sends it the fold treats it alike.
+- **Reading**: each instance consumes the log through a durable consumer of its own
+  (`<service>-<tag>`: instances must not share one), which it deletes when it stops; one left by
+  a killed instance is deleted by the others when its presence expires. It also reads the refusal
+  subjects, so that a refusal published by another instance drops the kept copy.
+- **Trees**: every tree met in a message read, or in a decision made, is learnt by the leases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from nats.aio.client import Client as NATS
+
+from events import Envelope
+from events.subjects import NO_TREE
+from services.common.folding import _ids_in
+from services.common.jetstream import JetStreamLog
+from services.common.leadership import Connect, LeaseLost, new_holder_id
+from services.common.log import Appended, BatchHandler, Stored
+from services.common.memlog import envelope_subject, subject_filter
+from services.common.tree_leases import TreeLeases, consumer_name, tree_of
+
+__all__ = ["TreeGate", "run_per_tree", "while_holding"]
+
+_log = logging.getLogger(__name__)
+
+
+class TreeGate(JetStreamLog):
+    """The log of one per-tree instance (module doc): appends pass the tree leases, consuming
+    goes through the instance's own consumer."""
+
+    def __init__(self, log: JetStreamLog, leases: TreeLeases, consumer: str) -> None:
+        super().__init__(log.nc, stream=log.stream, prefix=log.prefix)
+        self.leases = leases
+        self.consumer = consumer
+        self.pending: dict[str, tuple[str, Envelope]] = {}  # id -> (tree, decision), in the order made
+        self._lock = anyio.Lock()  # appends in order: what was kept goes out before what is newer
+
+    async def append(self, envelopes: Sequence[Envelope]) -> list[Appended]:
+        """Send the inputs, and the decisions of the trees held (after what was kept of them); keep
+        the others. Returns where the sent ones of `envelopes` landed, in order."""
+        async with self._lock:
+            trees: set[str] = set()
+            for envelope in envelopes:
+                if envelope.basis is not None:
+                    tree = tree_of(envelope_subject(envelope)) or NO_TREE
+                    trees.add(tree)
+                    self.pending[envelope.id] = (tree, envelope)
+            self.leases.learn(trees)
+            sent = await self._send_held()
+            out: list[Appended] = []
+            inputs = [e for e in envelopes if e.basis is None]
+            if inputs:
+                out = await super().append(inputs)
+            return [*[sent[e.id] for e in envelopes if e.id in sent], *out]
+
+    async def flush(self) -> None:
+        """Send what is kept of the trees held now (a tree just taken over)."""
+        async with self._lock:
+            await self._send_held()
+
+    async def _send_held(self) -> dict[str, Appended]:
+        """Send the kept decisions of the trees whose lease is valid (waiting while one is in
+        doubt), in the order made; they leave `pending`. Under the lock."""
+        ready: list[Envelope] = []
+        for tree in {tree for tree, _ in self.pending.values()}:
+            lease = self.leases.lease(tree)
+            if lease is None:
+                continue
+            try:
+                await lease.wait_valid()
+            except LeaseLost:
+                continue
+            ready += [e for t, e in self.pending.values() if t == tree]
+        if not ready:
+            return {}
+        chosen = {e.id for e in ready}
+        ordered = [e for _, e in self.pending.values() if e.id in chosen]  # the order made, across trees
+        landed = await super().append(ordered)
+        for envelope in ordered:
+            self.pending.pop(envelope.id, None)
+        return {e.id: where for e, where in zip(ordered, landed, strict=True)}
+
+    def kept(self) -> list[Envelope]:
+        """The decisions kept back, in the order made: a snapshot saves them as its `pending`
+        (they are not in the log yet; `services.common.snapshots.policy_for`)."""
+        return [envelope for _, envelope in self.pending.values()]
+
+    def _landed(self, batch: Sequence[Stored]) -> None:
+        if self.pending:
+            for seen in _ids_in(batch):
+                self.pending.pop(seen, None)
+
+    async def consume(self, durable: str, subjects: Sequence[str], after_seq: int, handler: BatchHandler, *,
+                      max_batch: int = 1000, linger: float = 0.0) -> None:
+        """The service's consumer, as this instance's own (`<durable>-<tag>`), also reading the
+        refusals (for what is kept); the handler gets what it asked for."""
+        wanted = subject_filter(tuple(subjects))
+        refusals = f"{self.prefix}.rejected.*"
+        learn = self.leases.learn
+
+        async def seen(batch: Sequence[Stored]) -> None:
+            self._landed(batch)
+            learn({tree for stored in batch if (tree := tree_of(stored.subject)) is not None})
+            asked = [stored for stored in batch if wanted(stored.subject)]
+            if asked:
+                await handler(asked)
+
+        await super().consume(self.consumer, (*subjects, refusals), after_seq, seen, max_batch=max_batch,
+                              linger=linger)
+
+
+async def while_holding(leases: TreeLeases, serve: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """Run `serve()` while this instance holds a tree (cancelled when it holds none), until
+    cancelled: requests are answered by instances that hold a lease, which proves they are in
+    touch with NATS (their fold is the whole log's, whatever tree is asked about)."""
+    while True:
+        while not leases.held():
+            await leases.changed()
+        async with anyio.create_task_group() as serving:
+            serving.start_soon(serve)
+            while leases.held():
+                await leases.changed()
+            serving.cancel_scope.cancel()
+
+
+Serve = Callable[..., Coroutine[Any, Any, None]]  # serve(log, *, task_status, trees=...)
+OnTrees = Callable[[str, frozenset[str], str], None]  # (service, trees held, holder)
+
+
+async def run_per_tree(service: str, serve: Serve, *, log: JetStreamLog, bucket: str, connect: Connect,
+                       on_trees: OnTrees | None = None, holder_id: str | None = None,
+                       task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Run `service` as one instance of several sharing the trees, until cancelled: `serve(gate,
+    trees=leases, task_status=...)` folds and decides from the start (a warm instance even while
+    it holds no tree); the leases are taken once it is ready. `on_trees(service, held, holder)`
+    hears each change of the trees held. Ready with what the service reported."""
+    holder = holder_id or new_holder_id()
+    leases = TreeLeases(connect, bucket, log.stream, service, holder, prefix=log.prefix)
+    gate = TreeGate(log, leases, consumer_name(service, leases.tag))
+    if on_trees is not None:
+        leases.on_change = lambda held: on_trees(service, held, holder)
+    leases.start()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_flush_on_change, gate, leases)
+            value = await tg.start(partial(serve, gate, trees=leases))
+            leases.ready()
+            if on_trees is not None:
+                on_trees(service, leases.held(), holder)  # deciding per tree, holding none yet
+            task_status.started(value)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await leases.stop()
+            await _delete_consumer(log.nc, log.stream, gate.consumer)
+
+
+async def _flush_on_change(gate: TreeGate, leases: TreeLeases) -> None:
+    while True:
+        await leases.changed()
+        await gate.flush()
+
+
+async def _delete_consumer(nc: NATS, stream: str, name: str) -> None:
+    with contextlib.suppress(Exception), anyio.move_on_after(2.0):  # else the others delete it
+        await nc.jetstream().delete_consumer(stream, name)
