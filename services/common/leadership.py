@@ -1,4 +1,5 @@
-"""One active instance per service, the others standing by (ARCHITECTURE invariant 6).
+"""One active instance per service, the others standing by (ARCHITECTURE invariant 6); or, per
+tree, instances sharing the trees (last paragraph).
 
 Leadership is a **lease** in a JetStream key-value bucket (`poolwise_leases`, TTL 2 s: the
 server forgets a record 2 s after it was last written; an existing bucket's TTL is followed, so
@@ -42,9 +43,14 @@ snapshot) when it starts.
 Without a key-value store (the in-memory log of the scenario runner and unit tests) there is
 nothing to elect: the launcher runs the service directly.
 
-The scale-out path is a lease per tree (`lease_key(stream, service, tree)`) with the service
-deciding only the trees it holds; today a service decides every tree, so the lease is per
-service and deployment.
+**Per tree** (`--trees per-tree`, `POOLWISE_LEASES=per-tree`; the default stays the one lease
+per service described above): admission and preemption instances do not stand by but share the
+trees, each holding the leases `lease_key(stream, service, tree)` of a balanced share
+(`services.common.tree_leases`: presence records, the balance, renewals on a thread, `Lease` as
+above). Every instance folds the whole log and makes every decision; it publishes those of the
+trees it holds and keeps the others back until they land or their tree comes to it
+(`services.common.tree_gate`: the fence is per tree). The tree service keeps the lease above.
+docs/operations.md, "Trees spread over instances", has the design decisions and their limits.
 """
 
 from __future__ import annotations

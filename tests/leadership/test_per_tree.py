@@ -3,7 +3,9 @@
 per-tree` against its server, four trees. Each admission instance holds two trees' leases and
 decides them (up's gives two back when the second comes); killed with SIGKILL, the second one's
 trees move to up's admission within a few seconds (the lease's TTL, 2 s, and a look), which then
-decides all four. Every gang is admitted
+decides all four, the burst enqueued just before the kill too. A third instance then gets two
+trees, and stopped cleanly hands them back at once; the consumers of the instances gone are
+deleted. Every gang is admitted
 exactly once, and `poolwise replay --verify` re-derives every decision, whoever made it."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, TreeOptions
 from services.cli.client import request
+from services.common.jetstream import JetStreamLog
 from services.submitter import Submitter
 from tests.cli.helpers import Up
 from tests.leadership.helpers import eventually, until
@@ -31,6 +34,21 @@ TREES = ("t1", "t2", "t3", "t4")
 HOLDS = re.compile(r"poolwise: admission deciding per tree \(as [^)]*\): (.*)")
 
 
+def tag_of(stderr: str) -> str:
+    """The tag of an instance's holder id (`host:pid:tag`), which names its consumer."""
+    found = re.search(r"deciding per tree \(as [^)]*:([0-9a-f]{8})\)", stderr)
+    assert found, stderr
+    return found.group(1)
+
+
+async def consumer_names(url: str) -> list[str]:
+    log = await JetStreamLog.connect(url)
+    try:
+        return [info.name for info in await log.jsm.consumers_info(log.stream)]
+    finally:
+        await log.close()
+
+
 def held(stderr: str) -> set[str]:
     """The trees an admission instance said last that it holds."""
     lines = HOLDS.findall(stderr)
@@ -39,15 +57,23 @@ def held(stderr: str) -> set[str]:
     return set(lines[-1][len("trees "):].split(", "))
 
 
-async def submit(submitter: Submitter, url: str, phase: str) -> set[str]:
-    names = {f"{phase}-{tree}-{i}" for tree in TREES for i in range(3)}
+async def enqueue(submitter: Submitter, phase: str, per_tree: int = 3) -> set[str]:
+    names = {f"{phase}-{tree}-{i}" for tree in TREES for i in range(per_tree)}
     await submitter.enqueue_many([{"gang": name, "tree": name.split("-")[1], "pool": "/a", "count": 1,
                                    "resources": {"cpu": 1}} for name in sorted(names)])
+    return names
 
-    async def admitted() -> bool:
+
+async def admitted(url: str, names: set[str], phase: str) -> None:
+    async def all_in() -> bool:
         return names <= {gang for gang, _ in await admissions(url)}
 
-    await eventually(admitted, f"the {phase} gangs to be admitted in every tree", timeout=30)
+    await eventually(all_in, f"the {phase} gangs to be admitted in every tree", timeout=30)
+
+
+async def submit(submitter: Submitter, url: str, phase: str) -> set[str]:
+    names = await enqueue(submitter, phase)
+    await admitted(url, names, phase)
     return names
 
 
@@ -74,6 +100,7 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
             wanted = await submit(submitter, url, "shared")
             assert split(), (up.stderr, other.err)  # still two trees each: each decided its own
 
+            burst = await enqueue(submitter, "burst", per_tree=50)  # killed while deciding these
             other.proc.send_signal(signal.SIGKILL)
             other.proc.wait(10)
             killed = time.monotonic()
@@ -81,7 +108,25 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
                         timeout=15)
             took = time.monotonic() - killed
             assert took < 6.0, f"the trees moved after {took:.1f} s"
-            wanted |= await submit(submitter, url, "after")
+            await admitted(url, burst, "burst")
+            wanted |= burst | await submit(submitter, url, "after")
+
+            third = Serve("c", url, tmp_path, "--trees", "per-tree")  # a newcomer gets its share
+            stack.callback(third.close)
+            await until(lambda: len(held(up.stderr)) == 2 and len(held(third.err)) == 2,
+                        "the third instance to take two trees over", timeout=30)
+            wanted |= await submit(submitter, url, "third")
+            assert third.stop() == 0  # a clean stop hands its trees back at once
+            stopped = time.monotonic()
+            await until(lambda: held(up.stderr) == set(TREES), "up's admission to take the trees back", timeout=15)
+            assert time.monotonic() - stopped < 3.0
+            wanted |= await submit(submitter, url, "last")
+
+        async def consumers_gone() -> bool:  # the killed one's (deleted by up's), the stopped one's
+            names = await consumer_names(url)
+            return not any(name.endswith((tag_of(other.err), tag_of(third.err))) for name in names)
+
+        await eventually(consumers_gone, "the consumers of the instances gone to be deleted", timeout=15)
 
         found = await admissions(url)
         assert [k for k, n in found.items() if n > 1] == []  # no gang admitted twice
