@@ -45,7 +45,7 @@ from services.common.log import Appended, BatchHandler, Stored
 from services.common.memlog import envelope_subject, subject_filter
 from services.common.tree_leases import TreeLeases, consumer_name, tree_of
 
-__all__ = ["TreeGate", "run_per_tree", "while_holding"]
+__all__ = ["LeasesFailed", "TreeGate", "run_per_tree", "while_holding"]
 
 _log = logging.getLogger(__name__)
 
@@ -180,9 +180,16 @@ async def run_per_tree(service: str, serve: Serve, *, log: JetStreamLog, bucket:
             await _delete_consumer(log.nc, log.stream, gate.consumer)
 
 
+class LeasesFailed(Exception):
+    """The tree leases' thread stopped (it holds nothing any more): the service stops, to be started
+    again (by `poolwise up`'s supervisor, systemd, Kubernetes), rather than fold on holding nothing."""
+
+
 async def _flush_on_change(gate: TreeGate, leases: TreeLeases) -> None:
     while True:
         await leases.changed()
+        if leases.failed is not None:
+            raise LeasesFailed(f"{leases.service}: the tree leases stopped: {leases.failed}") from leases.failed
         await gate.flush()
 
 

@@ -147,6 +147,7 @@ class TreeLeases:
         self._event: anyio.Event | None = None
         self._thread = LoopThread(f"tree leases {service}", self._run)
         self.on_change: Callable[[frozenset[str]], None] | None = None  # in the owner's loop
+        self.failed: Exception | None = None  # why the thread stopped holding leases, if it did
 
     # -- the owner's side ------------------------------------------------------------------------
 
@@ -208,6 +209,8 @@ class TreeLeases:
             pass
         except Exception as exc:  # cannot hold leases: hold none (the others take the trees over)
             _log.warning("tree leases of %s stopped (%s: %s)", self.service, type(exc).__name__, exc)
+            self.failed = exc
+            self._changed()  # (the owner stops the service: `run_per_tree`)
         finally:
             leases, self._leases = self._leases, {}  # the owner sees none held from here on
             if leases:
@@ -281,6 +284,10 @@ class TreeLeases:
                     others[tag] = held if isinstance(held, int) else 0
         if not self._ready:
             return tags
+        if len(self._leases) < math.ceil(len(self._known) / (1 + len(others))):
+            # wanting more: a key released a moment ago is listed until its delete marker expires
+            # (the TTL); it is free already, and the instance that needs it takes it now
+            taken = {tree for tree in taken if tree in self._leases or await self._present(kv, tree)}
         if await self._service_wide_leader(kv):
             todo = Plan(give=tuple(self._leases))
         else:
@@ -303,9 +310,13 @@ class TreeLeases:
 
     async def _service_wide_leader(self, kv: KeyValue) -> bool:
         """Whether an instance without per-tree leases leads the service (it decides every tree)."""
+        return await self._present(kv, None)
+
+    async def _present(self, kv: KeyValue, tree: str | None) -> bool:
+        """Whether the lease of `tree` (None: the service-wide one) is held by anyone."""
         try:
-            await kv.get(lease_key(self.stream, self.service))
-        except NotFoundError:
+            await kv.get(lease_key(self.stream, self.service, tree))
+        except NotFoundError:  # (a delete marker too)
             return False
         return True
 
