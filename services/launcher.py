@@ -61,7 +61,7 @@ from services.common.replicas import prepare
 from services.common.runtime import give_back_memory
 from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
 from services.common.tree_gate import OnTrees, run_per_tree
-from services.common.tree_leases import PER_TREE, SERVICE_WIDE
+from services.common.tree_leases import PER_TREE, SERVICE_WIDE, per_tree_instances
 
 Serve = Callable[..., Awaitable[None]]
 
@@ -153,9 +153,13 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
                 started.append(await tg.start(partial(run_per_tree, name, run, log=log, bucket=BUCKET,
                                                       connect=connect, on_trees=on_trees)))
                 continue
+            # not while instances share its trees (started with --trees per-tree by mistake beside)
+            yield_to = partial(per_tree_instances, log.nc, BUCKET, log.stream, name) \
+                if name in PER_TREE_SERVICES else None
             started.append(await tg.start(partial(run_as_leader, lease_key(log.stream, name), run, log=log, kv=kv,
                                                   connect=connect, ready_on_standby=ready_on_standby,
-                                                  on_change=on_change, standby=STANDBYS.get(name))))
+                                                  on_change=on_change, standby=STANDBYS.get(name),
+                                                  yield_to=yield_to)))
     return started
 
 

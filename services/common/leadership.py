@@ -115,6 +115,11 @@ _log = logging.getLogger(__name__)
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
 
 
+# Who else decides the service, if anyone (`run_as_leader(yield_to=...)`): instances sharing its
+# trees (`services.common.tree_leases.per_tree_instances`); None: nobody.
+YieldTo = Callable[[], Awaitable[str | None]]
+
+
 class LeaseLost(Exception):
     """The lease is no longer ours: the term that used it must stop deciding."""
 
@@ -239,9 +244,17 @@ class Lease:
         self._granted(revision, sent)
         return True
 
-    async def acquire(self, on_standby: Callable[[str | None], None] | None = None) -> None:
-        """Return once the lease is ours; `on_standby(leader)` is called once if it is not at first."""
-        while not await self.try_acquire():
+    async def acquire(self, on_standby: Callable[[str | None], None] | None = None,
+                      yield_to: YieldTo | None = None) -> None:
+        """Return once the lease is ours; `on_standby(leader)` is called once if it is not at first.
+        `yield_to()`: who else decides (per-tree instances of the service), if anyone: the lease
+        is not taken meanwhile."""
+        while True:
+            others = await yield_to() if yield_to is not None else None
+            if others is None and await self.try_acquire():
+                return
+            if others is not None:
+                self.leader = others
             if on_standby is not None:
                 on_standby(self.leader)
                 on_standby = None
@@ -489,6 +502,7 @@ async def run_as_leader(
     ready_on_standby: bool = False,
     on_change: OnChange | None = None,
     standby: Standby | None = None,
+    yield_to: YieldTo | None = None,
     task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Stand by until the lease `name` is ours, run `serve(term_log, task_status=...)` while it is
@@ -502,7 +516,7 @@ async def run_as_leader(
     Ready (`task_status.started`) with what the service reported, once it first leads and is
     ready; with `ready_on_standby`, also with a `StandingBy` when the first look finds another
     leader. If the service returns by itself, so does this; if it raises, the error propagates
-    (after the lease is released, so a standby takes over)."""
+    (after the lease is released, so a standby takes over). `yield_to`: see `Lease.acquire`."""
     bucket, ttl = await _bucket(kv)
     lease = Lease(kv, name, holder_id or new_holder_id(), ttl=ttl)
     reported = False
@@ -528,7 +542,7 @@ async def run_as_leader(
             async with anyio.create_task_group() as waiting:
                 if standby is not None:  # a warm standby: fold the log while another leads
                     waiting.start_soon(_keep_warm, standby, warm, log)
-                await lease.acquire(standing_by)
+                await lease.acquire(standing_by, yield_to)
                 waiting.cancel_scope.cancel()
             usable = warm if warm is not None and not getattr(warm, "broken", False) else None
             if await _term(lease, serve, log, bucket, connect, changed, ready, usable):

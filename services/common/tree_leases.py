@@ -29,7 +29,9 @@ holds the leases, all in the bucket of the service-wide ones (`poolwise_leases`)
   refused, or not confirmed before its validity ends, is lost at once (its decisions are kept
   back from then on).
 - **Not mixed with a service-wide leader**: while the key `<stream>.<service>` is held (an
-  instance running without `--trees per-tree`), per-tree instances hold no tree.
+  instance running without `--trees per-tree`), per-tree instances hold no tree; and while
+  per-tree instances are present, a service-wide instance does not take that key
+  (`per_tree_instances`): whichever was there first decides.
 
 The owner (the event loop that runs the service) reads `held()` / `lease(tree)` and waits for
 `changed()`; everything else happens on the thread.
@@ -57,7 +59,8 @@ from nats.js.kv import KeyValue
 from services.common.leadership import POLL, Connect, Lease, bucket_ttl, lease_key
 from services.common.loop_thread import STOP_RETRY, LoopThread
 
-__all__ = ["MODES", "PER_TREE", "SERVICE_WIDE", "Plan", "TreeLeases", "leases_mode", "plan", "tree_of"]
+__all__ = ["MODES", "PER_TREE", "SERVICE_WIDE", "Plan", "TreeLeases", "leases_mode", "per_tree_instances", "plan",
+           "tree_of"]
 
 SERVICE_WIDE = "service"
 PER_TREE = "per-tree"
@@ -342,6 +345,20 @@ class TreeLeases:
         for tag in tags:
             with contextlib.suppress(*_NATS_ERRORS, NotFoundError):
                 await jsm.delete_consumer(self.stream, consumer_name(self.service, tag))
+
+
+async def per_tree_instances(nc: NATS, bucket: str, stream: str, service: str) -> str | None:
+    """Who decides `service` per tree, if any instance does (their presence records): a
+    service-wide instance does not lead meanwhile (`run_as_leader(yield_to=...)`), as per-tree
+    instances hold no tree while a service-wide one leads. Per tree wins: whichever mode was
+    there first keeps deciding, and nothing is decided twice when modes are mixed by mistake."""
+    base = f"$KV.{bucket}.{presence_key(stream, service, '')}"
+    try:
+        info = await nc.jetstream().stream_info(f"KV_{bucket}", subjects_filter=f"{base}*")
+    except _NATS_ERRORS:
+        return None  # (the lease itself is the fence: a bucket out of reach gives no lease either)
+    tags = sorted(subject[len(base):] for subject in info.state.subjects or {})
+    return f"per-tree instances {', '.join(tags)}" if tags else None
 
 
 def consumer_name(service: str, tag: str) -> str:

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from events import CycleCompleted, Envelope, at_seconds, decode_all
 from services.common.folding import decision_envelope
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import Lease, connector, lease_key, new_holder_id, servers_of
+from services.common.leadership import Lease, StandingBy, connector, lease_key, new_holder_id, run_as_leader, servers_of
 from services.common.tree_gate import TreeGate
-from services.common.tree_leases import TreeLeases, consumer_name
+from services.common.tree_leases import TreeLeases, consumer_name, per_tree_instances
 from tests.leadership.helpers import TEST_BUCKET, TEST_TTL, WAIT, lease_bucket, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -94,6 +96,40 @@ async def test_no_tree_is_held_while_a_service_wide_leader_decides(jetstream_log
             assert await leader.renew() and leases.held() == frozenset()
             await leader.release()
             await until(lambda: leases.held() == {"x"}, "tree x's lease once the service-wide leader is gone")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await leases.stop()
+
+
+async def test_a_service_wide_instance_stands_by_while_instances_share_the_trees(
+        jetstream_log: JetStreamLog) -> None:
+    """The other way round: an instance started without `--trees per-tree` beside per-tree ones
+    (`run_as_leader(yield_to=per_tree_instances)`) stands by, naming them, and leads once they
+    are gone."""
+    log = jetstream_log
+    kv = await lease_bucket(log.nc)
+    service = f"s{uuid.uuid4().hex[:10]}"
+    leases = TreeLeases(connector(servers_of(log.nc)), TEST_BUCKET, log.stream, service, new_holder_id())
+    leases.start()
+    leases.ready()
+    roles: list[tuple[str, str | None]] = []
+
+    async def serve(term_log: object, *, task_status: TaskStatus[str]) -> None:
+        task_status.started("leading")
+        await anyio.sleep_forever()
+
+    try:
+        with anyio.fail_after(WAIT):
+            await anyio.sleep(1.0)  # its presence written
+            async with anyio.create_task_group() as tg:
+                first = await tg.start(partial(
+                    run_as_leader, lease_key(log.stream, service), serve, log=log, kv=kv, ready_on_standby=True,
+                    on_change=lambda name, state, holder: roles.append((state, holder)),
+                    yield_to=partial(per_tree_instances, log.nc, TEST_BUCKET, log.stream, service)))
+                assert isinstance(first, StandingBy) and first.leader == f"per-tree instances {leases.tag}"
+                await leases.stop()  # the per-tree instance goes: its presence with it
+                await until(lambda: "leading" in [state for state, _ in roles], "the service-wide instance to lead")
+                tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await leases.stop()
