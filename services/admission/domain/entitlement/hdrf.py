@@ -54,23 +54,26 @@ phases is about the number of jobs plus pools times kinds.
 A pool of weight 0 gets at most its guarantee (as under `dominant`, whose box is then
 `min(limit, guarantee)`): its limit is taken as that, its key as if its weight were 1.
 
-Cost. Two exact shortcuts come first: nothing contended (every job gets its demand; a few
-vectorised sums), and runs of `dominant`, one per kind used up at the tree, when only the capacity
-stops jobs (`_by_epochs`). Otherwise each phase is O(pools + jobs) Python work and there are about
-as many phases as jobs: quadratic, ~1 s at 100 contended pools, ~45 s at 1k. See
-`docs/performance.md`, "Policy hdrf".
+Cost. Two exact ways come first: nothing contended (every job gets its demand; a few vectorised
+sums), and, when only the tree's capacity stops jobs, epochs of `dominant`-like functions with
+`hdrf`'s runs in them, one per kind used up (`hdrf_runs.py`, `hdrf_curves.py`: a fixed number of
+numpy operations per depth, as `dominant`). Otherwise (a pool's limit reached) each phase of the
+filling below is O(pools + jobs) Python work and there are about as many phases as jobs:
+quadratic, ~1 s at 100 contended pools, ~45 s at 1k. See `docs/performance.md`, "Policy hdrf".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.dominant import DrfInputs, dominant_entitlements, dominant_shares, drf_inputs
+from services.admission.domain.entitlement.dominant import DrfInputs, dominant_entitlements, drf_inputs
+from services.admission.domain.entitlement.hdrf_runs import FULL, MET, by_runs
+from services.admission.domain.entitlement.hdrf_runs import sum_up as _sum_up
 from services.admission.domain.entitlement.model import ROOT, Alert, BoolArray, FloatArray, IntArray
 from services.admission.domain.entitlement.polylines import EPS
 
@@ -82,10 +85,6 @@ Beyond it the tree gets `dominant`'s numbers and an alert (`_dominant_instead`):
 stall admission for seconds or minutes. A count, not a clock: every replay decides the same."""
 TIE = 1e-9
 """Keys closer than this are equal: such siblings grow together."""
-FULL = 1e-12
-"""A share within this (of the capacity) of a limit or of a demand has reached it."""
-MET = -1
-"""`cause_kind` of a job whose demand is met (or that wants nothing it could get)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,9 +279,9 @@ class _Filling:
 
 def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     """Entitlement, requirement, alerts and stops of every row under `hdrf`. Two exact shortcuts
-    come first (`shortcuts=False` skips them, for tests): nothing contended; and `dominant`'s
-    answer, run again after each kind used up at the tree, when only the capacity stops jobs
-    (`_by_epochs`). Else the filling, event by event."""
+    come first (`shortcuts=False` skips them, for tests): nothing contended; and the epochs of
+    `hdrf_runs.by_runs`, one per kind used up at the tree, when only the capacity stops jobs.
+    Else the filling, event by event."""
     n, k = len(arr.paths), len(arr.kinds)
     drf = drf_inputs(arr)
     entitlement = np.zeros((n, k))
@@ -306,9 +305,9 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
         return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
     max_phases = min(20 * (dshare.shape[0] + n * len(active)) + 100, MAX_WORK // (n + dshare.shape[0]) + 1)
     if shortcuts and not lacking.any():
-        found = _by_epochs(arr, drf, dshare, lim, idle)
-        if found is not None:
-            return found
+        runs = by_runs(arr, drf, dshare, lim, idle)
+        if runs is not None:
+            return _epochs_result(arr, drf, runs.share, runs.given, idle, runs.cause)
     filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
     for kd in inactive:
         missing = (drf.job_demand[kd] > 0) & ~filling.blocked
@@ -334,59 +333,6 @@ def _dominant_instead(arr: TreeArrays, drf: DrfInputs, phases: int) -> HdrfResul
                            "(docs/policies.md: the size hdrf is exact for)"))
     return HdrfResult(entitlement, requirement, [*alerts, alert], {}, phases,
                       np.zeros((jobs, len(arr.kinds))), drf.job_row)
-
-
-def _by_epochs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray,
-               idle: BoolArray) -> HdrfResult | None:
-    """`hdrf` as a few runs of `dominant`, when only the tree's capacity stops jobs; else None.
-
-    Until a kind is used up somewhere, the two fillings are one (the same keys grow together,
-    jumps are taken whole, demands are met alike). `dominant` ends when the root's capacity of a
-    kind is all given (its common argument stops for everyone); a pool's limit stops its whole
-    subtree. So after a run of `dominant` in which no pool but the root reached a limit, `hdrf`
-    is exactly there too, and stops the jobs short of their demand that need a kind now used up.
-    Such a job from then on holds what it has: it is a job whose demand is that, met. So the next
-    run, with those demands cut, goes the same way up to that point and then on for the others,
-    to the next kind used up: one run per kind used up at the tree.
-
-    None (the event-by-event filling does it all) when a pool's limit is reached; when a run ends
-    with no new kind used up (at the foot of a jump that does not fit whole: a pool whose key is
-    held by stopped jobs grows its others at once, and `dominant` takes a jump whole or not at
-    all, where `hdrf` takes it in part; going on from there with the filling and handing back was
-    tried, and gave wrong numbers on bench trees, as `dominant` re-reads a pool left part-way up
-    a jump at its foot); or when a job needs a kind the tree has none of (`dominant` leaves the
-    kind out, `hdrf` stops the job)."""
-    m, dims = dshare.shape
-    dom = dshare.max(axis=1, initial=0.0)
-    needs = dshare > 0.0
-    given = np.zeros(m)  # fraction of its demand each job holds
-    cause = np.full(m, MET, dtype=np.intp)  # the kind (index into `active`) that stopped it
-    open_ = ~idle
-    used = np.zeros(dims, dtype=bool)
-    for _ in range(dims + 1):
-        cut = np.where(cause >= 0, given, 1.0)
-        share, inner_t = dominant_shares(arr, replace(drf, job_demand=drf.job_demand * cut))
-        if (share[1:] >= lim[1:] - FULL).any():
-            return None
-        reach = drf.job_weight * inner_t[drf.job_row]
-        with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
-            position = np.minimum(1.0, np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0))
-        if (~idle & (position < given - 1e-9)).any():
-            return None  # short of where some job already is: not a state of this filling (a guard)
-        now_given = np.where(open_, position, given)
-        short = open_ & (now_given < 1.0 - 1e-9)
-        now = share[0] >= 1.0 - FULL
-        stopped = short & (needs & now).any(axis=1)
-        if not short.any() or ((now & ~used).any() and stopped.any()):
-            given = np.where(open_ & ~short, 1.0, now_given)
-            cause[stopped] = np.argmax(needs & now, axis=1)[stopped]
-            open_ &= short & ~stopped
-            used |= now
-            if not open_.any():
-                return _epochs_result(arr, drf, share, given, idle, cause)
-            continue
-        return None  # at the foot of a jump that does not fit whole, which `hdrf` takes in part
-    return None
 
 
 def _epochs_result(arr: TreeArrays, drf: DrfInputs, share: FloatArray, given: FloatArray, idle: BoolArray,
@@ -436,17 +382,6 @@ class _AtTheTree(Mapping[str, tuple[Stop, ...]]):
 
     def __len__(self) -> int:
         return len(self._rows)
-
-
-def _sum_up(arr: TreeArrays, job_row: IntArray, per_job: FloatArray) -> FloatArray:
-    """`(pools, columns)`: the sum of `per_job` rows over each pool's jobs (its subtree's)."""
-    n = len(arr.paths)
-    out = np.zeros((n, per_job.shape[1]))
-    for kd in range(per_job.shape[1]):
-        out[:, kd] = np.bincount(job_row, weights=per_job[:, kd], minlength=n)
-    for lv in reversed(arr.levels):
-        out[lv.group_parent] = np.add.reduceat(out[lv.start : lv.stop], lv.group_starts, axis=0)
-    return out
 
 
 def _limits(arr: TreeArrays, guarantee: FloatArray, limit: FloatArray) -> tuple[FloatArray, FloatArray]:

@@ -1,0 +1,398 @@
+"""`hdrf`'s piecewise-linear functions: `dominant`'s (`polylines.py`), with its runs taken in order.
+
+`dominant` gives every row, as a function of its siblings' argument `y`, its share `S(y)`; a row
+*jumps* (a vertical run of vertices at one `y`) where the kind holding its key up stops growing
+while its other kinds still grow. Two things of `dominant` are not `hdrf`'s there:
+
+1. `dominant` sums its children's runs at one argument into one jump of the inner sum `h`, and a
+   jump of `h` is taken whole, when the key its top needs is reached (the row waits at the
+   foot). In `hdrf`'s discrete filling a jumping child keeps its key while it grows, so it stays
+   the least of its siblings and takes every step; siblings jumping at one argument take their
+   runs one after the other, in row order (its tie rule); and the parent's key rises *along* the
+   run, as its share does.
+2. So a filling can stop anywhere inside a run (a kind used up part-way up it).
+
+Here the inner sum `h` of a row has one vertex per segment of each child's run, in that order
+(`sum_runs`), over an argument `u` that is the vertex's ordinal in the row (the real inner
+argument is kept apart, `Inner.x`); `polylines.compose` then turns every segment of `h`, runs
+included, into the row's share as a function of its key, exactly as it does a sloped segment
+(kinks where the kind giving the key changes), and the `t` it keeps for each vertex of `S` is the
+position along `h` (`j + s`: segment `j`, fraction `s`). Top down, a row's position along its
+`h` says where each child is: on a sloped segment, at the real argument there; on a run, the
+child whose segment it is part-way along its own, the children before it in the run's order at
+their run's top, the others at its foot.
+
+From epoch to epoch (`hdrf_runs.py`: the jobs stopped by a kind used up are cut to what they
+hold) a row may be part-way up a run; the new functions must pass through that state, and the
+filling go on from there in row order: the children's segments at the row's argument that lead
+up to their state come first in the run (`phase` 0: what is held already), then the rest
+(`phase` 1). Each child's state is found on its new share function by its value (`split_at_state`)
+and made a vertex.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.admission.domain.entitlement.arrays import TreeArrays
+from services.admission.domain.entitlement.dominant import DrfInputs
+from services.admission.domain.entitlement.model import BoolArray, FloatArray, IntArray
+from services.admission.domain.entitlement.polylines import (
+    EPS,
+    TINY,
+    Polylines,
+    _counts,
+    _offsets,
+    _segmented_cumsum,
+    _segments,
+    _shift,
+    compose,
+    evaluate,
+    fit,
+    polyline_events,
+    ramp_events,
+)
+
+NONE = -1
+"""`Inner.owner` of a vertex that ends no child's run segment."""
+ON = 1e-9
+"""A state within this (of the capacity, per kind) of a point of the new function is that point."""
+
+
+@dataclass(slots=True, eq=False)
+class Inner:
+    """One depth's inner sums `h`: row `i` owns vertices `off[i]:off[i + 1]`, at real inner
+    argument `x`, value `v` (kinds-major); a vertex that ends a segment of a child's run names
+    the child (`owner`, a row) and that child's vertex ending it (`end`, an index into the child
+    depth's `S`); else `owner` is `NONE`."""
+
+    off: IntArray
+    x: FloatArray
+    v: FloatArray
+    owner: IntArray
+    end: IntArray
+
+    def as_polylines(self) -> Polylines:
+        """`h` over its ordinal argument, for `compose`."""
+        u = (np.arange(self.x.size) - np.repeat(self.off[:-1], np.diff(self.off))).astype(np.float64)
+        return Polylines(self.off, u, self.v, u.copy(), np.zeros(u.size, dtype=bool))
+
+
+@dataclass(slots=True, eq=False)
+class Curves:
+    """One epoch's functions, depth by depth (`levels` order), and the root's inner sum."""
+
+    h: list[Inner]
+    s: list[Polylines]
+    root: Inner
+
+
+@dataclass(slots=True, eq=False)
+class State:
+    """Where a filling stands: every row's real inner argument and share."""
+
+    t: FloatArray
+    share: FloatArray
+
+
+@dataclass(slots=True, eq=False)
+class _Events:
+    """What a depth's children (or jobs) do to their parents' sums: slope changes and run
+    segments at `x` (`jump`), for the parent `group`; a run segment names its child (`owner`), the
+    child's vertex ending it (`end`) and whether it leads up to the child's state (`phase` 0)."""
+
+    x: FloatArray
+    vec: FloatArray
+    jump: BoolArray
+    group: IntArray
+    owner: IntArray
+    end: IntArray
+    phase: IntArray
+    start_vec: FloatArray
+    start_group: IntArray
+
+
+def _run_events(s: Polylines, group_of_row: IntArray, first_row: int, held: IntArray) -> tuple[_Events, FloatArray]:
+    """`polylines.polyline_events` of the rows of `s` (rows `first_row + i`, summed into
+    `group_of_row[i]`), and each row's value at 0, with each run segment (a segment shorter than
+    `TINY`, relatively: those events come last, in segment order) naming its row and the vertex
+    ending it; `held[i]` is row `i`'s state vertex (`NONE`: none), whose run segments up to it
+    are phase 0."""
+    ev, at0 = polyline_events(s, group_of_row)
+    i1 = _segments(s.off) + 1
+    j = np.flatnonzero(s.x[i1] - s.x[i1 - 1] <= TINY * np.maximum(1.0, s.x[i1]))
+    ns = ev.x.size - j.size
+    rid = s.row_ids()[i1[j] - 1]
+    owner = np.full(ev.x.size, NONE, dtype=np.intp)
+    end = owner.copy()
+    phase = np.ones(ev.x.size, dtype=np.intp)
+    owner[ns:], end[ns:] = first_row + rid, i1[j]
+    hj = held[rid]
+    phase[ns:] = np.where((hj >= 0) & (i1[j] <= hj), 0, 1)
+    vec = ev.vec.copy()
+    vec[:, ns:] = np.maximum(vec[:, ns:], 0.0)  # a run never goes down (but by the last bits)
+    return _Events(ev.x, vec, ev.jump, ev.group, owner, end, phase, ev.start_vec, ev.start_group), at0
+
+
+def _ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> _Events:
+    ev = ramp_events(shares, weight, group)
+    none = np.full(ev.x.size, NONE, dtype=np.intp)
+    return _Events(ev.x, ev.vec, ev.jump, ev.group, none, none, np.ones(ev.x.size, dtype=np.intp), ev.start_vec,
+                   ev.start_group)
+
+
+def _concat(parts: list[_Events]) -> _Events:
+    if len(parts) == 1:
+        return parts[0]
+    return _Events(*(np.concatenate([getattr(p, f) for p in parts], axis=1 if f in ("vec", "start_vec") else 0)
+                     for f in _Events.__slots__))
+
+
+def _snap_sorted(x: FloatArray, new_group: BoolArray) -> FloatArray:
+    """Arguments sorted within groups, each within `TINY` (relatively) of the one before made
+    equal to it (the first of the cluster): siblings' runs an ulp apart are one run."""
+    gap = np.diff(x, prepend=-np.inf) > TINY * np.maximum(1.0, np.abs(x))
+    start = gap | new_group
+    idx = np.maximum.accumulate(np.where(start, np.arange(x.size), 0))
+    out: FloatArray = x[idx]
+    return out
+
+
+def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
+    """Per row, the sum of its parts (`init` plus the effect of the events, walked in order of
+    argument): a vertex (the foot) at each argument where something happens, then one vertex per
+    run segment there, in the order (phase, child row, child vertex)."""
+    dims = init.shape[0]
+    slope0 = np.zeros((dims, rows))
+    if ev.start_group.size:
+        for k in range(dims):
+            slope0[k] = np.bincount(ev.start_group, weights=ev.start_vec[k], minlength=rows)
+    n = ev.x.size
+    if n == 0:
+        none = np.full(rows, NONE, dtype=np.intp)
+        return Inner(np.arange(rows + 1, dtype=np.intp), np.zeros(rows), init.copy(), none, none.copy())
+    first = np.lexsort((ev.x, ev.group))
+    gs0 = ev.group[first]
+    gnew0 = np.ones(n, dtype=bool)
+    gnew0[1:] = gs0[1:] != gs0[:-1]
+    xsnap = np.empty(n)
+    xsnap[first] = _snap_sorted(ev.x[first], gnew0)
+    order = np.lexsort((ev.end, ev.owner, ev.phase, ev.jump, xsnap, ev.group))
+    xs, gs, js = xsnap[order], ev.group[order], ev.jump[order]
+    vs = np.take(ev.vec, order, axis=1)
+    gnew = np.ones(n, dtype=bool)
+    gnew[1:] = gs[1:] != gs[:-1]
+    new = gnew.copy()
+    new[1:] |= xs[1:] != xs[:-1]
+    ds = np.flatnonzero(new)
+    de = np.append(ds[1:], n) - 1
+    dg, dx = gs[ds], xs[ds]
+    nd = ds.size
+    gfirst = np.flatnonzero(gnew[ds])
+    slopes = vs * ~js
+    gi = np.flatnonzero(gnew)
+    start_slope = np.take(slope0, gs[gi], axis=1)
+    for k in range(dims):
+        slopes[k][gi] += start_slope[k]
+    slope_after = np.take(_segmented_cumsum(slopes, gi, rebase=False), de, axis=1)
+    slope_before = _shift(slope_after, gfirst, start_slope)
+    xprev = _shift(dx, gfirst, 0.0)
+    inc = slope_before * (dx - xprev)
+    point = np.cumsum(new) - 1  # the distinct argument of each event
+    ji = np.flatnonzero(js)
+    jv = np.take(vs, ji, axis=1)
+    dj = np.zeros((dims, nd))
+    for k in range(dims):
+        dj[k] = np.bincount(point[ji], weights=jv[k], minlength=nd)
+    top = np.take(init, dg, axis=1) + _segmented_cumsum(inc + dj, gfirst, rebase=True)
+    foot = top - dj
+    # each run segment's vertex: the foot of its argument plus the segments before it there
+    rstart = np.ones(ji.size, dtype=bool)
+    rstart[1:] = point[ji][1:] != point[ji][:-1]
+    run_v = np.take(foot, point[ji], axis=1) + _segmented_cumsum(jv, np.flatnonzero(rstart), rebase=False)
+    emit_foot = dx > xprev
+    nj = np.bincount(point[ji], minlength=nd)
+    cnt = emit_foot.astype(np.intp) + nj
+    off = _offsets(_counts(dg, cnt, rows) + 1)
+    total = int(off[-1])
+    x = np.zeros(total)
+    v = np.empty((dims, total))
+    owner = np.full(total, NONE, dtype=np.intp)
+    end = np.full(total, NONE, dtype=np.intp)
+    v[:, off[:-1]] = init
+    pos = np.cumsum(cnt) - cnt + dg + 1
+    fi = np.flatnonzero(emit_foot)
+    x[pos[fi]] = dx[fi]
+    v[:, pos[fi]] = np.take(foot, fi, axis=1)
+    rank = np.arange(ji.size) - np.flatnonzero(rstart)[np.cumsum(rstart) - 1]
+    pr = pos[point[ji]] + emit_foot[point[ji]] + rank
+    x[pr] = xs[ji]
+    v[:, pr] = run_v
+    owner[pr] = ev.owner[order][ji]
+    end[pr] = ev.end[order][ji]
+    return Inner(off, x, v, owner, end)
+
+
+def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State | None) -> Curves | None:
+    """Every depth's `h` and `S` for jobs of share `job_share` (`(active kinds, jobs)`), bottom up;
+    with `state`, made to pass through it (the module doc). None when the state is not on them
+    (a guard: it always is, up to rounding)."""
+    g, lim, weight = drf.guarantee, drf.limit, arr.weight
+    box = np.ascontiguousarray(np.where((weight > EPS)[:, None], lim, np.minimum(lim, g)).T)
+    g_t = np.ascontiguousarray(g.T)
+    hs: list[Inner] = []
+    ss: list[Polylines] = []
+    below: Polylines | None = None
+    held = np.zeros(0, dtype=np.intp)
+    for depth in range(len(arr.levels) - 1, -1, -1):
+        lv = arr.levels[depth]
+        rows = lv.stop - lv.start
+        init = np.zeros((job_share.shape[0], rows))
+        parts: list[_Events] = []
+        if below is not None:
+            nxt = arr.levels[depth + 1]
+            events, at0 = _run_events(below, nxt.group_parent[nxt.group_of_row] - lv.start, nxt.start, held)
+            init[:, nxt.group_parent - lv.start] = np.add.reduceat(at0, nxt.group_starts, axis=1)
+            parts.append(events)
+        lo, hi = np.searchsorted(drf.job_row, [lv.start, lv.stop])
+        if hi > lo or not parts:
+            parts.append(_ramp_events(job_share[:, lo:hi], drf.job_weight[lo:hi], drf.job_row[lo:hi] - lv.start))
+        h = sum_runs(rows, init, _concat(parts))
+        sl = slice(lv.start, lv.stop)
+        s = compose(h.as_polylines(), g_t[:, sl], box[:, sl], weight[sl])
+        held = np.full(rows, NONE, dtype=np.intp)
+        if state is not None:
+            found = split_at_state(s, state.t[arr.parent[sl]], state.share[sl])
+            if found is None:
+                return None
+            s, held = found
+        hs.append(h)
+        ss.append(s)
+        below = s
+    hs.reverse()
+    ss.reverse()
+    assert below is not None
+    top = arr.levels[0]
+    events, at0 = _run_events(below, np.zeros(top.stop - top.start, dtype=np.intp), top.start, held)
+    return Curves(hs, ss, sum_runs(1, at0.sum(axis=1, keepdims=True), events))
+
+
+def split_at_state(s: Polylines, y: FloatArray, share: FloatArray) -> tuple[Polylines, IntArray] | None:
+    """Each row's state as a vertex of its function `s`, where the row sits on a run at its
+    parent's argument `y` (a vertex inserted where the state is inside a segment), and the index
+    of that vertex (`NONE` where the row is on no run there). None when a state is off its run."""
+    rows = s.rows
+    vrow = s.row_ids()
+    yv = y[vrow]
+    tol = TINY * np.maximum(1.0, np.abs(yv))
+    on = np.abs(s.x - yv) <= tol
+    run_len = _counts(vrow, on, rows)
+    held = np.full(rows, NONE, dtype=np.intp)
+    cand = run_len >= 2
+    if not cand.any():
+        return s, held
+    # along a run every kind grows: the sum of the kinds orders its points
+    m = s.v.sum(axis=0)
+    m_state = share.sum(axis=1)
+    mt = 1e-12 * np.maximum(1.0, m_state)
+    idx = np.flatnonzero(on & cand[vrow])
+    ir = vrow[idx]
+    below = m[idx] <= m_state[ir] + mt[ir]
+    # per candidate row: the last vertex of its run at or below the state, and the first one
+    last_le = np.full(rows, -1, dtype=np.intp)
+    np.maximum.at(last_le, ir[below], idx[below])
+    last_on = np.full(rows, -1, dtype=np.intp)
+    np.maximum.at(last_on, ir, idx)
+    rr = np.flatnonzero(cand)
+    k = last_le[rr]
+    if (k < 0).any():
+        return None  # the state is below its run's foot
+    exact = m[k] >= m_state[rr] - mt[rr]
+    if (~exact & (k >= last_on[rr])).any():
+        return None  # past its run's top
+    ins = rr[~exact]
+    ki = k[~exact]
+    f = (m_state[ins] - m[ki]) / (m[ki + 1] - m[ki])
+    va = np.take(s.v, ki, axis=1)
+    nv = va + f * (np.take(s.v, ki + 1, axis=1) - va)
+    point = np.where(exact[:, None], s.v[:, k].T, 0.0)
+    point[~exact] = nv.T
+    if (np.abs(point - share[rr]) > ON).any():
+        return None  # the state is not on its row's function
+    held_rows = rr
+    # insert the new vertices after `ki` (positions shift by the insertions before them)
+    shift = np.zeros(s.x.size + 1, dtype=np.intp)
+    np.add.at(shift, ki + 1, 1)
+    moved = np.cumsum(shift)[: s.x.size]
+    new_index = np.arange(s.x.size) + moved
+    off = s.off + np.cumsum(np.concatenate([[0], _counts(ins, np.ones(ins.size, dtype=np.intp), rows)]))
+    x = np.insert(s.x, ki + 1, s.x[ki])
+    v = np.insert(s.v, ki + 1, nv, axis=1)
+    ta = s.t[ki]
+    t = np.insert(s.t, ki + 1, ta + f * (s.t[ki + 1] - ta))
+    r = np.insert(s.r, ki + 1, False)
+    held[held_rows[exact]] = new_index[k[exact]]
+    held[ins] = new_index[ki] + 1
+    return Polylines(off, x, v, t, r), held
+
+
+def positions(arr: TreeArrays, c: Curves) -> FloatArray:
+    """Every row's real inner argument where the root's filling stops (the capacity: the furthest
+    point of the root's `h` within 1 in every kind), top down (the module doc)."""
+    n = len(arr.paths)
+    t = np.zeros(n)
+    root = c.root
+    _, p_root, _ = fit(root.as_polylines())
+    pos = np.array([p_root])
+    h_up = root
+    up_first = 0
+    t[0] = float(_real(pos, root)[2][0])
+    for lv, s, h in zip(arr.levels, c.s, c.h, strict=True):
+        sl = slice(lv.start, lv.stop)
+        j, f, t_up = _real(pos, h_up)
+        jn = np.minimum(j + 1, h_up.x.size - 1)
+        parent = arr.parent[sl] - up_first
+        _, p_kid, _ = evaluate(s, t_up[parent], np.zeros(lv.stop - lv.start, dtype=bool))
+        p_kid = p_kid.copy()
+        # children on a run of their parent's at its argument: done, part-way, or at the foot
+        rv = np.flatnonzero(h_up.owner >= 0)
+        if rv.size:
+            key_o = h_up.owner[rv]
+            order = np.lexsort((rv, key_o))
+            rv, key_o = rv[order], key_o[order]
+            big = h_up.x.size + 1
+            keys = key_o.astype(np.int64) * big + rv
+            kid_rows = np.arange(lv.start, lv.stop)
+            jk, fk, jnk = j[parent], f[parent], jn[parent]
+            on_run = (fk <= 0.0) | (h_up.owner[jnk] >= 0) & (jnk > jk)
+            q = np.searchsorted(keys, kid_rows.astype(np.int64) * big + jk, "right") - 1
+            qc = np.clip(q, 0, rv.size - 1)
+            same = (q >= 0) & (key_o[qc] == kid_rows) & (h_up.x[rv[qc]] == h_up.x[jk])
+            q2 = np.clip(q + 1, 0, rv.size - 1)
+            later = (q + 1 < rv.size) & (key_o[q2] == kid_rows) & (h_up.x[rv[q2]] == h_up.x[jk])
+            done = on_run & same
+            foot = on_run & ~same & later
+            p_kid[done] = s.t[h_up.end[rv[qc[done]]]]
+            p_kid[foot] = s.t[h_up.end[rv[q2[foot]]] - 1]
+            part = (fk > 0.0) & (jnk > jk) & (h_up.owner[jnk] == kid_rows)
+            if part.any():
+                ke = h_up.end[jnk[part]]
+                p_kid[part] = s.t[ke - 1] + fk[part] * (s.t[ke] - s.t[ke - 1])
+        near = np.rint(p_kid)
+        pos = np.where(np.abs(p_kid - near) <= 1e-9, near, p_kid)
+        h_up, up_first = h, lv.start
+        t[sl] = _real(pos, h)[2]
+    return t
+
+
+def _real(pos: FloatArray, h: Inner) -> tuple[IntArray, FloatArray, FloatArray]:
+    """Positions along each row's `h` (ordinal + fraction) as `(global vertex, fraction, real
+    inner argument)`."""
+    off = h.off
+    last = off[1:] - 1
+    j = np.minimum(off[:-1] + np.floor(pos).astype(np.intp), last)
+    f = np.clip(np.where(j >= last, 0.0, pos - (j - off[:-1])), 0.0, 1.0)
+    jn = np.minimum(j + 1, h.x.size - 1)
+    return j, f, np.where(f > 0.0, h.x[j] + f * (h.x[jn] - h.x[j]), h.x[j])
