@@ -27,9 +27,10 @@ group them (a pack is one cycle's run of decisions, the same for every instance)
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
+from itertools import chain, count
+from operator import itemgetter
 from typing import Any
 
 import anyio
@@ -47,7 +48,6 @@ from services.common.tree_leases import TreeLeases, consumer_name, tree_of
 
 __all__ = ["LeasesFailed", "TreeGate", "run_per_tree", "while_holding"]
 
-_log = logging.getLogger(__name__)
 
 
 class TreeGate(JetStreamLog):
@@ -58,7 +58,9 @@ class TreeGate(JetStreamLog):
         super().__init__(log.nc, stream=log.stream, prefix=log.prefix)
         self.leases = leases
         self.consumer = consumer
-        self.pending: dict[str, tuple[str, Envelope]] = {}  # id -> (tree, decision), in the order made
+        # tree -> id -> (when made, decision): kept back, per tree (a tree's go out together)
+        self.pending: dict[str, dict[str, tuple[int, Envelope]]] = {}
+        self._made = count()
         self._lock = anyio.Lock()  # appends in order: what was kept goes out before what is newer
 
     async def append(self, envelopes: Sequence[Envelope]) -> list[Appended]:
@@ -70,7 +72,7 @@ class TreeGate(JetStreamLog):
                 if envelope.basis is not None:
                     tree = tree_of(envelope_subject(envelope)) or NO_TREE
                     trees.add(tree)
-                    self.pending[envelope.id] = (tree, envelope)
+                    self.pending.setdefault(tree, {}).setdefault(envelope.id, (next(self._made), envelope))
             self.leases.learn(trees)
             sent = await self._send_held()
             out: list[Appended] = []
@@ -87,8 +89,8 @@ class TreeGate(JetStreamLog):
     async def _send_held(self) -> dict[str, Appended]:
         """Send the kept decisions of the trees whose lease is valid (waiting while one is in
         doubt), in the order made; they leave `pending`. Under the lock."""
-        ready: list[Envelope] = []
-        for tree in {tree for tree, _ in self.pending.values()}:
+        ready: list[tuple[int, Envelope]] = []
+        for tree in list(self.pending):
             lease = self.leases.lease(tree)
             if lease is None:
                 continue
@@ -96,25 +98,37 @@ class TreeGate(JetStreamLog):
                 await lease.wait_valid()
             except LeaseLost:
                 continue
-            ready += [e for t, e in self.pending.values() if t == tree]
+            ready += self.pending[tree].values()
         if not ready:
             return {}
-        chosen = {e.id for e in ready}
-        ordered = [e for _, e in self.pending.values() if e.id in chosen]  # the order made, across trees
+        ordered = [envelope for _, envelope in sorted(ready, key=itemgetter(0))]  # the order made
         landed = await super().append(ordered)
         for envelope in ordered:
-            self.pending.pop(envelope.id, None)
+            self._drop(envelope.id, tree_of(envelope_subject(envelope)) or NO_TREE)
         return {e.id: where for e, where in zip(ordered, landed, strict=True)}
+
+    def _drop(self, event_id: str, tree: str) -> None:
+        kept = self.pending.get(tree)
+        if kept is not None and kept.pop(event_id, None) is not None and not kept:
+            del self.pending[tree]
 
     def kept(self) -> list[Envelope]:
         """The decisions kept back, in the order made: a snapshot saves them as its `pending`
         (they are not in the log yet; `services.common.snapshots.policy_for`)."""
-        return [envelope for _, envelope in self.pending.values()]
+        kept = chain.from_iterable(of_tree.values() for of_tree in self.pending.values())
+        return [envelope for _, envelope in sorted(kept, key=itemgetter(0))]
 
     def _landed(self, batch: Sequence[Stored]) -> None:
-        if self.pending:
-            for seen in _ids_in(batch):
-                self.pending.pop(seen, None)
+        """Drop what is kept and seen in the log (only the messages of trees with something kept
+        are looked into: a pack's ids need its decoding)."""
+        pending = self.pending
+        if not pending:
+            return
+        for stored in batch:
+            tree = tree_of(stored.subject)
+            if tree is not None and tree in pending:
+                for seen in _ids_in((stored,)):
+                    self._drop(seen, tree)
 
     async def consume(self, durable: str, subjects: Sequence[str], after_seq: int, handler: BatchHandler, *,
                       max_batch: int = 1000, linger: float = 0.0) -> None:

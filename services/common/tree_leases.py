@@ -56,6 +56,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
+from events.subjects import NO_TREE, TREE_NAME
 from services.common.leadership import POLL, Connect, Lease, bucket_ttl, lease_key
 from services.common.loop_thread import STOP_RETRY, LoopThread
 
@@ -85,9 +86,13 @@ def leases_mode(text: str | None) -> str:
 
 
 def tree_of(subject: str) -> str | None:
-    """The tree a log subject is about (`poolwise.gang.t1` -> t1; `poolwise.hosts` -> None)."""
+    """The tree whose lease covers a log subject (`poolwise.gang.t1` -> t1; `poolwise.hosts` ->
+    None). A token that is no tree name (a subject no client of ours writes) counts as `_`, the
+    lease of what names no tree: every decision has a lease that can be held."""
     parts = subject.split(".", 3)
-    return parts[2] if len(parts) >= 3 and parts[1] in TREE_KINDS else None
+    if len(parts) < 3 or parts[1] not in TREE_KINDS:
+        return None
+    return parts[2] if TREE_NAME.match(parts[2]) else NO_TREE
 
 
 def presence_key(stream: str, service: str, tag: str) -> str:

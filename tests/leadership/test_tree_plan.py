@@ -68,6 +68,7 @@ def test_subjects_name_their_trees_and_the_mode_is_checked() -> None:
     assert tree_of("poolwise.decision.t2.admission") == "t2"
     assert tree_of("poolwise.rejected._") == "_"
     assert tree_of("poolwise.hosts") is None
+    assert tree_of("poolwise.gang.a$b") == "_"  # no tree name: the lease of what names none
     assert leases_mode(None) == "service" and leases_mode(" Per-Tree ") == "per-tree"
     with pytest.raises(ValueError, match="per-tree"):
         leases_mode("sharded")
