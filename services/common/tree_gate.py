@@ -152,13 +152,18 @@ class TreeGate(JetStreamLog):
 async def while_holding(leases: TreeLeases, serve: Callable[[], Coroutine[Any, Any, Any]]) -> None:
     """Run `serve()` while this instance holds a tree (cancelled when it holds none), until
     cancelled: requests are answered by instances that hold a lease, which proves they are in
-    touch with NATS (their fold is the whole log's, whatever tree is asked about)."""
+    touch with NATS (their fold is the whole log's, whatever tree is asked about); and by every
+    instance while there is no tree yet (nothing to hold: `poolwise gangs` says there is none)."""
+
+    def answering() -> bool:
+        return bool(leases.held()) or not leases.known()
+
     while True:
-        while not leases.held():
+        while not answering():
             await leases.changed()
         async with anyio.create_task_group() as serving:
             serving.start_soon(serve)
-            while leases.held():
+            while answering():
                 await leases.changed()
             serving.cancel_scope.cancel()
 

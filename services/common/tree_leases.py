@@ -180,7 +180,13 @@ class TreeLeases:
         new = set(trees) - self._known
         if new:
             with self._lock:
-                self._known = self._known | new
+                first, self._known = not self._known, self._known | new
+            if first:
+                self._changed()  # (requests: see `tree_gate.while_holding`)
+
+    def known(self) -> frozenset[str]:
+        """Every tree met so far (each needs a holder)."""
+        return self._known
 
     async def changed(self) -> None:
         """Return at the next change of the trees held."""

@@ -82,6 +82,7 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
     with Up(data, tmp_path, "--trees", "per-tree") as up, contextlib.ExitStack() as stack:
         await anyio.to_thread.run_sync(up.start)
         url = (data / "nats.url").read_text().strip()
+        assert (await anyio.to_thread.run_sync(up.cli, "gangs")).code == 0  # no tree yet: every instance answers
         await request(url, "tree", HostAdd(host="h1", resources={"cpu": 1000}))
         for tree in TREES:
             await request(url, "tree", TreeConfigure(tree=tree, options=TreeOptions(
@@ -120,6 +121,8 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
             stopped = time.monotonic()
             await until(lambda: held(up.stderr) == set(TREES), "up's admission to take the trees back", timeout=15)
             assert time.monotonic() - stopped < 1.5  # released, not expired: taken at the next look
+            answer = await anyio.to_thread.run_sync(up.cli, "explain", "burst-t4-0")  # its holder answers
+            assert answer.code == 0 and "admitted" in answer.out, answer.out + answer.err
             wanted |= await submit(submitter, url, "last")
 
         async def consumers_gone() -> bool:  # the killed one's (deleted by up's), the stopped one's
