@@ -50,6 +50,9 @@ trees, each holding the leases `lease_key(stream, service, tree)` of a balanced 
 above). Every instance folds the whole log and makes every decision; it publishes those of the
 trees it holds and keeps the others back until they land or their tree comes to it
 (`services.common.tree_gate`: the fence is per tree). The tree service keeps the lease above.
+The two modes do not mix: per-tree instances hold no tree while the service-wide key is held,
+and a service-wide instance does not take it while per-tree instances are present
+(`run_as_leader(yield_to=...)`).
 docs/operations.md, "Trees spread over instances", has the design decisions and their limits.
 """
 
