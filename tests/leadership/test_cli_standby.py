@@ -32,14 +32,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 
 class Serve:
-    """`poolwise serve admission` in a subprocess, with a data dir of its own."""
+    """`poolwise serve admission` (or `service`) in a subprocess, with a data dir of its own."""
 
-    def __init__(self, label: str, url: str, cwd: Path, *args: str) -> None:
+    def __init__(self, label: str, url: str, cwd: Path, *args: str, service: str = "admission") -> None:
         self.label = label
         self.err_path = cwd / f"serve-{label}.err"
         with self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [POOLWISE, "serve", "admission", "--data-dir", str(cwd / f"data-{label}"), "--nats-url", url, *args],
+                [POOLWISE, "serve", service, "--data-dir", str(cwd / f"data-{label}"), "--nats-url", url, *args],
                 cwd=cwd, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
 
     @property

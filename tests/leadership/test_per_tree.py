@@ -1,9 +1,10 @@
 """Trees spread over instances (`--trees per-tree`), on real processes: `poolwise up --trees per-tree`
 (its admission and preemption decide per tree) and a second `poolwise serve admission --trees
-per-tree` against its server, four trees. Each admission instance holds two trees' leases and
-decides them (up's gives two back when the second comes); killed with SIGKILL, the second one's
-trees move to up's admission within a few seconds (the lease's TTL, 2 s, and a look), which then
-decides all four, the burst enqueued just before the kill too. A third instance then gets two
+per-tree` (and `serve preemption --trees per-tree`) against its server, four trees. Each admission
+and preemption instance holds two trees' leases and decides them (up's give two back when the
+others come); killed with SIGKILL, the other ones' trees move to up's within a few seconds (the
+lease's TTL, 2 s, and a look), which then decide all four, the burst enqueued just before the kill
+too (`replay --verify` finds every preemption pass too). A third instance then gets two
 trees, and stopped cleanly hands them back at once; the consumers of the instances gone are
 deleted. Every gang is admitted
 exactly once, and `poolwise replay --verify` re-derives every decision, whoever made it."""
@@ -31,7 +32,6 @@ from tests.leadership.test_cli_standby import Serve, admissions
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 TREES = ("t1", "t2", "t3", "t4")
-HOLDS = re.compile(r"poolwise: admission deciding per tree \(as [^)]*\): (.*)")
 
 
 def tag_of(stderr: str) -> str:
@@ -49,9 +49,9 @@ async def consumer_names(url: str) -> list[str]:
         await log.close()
 
 
-def held(stderr: str) -> set[str]:
-    """The trees an admission instance said last that it holds."""
-    lines = HOLDS.findall(stderr)
+def held(stderr: str, service: str = "admission") -> set[str]:
+    """The trees an instance of `service` said last that it holds."""
+    lines = re.findall(rf"poolwise: {service} deciding per tree \(as [^)]*\): (.*)", stderr)
     if not lines or not lines[-1].startswith("trees "):
         return set()
     return set(lines[-1][len("trees "):].split(", "))
@@ -90,23 +90,30 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
             await request(url, "tree", PoolUpsert(tree=tree, path="/a"))
         other = Serve("b", url, tmp_path, "--trees", "per-tree")
         stack.callback(other.close)
+        passes = Serve("p", url, tmp_path, "--trees", "per-tree", service="preemption")  # preemption too
+        stack.callback(passes.close)
 
         def split() -> bool:
-            ours, theirs = held(up.stderr), held(other.err)
-            return len(ours) == 2 and len(theirs) == 2 and ours | theirs == set(TREES)
+            for service, theirs in (("admission", held(other.err)), ("preemption", held(passes.err, "preemption"))):
+                ours = held(up.stderr, service)
+                if not (len(ours) == 2 and len(theirs) == 2 and ours | theirs == set(TREES)):
+                    return False
+            return True
 
-        await until(split, "each admission instance to hold two trees", timeout=30)
+        await until(split, "each admission and preemption instance to hold two trees", timeout=30)
 
         async with Submitter(url, source="test") as submitter:
             wanted = await submit(submitter, url, "shared")
             assert split(), (up.stderr, other.err)  # still two trees each: each decided its own
 
             burst = await enqueue(submitter, "burst", per_tree=50)  # killed while deciding these
-            other.proc.send_signal(signal.SIGKILL)
-            other.proc.wait(10)
+            for gone in (other, passes):
+                gone.proc.send_signal(signal.SIGKILL)
+            for gone in (other, passes):
+                gone.proc.wait(10)
             killed = time.monotonic()
-            await until(lambda: held(up.stderr) == set(TREES), "up's admission to take the killed one's trees",
-                        timeout=15)
+            await until(lambda: held(up.stderr) == held(up.stderr, "preemption") == set(TREES),
+                        "up's admission and preemption to take the killed ones' trees", timeout=15)
             took = time.monotonic() - killed
             assert took < 6.0, f"the trees moved after {took:.1f} s"
             await admitted(url, burst, "burst")
@@ -136,6 +143,6 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
         assert {gang for gang, _ in found} == wanted
         report = await anyio.to_thread.run_sync(lambda: up.cli("replay", "--verify", "--json"))
         assert report.code == 0 and report.json()["ok"], report.out + report.err
-        for text in (other.err, up.stderr):
+        for text in (other.err, passes.err, up.stderr):
             assert "Traceback" not in text, text
         assert up.stop() == 0
