@@ -127,7 +127,7 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
             assert third.stop() == 0  # a clean stop hands its trees back at once
             stopped = time.monotonic()
             await until(lambda: held(up.stderr) == set(TREES), "up's admission to take the trees back", timeout=15)
-            assert time.monotonic() - stopped < 1.5  # released, not expired: taken at the next look
+            assert time.monotonic() - stopped < 2.0  # released (not left to expire): taken at the next look
             answer = await anyio.to_thread.run_sync(up.cli, "explain", "burst-t4-0")  # its holder answers
             assert answer.code == 0 and "admitted" in answer.out, answer.out + answer.err
             wanted |= await submit(submitter, url, "last")
