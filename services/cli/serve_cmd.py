@@ -11,6 +11,11 @@ error when one keeps failing before it leads, and stops them all on SIGINT/SIGTE
 before: one process, one core. Changes of role are told on stderr (`poolwise: admission leading`,
 `... standing by (leader: ...)`).
 
+`--trees per-tree` (or POOLWISE_LEASES=per-tree): admission's and preemption's instances share
+the trees instead of standing by (`services.common.tree_gate.run_per_tree`); each says which trees
+it holds (`trees_line`), and is ready once its fold has caught up, whatever it holds. `up` passes
+it to every child; the tree service keeps one leader either way.
+
 `--sql-retention 30d` (or POOLWISE_SQL_RETENTION) bounds the history of the tree service's SQL read
 models to that much log time (`projections/store.py`, "Retention"); off by default. Only the tree
 service reads it (`up` passes it to its tree process)."""
