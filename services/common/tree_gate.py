@@ -49,7 +49,6 @@ from services.common.tree_leases import TreeLeases, consumer_name, tree_of
 __all__ = ["LeasesFailed", "TreeGate", "run_per_tree", "while_holding"]
 
 
-
 class TreeGate(JetStreamLog):
     """The log of one per-tree instance (module doc): appends pass the tree leases, consuming
     goes through the instance's own consumer."""
