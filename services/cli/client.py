@@ -30,10 +30,11 @@ async def _quiet(_: Exception) -> None:
     """nats-py's default error callback prints a traceback per failed attempt: a person sees one line."""
 
 
-async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quiet) -> Any:
+async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quiet, reading: bool = False) -> Any:
     """A NATS connection for one command to any server of `url` (one URL or several,
     comma-separated): one attempt each (nats-py takes max_reconnect_attempts=0 for "forever"), a
-    bounded wait, no traceback; InputError when no server can be reached."""
+    bounded wait, no traceback; InputError when no server can be reached. `reading`: for a command
+    that reads the log in bulk (`poolwise replay`)."""
     from services.common.connection import connect_options, nats_servers, shown
 
     try:
@@ -41,9 +42,16 @@ async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quie
         options = connect_options()  # credentials and TLS: the global options, NATS_CREDS, ...
     except ConnectionError as exc:
         raise InputError(str(exc)) from None
+    if reading:  # the log's fast paths (services/common/protocol.py): ~half the reader's CPU
+        from services.common.jetstream import new_client
+
+        nc = new_client()
+    else:
+        nc = nats.NATS()
     try:
-        return await nats.connect(servers, name=name, connect_timeout=3, max_reconnect_attempts=1,
-                                  reconnect_time_wait=0.2, allow_reconnect=False, error_cb=error_cb, **options)
+        await nc.connect(servers, name=name, connect_timeout=3, max_reconnect_attempts=1,
+                         reconnect_time_wait=0.2, allow_reconnect=False, error_cb=error_cb, **options)
+        return nc
     except Exception as exc:
         raise InputError(f"cannot reach NATS at {shown(servers)}: {exc.__class__.__name__} {exc}".strip()) from None
 

@@ -82,7 +82,7 @@ def replay(
         from services.cli.client import connect
         from services.common.jetstream import JetStreamLog
 
-        log = JetStreamLog(await connect(url, name="poolwise-replay"), owns_connection=True)
+        log = JetStreamLog(await connect(url, name="poolwise-replay", reading=True), owns_connection=True)
         try:
             return await verify_jetstream(log, **options, on_progress=progress)
         except NoLog as exc:
