@@ -173,14 +173,26 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
     if n == 0:
         none = np.full(rows, NONE, dtype=np.intp)
         return Inner(np.arange(rows + 1, dtype=np.intp), np.zeros(rows), init.copy(), none, none.copy())
-    first = np.lexsort((ev.x, ev.group))
+    # by (group, x): rank by x, then one integer sort of group * n + rank (as `sum_events`)
+    by_x = np.argsort(ev.x)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_x] = np.arange(n, dtype=np.int64)
+    key = ev.group.astype(np.int64) * n + rank
+    key.sort()
+    first = by_x[key % n]
     gs0 = ev.group[first]
     gnew0 = np.ones(n, dtype=bool)
     gnew0[1:] = gs0[1:] != gs0[:-1]
-    xsnap = np.empty(n)
-    xsnap[first] = _snap_sorted(ev.x[first], gnew0)
-    order = np.lexsort((ev.end, ev.owner, ev.phase, ev.jump, xsnap, ev.group))
-    xs, gs, js = xsnap[order], ev.group[order], ev.jump[order]
+    xsnap = _snap_sorted(ev.x[first], gnew0)
+    point0 = gnew0.copy()
+    point0[1:] |= xsnap[1:] != xsnap[:-1]
+    # then, at one (group, argument): slope changes, then the run segments by (phase, vertex);
+    # a vertex's index orders runs by child row, then along the child's run
+    ends = ev.end[first].astype(np.int64) + 1
+    key = ((np.cumsum(point0) * 2 + ev.jump[first]) * 2 + ev.phase[first]) * (int(ends.max()) + 1) + ends
+    by_key = np.argsort(key)
+    order, xs = first[by_key], xsnap[by_key]
+    gs, js = ev.group[order], ev.jump[order]
     vs = np.take(ev.vec, order, axis=1)
     gnew = np.ones(n, dtype=bool)
     gnew[1:] = gs[1:] != gs[:-1]
