@@ -21,53 +21,23 @@ from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInpu
 from services.admission.domain.entitlement import hdrf as hdrf_module
 from services.admission.domain.entitlement.arrays import build_arrays
 from services.admission.domain.entitlement.hdrf import hdrf_entitlements
+from tests.entitlement.strategies import ALL_KINDS, contended_trees
 from tests.entitlement.test_hdrf_equivalence import assert_agree
 
 SAME = 1e-9
 """Of the capacity of each kind: path 2 against the filling (both exact; rounding only)."""
-ALL_KINDS = ("cpu", "memory", "disk", "gpu")
 EXAMPLES = int(os.environ.get("HDRF_EXAMPLES", "40"))
 
 
-@st.composite
-def capacity_bound_trees(draw: st.DrawFn) -> TreeInput:
-    """Nested pools with guarantees and weights whose jobs (each needing some kinds only, up to
-    4 of them) want far more than the capacity, limits (when any) above it: kinds run out one
-    after the other at the tree, and jumps (a pool whose key is held by a kind its jobs no
-    longer get) are taken part-way."""
-    chosen = draw(st.sets(st.sampled_from(ALL_KINDS), min_size=2))
-    kinds = tuple(k for k in ALL_KINDS if k in chosen)
-    cap = {k: draw(st.sampled_from([8.0, 10.0, 100.0, 1000.0])) for k in kinds}
-    n = draw(st.integers(2, 16))
-    paths: list[str] = []
-    parents: dict[str, str] = {}
-    for i in range(n):
-        parent = draw(st.sampled_from(["/", *paths]))
-        path = f"/q{i}" if parent == "/" else f"{parent}/q{i}"
-        paths.append(path)
-        parents[path] = parent
-    has_kids = set(parents.values())
-    budget: dict[str, dict[str, float]] = {"/": dict(cap)}
-    pools: list[PoolInput] = []
-    for path in paths:
-        parent = parents[path]
-        reservation = {k: budget[parent][k] * draw(st.sampled_from([0.0, 0.0, 0.2, 0.5])) for k in kinds}
-        for k in kinds:
-            budget[parent][k] -= reservation[k]
-        budget[path] = dict(reservation)
-        usage = LeafUsage()
-        if path not in has_kids:
-            jobs = []
-            for j in range(draw(st.integers(1, 4))):
-                needs = draw(st.sets(st.sampled_from(kinds), min_size=1))
-                demand = {k: cap[k] * draw(st.sampled_from([0.02, 0.1, 0.3, 0.9])) if k in needs else 0.0
-                          for k in kinds}
-                jobs.append(JobDemand(f"j{j}", demand, draw(st.sampled_from([1.0, 1.0, 0.5, 2.0]))))
-            usage = LeafUsage(jobs=tuple(jobs))
-        limit = None if draw(st.booleans()) else {k: 3 * cap[k] for k in kinds}
-        pools.append(PoolInput(path=path, reservation=reservation, limit=limit,
-                               share=draw(st.sampled_from([1.0, 1.0, 2.0, 0.5, 5.0])), usage=usage))
-    return TreeInput(kinds=kinds, capacity=cap, pools=tuple(pools), policy="hdrf")
+def _without_limits(tree: TreeInput) -> TreeInput:
+    return dataclasses.replace(tree, pools=tuple(dataclasses.replace(p, limit=None) for p in tree.pools))
+
+
+capacity_bound_trees = st.builds(_without_limits, contended_trees())
+"""`contended_trees` (nested pools with guarantees and weights whose jobs, each needing some
+kinds only, want more than the capacity) without their limits: only the tree's capacity stops
+jobs, kinds run out one after the other, and jumps (a pool whose key is held by a kind its jobs
+no longer get) are taken part-way."""
 
 
 def assert_same_as_the_filling(tree: TreeInput, *, taken: bool | None = None) -> None:
@@ -85,14 +55,14 @@ def assert_same_as_the_filling(tree: TreeInput, *, taken: bool | None = None) ->
 
 @settings(max_examples=int(os.environ.get("ENTITLEMENT_EXAMPLES", "300")) // 2, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(capacity_bound_trees())
+@given(capacity_bound_trees)
 def test_path_2_gives_what_the_filling_gives_on_capacity_bound_trees(tree: TreeInput) -> None:
     assert_same_as_the_filling(tree)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                        HealthCheck.data_too_large])
-@given(capacity_bound_trees())
+@given(capacity_bound_trees)
 def test_path_2_agrees_with_the_discrete_filling(tree: TreeInput) -> None:
     assert_agree(tree)
 
