@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import nats
+from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel
@@ -47,13 +47,20 @@ async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quie
 
         nc = new_client()
     else:
-        nc = nats.NATS()
+        nc = NATS()
+    options.update(reconnect_time_wait=0.2)  # (typed int by nats-py; a float works)
     try:
         await nc.connect(servers, name=name, connect_timeout=3, max_reconnect_attempts=1,
-                         reconnect_time_wait=0.2, allow_reconnect=False, error_cb=error_cb, **options)
+                         allow_reconnect=False, error_cb=error_cb, **options)
         return nc
     except Exception as exc:
         raise InputError(f"cannot reach NATS at {shown(servers)}: {exc.__class__.__name__} {exc}".strip()) from None
+
+
+# seconds a command asks again while no service answers (none subscribed: nothing was done): the
+# interest of a service started a moment ago takes a moment to reach every node of a cluster
+NO_RESPONDER_PATIENCE = 2.0
+NO_RESPONDER_RETRY = 0.1
 
 
 async def request(url: str, service: str, command: BaseModel, timeout: float = 10.0) -> Reply:
@@ -70,17 +77,26 @@ async def request(url: str, service: str, command: BaseModel, timeout: float = 1
 
     nc = await connect(url, error_cb=on_error)
     subject = subjects.command(service, getattr(command, "op"))  # noqa: B009 - every command model has `op`
+    payload = command.model_dump_json().encode()
+    patience = asyncio.get_running_loop().time() + NO_RESPONDER_PATIENCE
     try:
-        asking = asyncio.ensure_future(nc.request(subject, command.model_dump_json().encode(), timeout=timeout))
-        watching = asyncio.ensure_future(refused.wait())
-        try:
-            await asyncio.wait({asking, watching}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watching.cancel()
-        if not asking.done():
-            asking.cancel()
-            raise InputError(f"NATS at {shown(url)} refused this user: {refusals[0]} (not among its permissions)")
-        msg = asking.result()
+        while True:
+            asking = asyncio.ensure_future(nc.request(subject, payload, timeout=timeout))
+            watching = asyncio.ensure_future(refused.wait())
+            try:
+                await asyncio.wait({asking, watching}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watching.cancel()
+            if not asking.done():
+                asking.cancel()
+                raise InputError(f"NATS at {shown(url)} refused this user: {refusals[0]} (not among its permissions)")
+            if isinstance(asking.exception(), NoRespondersError) and asyncio.get_running_loop().time() < patience:
+                # nobody got it (so asking again changes nothing twice): on a cluster, a service
+                # that has just started may not be known to this node yet
+                await asyncio.sleep(NO_RESPONDER_RETRY)
+                continue
+            msg = asking.result()
+            break
     except NoRespondersError:
         raise InputError(f"the {service} service is not running (no responder on {shown(url)})") from None
     except NatsTimeout:
