@@ -387,3 +387,44 @@ def _record_of(value: bytes | None) -> dict[str, object]:
     except (ValueError, UnicodeDecodeError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+async def holders(nc: NATS, stream: str, service: str, bucket: str = "poolwise_leases") -> dict[str, str]:
+    """Who holds each tree of `service` now (tree -> holder id), and the instances present
+    (`instance <tag>` -> what its record says): what an operator asks (`python -m ...`)."""
+    js = nc.jetstream()
+    kv = await js.key_value(bucket)
+    base = lease_key(stream, service)
+    prefix = f"$KV.{bucket}."
+    info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{prefix}{base}.>")
+    found: dict[str, str] = {}
+    for subject in sorted(info.state.subjects or {}):
+        key = subject[len(prefix):]
+        with contextlib.suppress(NotFoundError):  # (released a moment ago: a delete marker)
+            record = _record_of((await kv.get(key)).value)
+            name = key[len(base) + 1:].replace(f"{PRESENCE}.", f"{PRESENCE} ", 1)
+            held = f", holds {record.get('held')}, {'ready' if record.get('ready') else 'folding'}" \
+                if name.startswith(PRESENCE) else ""
+            found[name] = f"{record.get('holder', '?')}{held}"
+    return found
+
+
+async def _main() -> None:
+    import os
+
+    from events.subjects import STREAM
+    from services.common.connection import connect_nats
+
+    nc = await connect_nats(os.environ.get("NATS_URL") or "nats://127.0.0.1:4222")
+    try:
+        for service in ("admission", "preemption"):
+            found = await holders(nc, STREAM, service)
+            print(f"{service}: {'per tree' if found else 'no per-tree instance'}")
+            for name, holder in found.items():
+                print(f"  {name}: {holder}")
+    finally:
+        await nc.close()
+
+
+if __name__ == "__main__":  # `NATS_URL=... python -m services.common.tree_leases`: who holds which tree
+    anyio.run(_main)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from events.config import GangTimeoutOptions, TreeOptions
 from services.cli.client import request
 from services.common.jetstream import JetStreamLog
 from services.submitter import Submitter
-from tests.cli.helpers import Up
+from tests.cli.helpers import Up, clean_env
 from tests.leadership.helpers import eventually, until
 from tests.leadership.test_cli_standby import Serve, admissions
 
@@ -101,6 +103,11 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
             return True
 
         await until(split, "each admission and preemption instance to hold two trees", timeout=30)
+        shown = subprocess.run([sys.executable, "-m", "services.common.tree_leases"], capture_output=True, text=True,
+                               env=clean_env(NATS_URL=url), timeout=30, check=True).stdout
+        admission = shown.split("preemption:")[0]
+        assert {f"  {tree}: " in admission for tree in TREES} == {True}, shown  # who holds which tree
+        assert admission.count(", holds 2, ready") == 2, shown
 
         async with Submitter(url, source="test") as submitter:
             wanted = await submit(submitter, url, "shared")
