@@ -41,6 +41,7 @@ from services.common.log import EventLog
 from services.preemption.domain.state import PreemptionState
 from services.preemption.folder import PreemptionFolder
 from services.preemption.service import serve_preemption
+from services.scenario.errors import ScenarioError
 from services.scenario.expect import check
 from services.scenario.format import Scenario
 from services.scenario.inputs import AckPreemptions, EnqueueInput, Expander, StepInput, StepPlan, TaskSelector
@@ -134,7 +135,8 @@ class Run:
 
     async def command(self, item: StepInput) -> tuple[bool, str]:
         reply = await self.tree.handle(item.body)  # type: ignore[arg-type]
-        return reply.ok, "" if reply.error is None else reply.error.message
+        # the rule too: an invalid setup is reported with the place, the numbers and the rule
+        return reply.ok, "" if reply.error is None else f"{reply.error.message} [{reply.error.rule}]"
 
     async def setup(self, inputs: list[StepInput]) -> None:
         for item in inputs:
@@ -197,12 +199,12 @@ class Run:
                 if t.preemption_requested and t.state not in TERMINAL]
 
     def _gangs(self) -> dict[str, GangReport]:
-        return {g.id: GangReport(state=g.state, pool=self._key(g.tree, g.pool),  # type: ignore[arg-type]
-                                 queue=g.queue if g.state == "pending" else None)  # type: ignore[arg-type]
+        return {g.id: GangReport(state=g.state, pool=self._key(g.tree, g.pool),
+                                 queue=g.queue if g.state == "pending" else None)
                 for g in self._all_gangs()}
 
     def _task_states(self) -> dict[str, TaskReport]:
-        return {t.id: TaskReport(state=t.state) for g in self._all_gangs() for t in g.tasks}  # type: ignore[arg-type]
+        return {t.id: TaskReport(state=t.state) for g in self._all_gangs() for t in g.tasks}
 
     def _pools(self) -> dict[str, PoolReport]:
         result: dict[str, PoolReport] = {}
@@ -216,14 +218,25 @@ class Run:
 async def run_on(log: EventLog, scenario: Scenario, run_id: str) -> ScenarioReport:
     """Run one scenario on `log` (an empty stream) with the services started here."""
     expander = Expander(scenario, run=run_id)
+    invalid: ScenarioError | None = None
+    steps: list[StepReport] = []
     async with anyio.create_task_group() as tg:
         tree: TreeService = await tg.start(lambda task_status: serve_tree(log, None, task_status=task_status))
         await tg.start(lambda task_status: serve_admission(log, None, clock=False, task_status=task_status))
         await tg.start(lambda task_status: serve_preemption(log, None, task_status=task_status))
         run = Run(scenario, log, tree, run_id)
-        await run.setup(expander.setup())
-        steps = [await run.step(plan) for plan in expander.plans()]
+        # An invalid setup (initial pools the tree service refuses) is the file's fault: raised
+        # here, it would leave the task group wrapped in an ExceptionGroup, which `scenario run`
+        # cannot tell from a crash (exit 1, "internal error"); it is raised after the group.
+        try:
+            await run.setup(expander.setup())
+        except ScenarioError as exc:
+            invalid = exc
+        else:
+            steps = [await run.step(plan) for plan in expander.plans()]
         tg.cancel_scope.cancel()
+    if invalid is not None:
+        raise invalid
     return ScenarioReport.build(scenario.name, steps)
 
 
