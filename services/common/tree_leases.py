@@ -156,6 +156,7 @@ class TreeLeases:
         self._thread = LoopThread(f"tree leases {service}", self._run)
         self.on_change: Callable[[frozenset[str]], None] | None = None  # in the owner's loop
         self.failed: Exception | None = None  # why the thread stopped holding leases, if it did
+        self._told: frozenset[str] = frozenset()  # what `on_change` heard last
 
     # -- the owner's side ------------------------------------------------------------------------
 
@@ -197,8 +198,10 @@ class TreeLeases:
         event, self._event = self._event, anyio.Event()
         if event is not None:
             event.set()
-        if self.on_change is not None:
-            self.on_change(self.held())
+        held = self.held()
+        if self.on_change is not None and held != self._told:  # (a first tree learnt wakes, and says nothing)
+            self._told = held
+            self.on_change(held)
 
     async def stop(self) -> None:
         """Release every lease and the presence, and wait for the thread to end (a cancellation
