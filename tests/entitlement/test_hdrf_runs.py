@@ -69,7 +69,7 @@ def test_path_2_agrees_with_the_discrete_filling(tree: TreeInput) -> None:
 
 def test_path_2_is_taken_on_capacity_bound_trees() -> None:
     """The trees above are path 2's (only the capacity stops jobs): it must not fall back to the
-    filling on them (a guard failing, a state off the new functions)."""
+    filling on them (its guard: an epoch that stops no job)."""
     for seed in range(80):
         assert hdrf_entitlements(build_arrays(_seeded(seed))).phases == 0, seed
 

@@ -23,11 +23,11 @@ child whose segment it is part-way along its own, the children before it in the 
 their run's top, the others at its foot.
 
 From epoch to epoch (`hdrf_runs.py`: the jobs stopped by a kind used up are cut to what they
-hold) a row may be part-way up a run; the new functions must pass through that state, and the
-filling go on from there in row order: the children's segments at the row's argument that lead
-up to their state come first in the run (`phase` 0: what is held already), then the rest
-(`phase` 1). Each child's state is found on its new share function by its value (`split_at_state`)
-and made a vertex.
+hold) a row may be part-way up a run. The functions of an epoch start where the last one
+stopped: every row's `h` at its own inner argument there, its value there (what its children, or
+its jobs, hold) its first vertex, and only what still grows (children's functions, jobs' ramps
+from their leaf's argument to their demand) as events; so the runs go on from the state in row
+order, and jobs stopped (or met) cost nothing but their value.
 """
 
 from __future__ import annotations
@@ -52,13 +52,10 @@ from services.admission.domain.entitlement.polylines import (
     evaluate,
     fit,
     polyline_events,
-    ramp_events,
 )
 
 NONE = -1
 """`Inner.owner` of a vertex that ends no child's run segment."""
-ON = 1e-9
-"""A state within this (of the capacity, per kind) of a point of the new function is that point."""
 
 
 @dataclass(slots=True, eq=False)
@@ -100,8 +97,8 @@ class State:
 @dataclass(slots=True, eq=False)
 class _Events:
     """What a depth's children (or jobs) do to their parents' sums: slope changes and run
-    segments at `x` (`jump`), for the parent `group`; a run segment names its child (`owner`), the
-    child's vertex ending it (`end`) and whether it leads up to the child's state (`phase` 0)."""
+    segments at `x` (`jump`), for the parent `group`; a run segment names its child (`owner`) and
+    the child's vertex ending it (`end`)."""
 
     x: FloatArray
     vec: FloatArray
@@ -109,38 +106,40 @@ class _Events:
     group: IntArray
     owner: IntArray
     end: IntArray
-    phase: IntArray
     start_vec: FloatArray
     start_group: IntArray
 
 
-def _run_events(s: Polylines, group_of_row: IntArray, first_row: int, held: IntArray) -> tuple[_Events, FloatArray]:
+def _run_events(s: Polylines, group_of_row: IntArray, first_row: int) -> tuple[_Events, FloatArray]:
     """`polylines.polyline_events` of the rows of `s` (rows `first_row + i`, summed into
-    `group_of_row[i]`), and each row's value at 0, with each run segment (a segment shorter than
+    `group_of_row[i]`), and each row's first value, with each run segment (a segment shorter than
     `TINY`, relatively: those events come last, in segment order) naming its row and the vertex
-    ending it; `held[i]` is row `i`'s state vertex (`NONE`: none), whose run segments up to it
-    are phase 0."""
+    ending it."""
     ev, at0 = polyline_events(s, group_of_row)
     i1 = _segments(s.off) + 1
     j = np.flatnonzero(s.x[i1] - s.x[i1 - 1] <= TINY * np.maximum(1.0, s.x[i1]))
     ns = ev.x.size - j.size
-    rid = s.row_ids()[i1[j] - 1]
     owner = np.full(ev.x.size, NONE, dtype=np.intp)
     end = owner.copy()
-    phase = np.ones(ev.x.size, dtype=np.intp)
-    owner[ns:], end[ns:] = first_row + rid, i1[j]
-    hj = held[rid]
-    phase[ns:] = np.where((hj >= 0) & (i1[j] <= hj), 0, 1)
+    owner[ns:], end[ns:] = first_row + s.row_ids()[i1[j] - 1], i1[j]
     vec = ev.vec.copy()
     vec[:, ns:] = np.maximum(vec[:, ns:], 0.0)  # a run never goes down (but by the last bits)
-    return _Events(ev.x, vec, ev.jump, ev.group, owner, end, phase, ev.start_vec, ev.start_group), at0
+    return _Events(ev.x, vec, ev.jump, ev.group, owner, end, ev.start_vec, ev.start_group), at0
 
 
-def _ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> _Events:
-    ev = ramp_events(shares, weight, group)
-    none = np.full(ev.x.size, NONE, dtype=np.intp)
-    return _Events(ev.x, ev.vec, ev.jump, ev.group, none, none, np.ones(ev.x.size, dtype=np.intp), ev.start_vec,
-                   ev.start_group)
+def _job_events(job_share: FloatArray, weight: FloatArray, group: IntArray, tau: FloatArray,
+                growing: BoolArray) -> _Events:
+    """The jobs still growing, from their leaf's argument `tau` on: a job of share vector `d`
+    (dominant component `D`) and weight `w` holds `d / D * min(D, w * t)` (`ramp_events`): slope
+    `d * (w / D)` from `tau` (the row's start) to `D / w`."""
+    top = job_share.max(axis=0) if len(job_share) else np.zeros(job_share.shape[1])
+    keep = growing & (top > EPS) & (weight > EPS)
+    keep[keep] = tau[keep] < top[keep] / weight[keep]
+    d = np.compress(keep, job_share, axis=1)
+    w, top, grp = weight[keep], top[keep], group[keep]
+    sl = d * (w / top)
+    none = np.full(w.size, NONE, dtype=np.intp)
+    return _Events(top / w, -sl, np.zeros(w.size, dtype=bool), grp, none, none, sl, grp)
 
 
 def _concat(parts: list[_Events]) -> _Events:
@@ -160,10 +159,11 @@ def _snap_sorted(x: FloatArray, new_group: BoolArray) -> FloatArray:
     return out
 
 
-def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
-    """Per row, the sum of its parts (`init` plus the effect of the events, walked in order of
-    argument): a vertex (the foot) at each argument where something happens, then one vertex per
-    run segment there, in the order (phase, child row, child vertex)."""
+def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inner:
+    """Per row, the sum of its parts from argument `start` on (`init` there, plus the effect of
+    the events, walked in order of argument): a vertex (the foot) at each argument where
+    something happens, then one vertex per run segment there, by child row and along the
+    child's run."""
     dims = init.shape[0]
     slope0 = np.zeros((dims, rows))
     if ev.start_group.size:
@@ -172,7 +172,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
     n = ev.x.size
     if n == 0:
         none = np.full(rows, NONE, dtype=np.intp)
-        return Inner(np.arange(rows + 1, dtype=np.intp), np.zeros(rows), init.copy(), none, none.copy())
+        return Inner(np.arange(rows + 1, dtype=np.intp), start.copy(), init.copy(), none, none.copy())
     # by (group, x): rank by x, then one integer sort of group * n + rank (as `sum_events`)
     by_x = np.argsort(ev.x)
     rank = np.empty(n, dtype=np.int64)
@@ -183,13 +183,14 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
     gs0 = ev.group[first]
     gnew0 = np.ones(n, dtype=bool)
     gnew0[1:] = gs0[1:] != gs0[:-1]
-    xsnap = _snap_sorted(ev.x[first], gnew0)
+    # nothing before a row's start (a child's key an ulp below its parent's argument)
+    xsnap = _snap_sorted(np.maximum(ev.x[first], start[gs0]), gnew0)
     point0 = gnew0.copy()
     point0[1:] |= xsnap[1:] != xsnap[:-1]
-    # then, at one (group, argument): slope changes, then the run segments by (phase, vertex);
-    # a vertex's index orders runs by child row, then along the child's run
+    # then, at one (group, argument): slope changes, then the run segments by vertex (a vertex's
+    # index orders runs by child row, then along the child's run)
     ends = ev.end[first].astype(np.int64) + 1
-    key = ((np.cumsum(point0) * 2 + ev.jump[first]) * 2 + ev.phase[first]) * (int(ends.max()) + 1) + ends
+    key = (np.cumsum(point0) * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
     by_key = np.argsort(key)
     order, xs = first[by_key], xsnap[by_key]
     gs, js = ev.group[order], ev.jump[order]
@@ -210,7 +211,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
         slopes[k][gi] += start_slope[k]
     slope_after = np.take(_segmented_cumsum(slopes, gi, rebase=False), de, axis=1)
     slope_before = _shift(slope_after, gfirst, start_slope)
-    xprev = _shift(dx, gfirst, 0.0)
+    xprev = _shift(dx, gfirst, start[dg[gfirst]])
     inc = slope_before * (dx - xprev)
     point = np.cumsum(new) - 1  # the distinct argument of each event
     ji = np.flatnonzero(js)
@@ -230,6 +231,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
     off = _offsets(_counts(dg, cnt, rows) + 1)
     total = int(off[-1])
     x = np.zeros(total)
+    x[off[:-1]] = start
     v = np.empty((dims, total))
     owner = np.full(total, NONE, dtype=np.intp)
     end = np.full(total, NONE, dtype=np.intp)
@@ -247,17 +249,17 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events) -> Inner:
     return Inner(off, x, v, owner, end)
 
 
-def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State | None) -> Curves | None:
-    """Every depth's `h` and `S` for jobs of share `job_share` (`(active kinds, jobs)`), bottom up;
-    with `state`, made to pass through it (the module doc). None when the state is not on them
-    (a guard: it always is, up to rounding)."""
+def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State, given: FloatArray,
+           growing: BoolArray) -> Curves:
+    """Every depth's `h` and `S`, bottom up, from `state` on (the module doc): jobs of share
+    `job_share` (`(active kinds, jobs)`, their whole demand) holding `given` of it, those
+    `growing` from their leaf's argument on."""
     g, lim, weight = drf.guarantee, drf.limit, arr.weight
     box = np.ascontiguousarray(np.where((weight > EPS)[:, None], lim, np.minimum(lim, g)).T)
     g_t = np.ascontiguousarray(g.T)
     hs: list[Inner] = []
     ss: list[Polylines] = []
     below: Polylines | None = None
-    held = np.zeros(0, dtype=np.intp)
     for depth in range(len(arr.levels) - 1, -1, -1):
         lv = arr.levels[depth]
         rows = lv.stop - lv.start
@@ -265,89 +267,28 @@ def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State 
         parts: list[_Events] = []
         if below is not None:
             nxt = arr.levels[depth + 1]
-            events, at0 = _run_events(below, nxt.group_parent[nxt.group_of_row] - lv.start, nxt.start, held)
+            events, at0 = _run_events(below, nxt.group_parent[nxt.group_of_row] - lv.start, nxt.start)
             init[:, nxt.group_parent - lv.start] = np.add.reduceat(at0, nxt.group_starts, axis=1)
             parts.append(events)
         lo, hi = np.searchsorted(drf.job_row, [lv.start, lv.stop])
         if hi > lo or not parts:
-            parts.append(_ramp_events(job_share[:, lo:hi], drf.job_weight[lo:hi], drf.job_row[lo:hi] - lv.start))
-        h = sum_runs(rows, init, _concat(parts))
+            group = drf.job_row[lo:hi] - lv.start
+            held = job_share[:, lo:hi] * given[lo:hi]
+            for k in range(init.shape[0]):
+                init[k] += np.bincount(group, weights=held[k], minlength=rows)
+            parts.append(_job_events(job_share[:, lo:hi], drf.job_weight[lo:hi], group,
+                                     state.t[drf.job_row[lo:hi]], growing[lo:hi]))
         sl = slice(lv.start, lv.stop)
-        s = compose(h.as_polylines(), g_t[:, sl], box[:, sl], weight[sl])
-        held = np.full(rows, NONE, dtype=np.intp)
-        if state is not None:
-            found = split_at_state(s, state.t[arr.parent[sl]], state.share[sl])
-            if found is None:
-                return None
-            s, held = found
+        h = sum_runs(rows, init, _concat(parts), state.t[sl])
+        below = compose(h.as_polylines(), g_t[:, sl], box[:, sl], weight[sl])
         hs.append(h)
-        ss.append(s)
-        below = s
+        ss.append(below)
     hs.reverse()
     ss.reverse()
     assert below is not None
     top = arr.levels[0]
-    events, at0 = _run_events(below, np.zeros(top.stop - top.start, dtype=np.intp), top.start, held)
-    return Curves(hs, ss, sum_runs(1, at0.sum(axis=1, keepdims=True), events))
-
-
-def split_at_state(s: Polylines, y: FloatArray, share: FloatArray) -> tuple[Polylines, IntArray] | None:
-    """Each row's state as a vertex of its function `s`, where the row sits on a run at its
-    parent's argument `y` (a vertex inserted where the state is inside a segment), and the index
-    of that vertex (`NONE` where the row is on no run there). None when a state is off its run."""
-    rows = s.rows
-    vrow = s.row_ids()
-    yv = y[vrow]
-    tol = TINY * np.maximum(1.0, np.abs(yv))
-    on = np.abs(s.x - yv) <= tol
-    run_len = _counts(vrow, on, rows)
-    held = np.full(rows, NONE, dtype=np.intp)
-    cand = run_len >= 2
-    if not cand.any():
-        return s, held
-    # along a run every kind grows: the sum of the kinds orders its points
-    m = s.v.sum(axis=0)
-    m_state = share.sum(axis=1)
-    mt = 1e-12 * np.maximum(1.0, m_state)
-    idx = np.flatnonzero(on & cand[vrow])
-    ir = vrow[idx]
-    below = m[idx] <= m_state[ir] + mt[ir]
-    # per candidate row: the last vertex of its run at or below the state, and the first one
-    last_le = np.full(rows, -1, dtype=np.intp)
-    np.maximum.at(last_le, ir[below], idx[below])
-    last_on = np.full(rows, -1, dtype=np.intp)
-    np.maximum.at(last_on, ir, idx)
-    rr = np.flatnonzero(cand)
-    k = last_le[rr]
-    if (k < 0).any():
-        return None  # the state is below its run's foot
-    exact = m[k] >= m_state[rr] - mt[rr]
-    if (~exact & (k >= last_on[rr])).any():
-        return None  # past its run's top
-    ins = rr[~exact]
-    ki = k[~exact]
-    f = (m_state[ins] - m[ki]) / (m[ki + 1] - m[ki])
-    va = np.take(s.v, ki, axis=1)
-    nv = va + f * (np.take(s.v, ki + 1, axis=1) - va)
-    point = np.where(exact[:, None], s.v[:, k].T, 0.0)
-    point[~exact] = nv.T
-    if (np.abs(point - share[rr]) > ON).any():
-        return None  # the state is not on its row's function
-    held_rows = rr
-    # insert the new vertices after `ki` (positions shift by the insertions before them)
-    shift = np.zeros(s.x.size + 1, dtype=np.intp)
-    np.add.at(shift, ki + 1, 1)
-    moved = np.cumsum(shift)[: s.x.size]
-    new_index = np.arange(s.x.size) + moved
-    off = s.off + np.cumsum(np.concatenate([[0], _counts(ins, np.ones(ins.size, dtype=np.intp), rows)]))
-    x = np.insert(s.x, ki + 1, s.x[ki])
-    v = np.insert(s.v, ki + 1, nv, axis=1)
-    ta = s.t[ki]
-    t = np.insert(s.t, ki + 1, ta + f * (s.t[ki + 1] - ta))
-    r = np.insert(s.r, ki + 1, False)
-    held[held_rows[exact]] = new_index[k[exact]]
-    held[ins] = new_index[ki] + 1
-    return Polylines(off, x, v, t, r), held
+    events, at0 = _run_events(below, np.zeros(top.stop - top.start, dtype=np.intp), top.start)
+    return Curves(hs, ss, sum_runs(1, at0.sum(axis=1, keepdims=True), events, state.t[:1]))
 
 
 def positions(arr: TreeArrays, c: Curves) -> FloatArray:
@@ -366,7 +307,9 @@ def positions(arr: TreeArrays, c: Curves) -> FloatArray:
         j, f, t_up = _real(pos, h_up)
         jn = np.minimum(j + 1, h_up.x.size - 1)
         parent = arr.parent[sl] - up_first
-        _, p_kid, _ = evaluate(s, t_up[parent], np.zeros(lv.stop - lv.start, dtype=bool))
+        # a function starts at its row's key in the state: before that, its first vertex
+        y = np.maximum(t_up[parent], s.x[s.off[:-1]])
+        _, p_kid, _ = evaluate(s, y, np.zeros(lv.stop - lv.start, dtype=bool))
         p_kid = p_kid.copy()
         # children on a run of their parent's at its argument: done, part-way, or at the foot
         rv = np.flatnonzero(h_up.owner >= 0)

@@ -3,15 +3,13 @@
 Until a kind is used up, the filling is one walk up every row's function of its key
 (`hdrf_curves.py`: `dominant`'s, with runs taken in `hdrf`'s order, part-way if need be). When the
 tree's capacity of a kind is all given, `hdrf` stops the jobs short of their demand that need it;
-from then on each holds what it has, i.e. it is a job whose demand is that, met. So the filling
-goes on along the functions built again with those demands cut ("an epoch"), from the state
-reached (the new functions pass through it), to the next kind used up: one epoch per kind used
-up, so at most one more than the kinds.
+from then on each holds what it has. So the filling goes on along functions built again from
+the state reached, with those jobs as constants ("an epoch"), to the next kind used up: one
+epoch per kind used up, so at most one more than the kinds, each cheaper than the one before.
 
 None (the event-by-event filling decides) when a pool but the root reaches a limit: a pool's
 limit stops only its jobs that need the kind, which the functions (cut at the pool's limit, as
-`dominant`'s are) do not give; or when a guard fails (an epoch that stops no job, a state that
-is not on the new functions).
+`dominant`'s are) do not give; or when an epoch stops no job (a guard: each uses up a kind).
 """
 
 from __future__ import annotations
@@ -43,8 +41,8 @@ class Runs:
 
 
 def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray, idle: BoolArray) -> Runs | None:
-    """`hdrf` as epochs (the module doc); None when a pool but the root reaches a limit, or when a
-    guard fails."""
+    """`hdrf` as epochs (the module doc); None when a pool but the root reaches a limit, or when an
+    epoch stops no job."""
     m, dims = dshare.shape
     dom = dshare.max(axis=1, initial=0.0)
     needs = dshare > 0.0
@@ -52,17 +50,13 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
     cause = np.full(m, MET, dtype=np.intp)
     open_ = ~idle
     job_share = np.ascontiguousarray(dshare.T)
-    state: State | None = None
+    state = State(np.zeros(len(arr.paths)), np.zeros((len(arr.paths), dims)))
     for epoch in range(dims + 2):
-        cut = np.where(cause >= 0, given, 1.0)
-        c = curves(arr, drf, job_share * cut, state)
-        if c is None:
-            return None
-        t = positions(arr, c)
+        t = positions(arr, curves(arr, drf, job_share, state, given, open_))
         reach = drf.job_weight * t[drf.job_row]
         with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
-            position = np.minimum(cut, np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0))
-        given = np.where(open_, np.minimum(position, 1.0), given)
+            position = np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0)
+        given = np.where(open_, np.minimum(position, 1.0), given)  # the others keep what they hold
         share = sum_up(arr, drf.job_row, given[:, None] * dshare)
         if (share[1:] >= lim[1:] - FULL).any():
             return None
