@@ -1,6 +1,8 @@
 """Entitlement engine timings on random trees: `bench_entitlement(sizes) -> list[dict]`.
 
-Run: `.venv/bin/python -m bench.entitlement [SIZE ...]`. Nothing runs or prints at import.
+Run: `.venv/bin/python -m bench.entitlement [SIZE ...] [dominant] [hdrf] [all] [contended]`
+(`contended`: capacity cut by `CONTENDED`, jobs needing some kinds). Nothing runs or prints at
+import.
 `.venv/bin/python -m bench.entitlement compare [SIZE ...] [capacity=0.25] [some-kinds]`: the
 policies side by side on one tree (`compare_policies`: prepared `compute()` of each, runs
 alternated, best and median), with the capacity cut by the factor given (so that kinds run out)
@@ -121,15 +123,27 @@ def _best(fn: Callable[[], Any], repeat: int) -> float:
     return best
 
 
+CONTENDED = 0.15
+"""`bench_entitlement(contended=True)` cuts the capacity by this, and makes each job need only
+some kinds: kinds run out one after the other and `hdrf` and `dominant` differ (the GPU shape)."""
+
+
 def bench_entitlement(
-    sizes: Iterable[int] = (1000, 10000, 100000), *, policy: Policy = "per_resource", repeat: int = 5
+    sizes: Iterable[int] = (1000, 10000, 100000), *, policy: Policy = "per_resource", repeat: int = 5,
+    contended: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row of timings (seconds, best of `repeat`) per size: see the module docstring."""
-    return [_bench_one(n, policy, repeat) for n in sizes]
+    """One row of timings (seconds, best of `repeat`) per size: see the module docstring. With
+    `contended`, the tree's capacity is cut by `CONTENDED` and each job needs only some kinds
+    (`label` says so)."""
+    return [_bench_one(n, policy, repeat, contended) for n in sizes]
 
 
-def _bench_one(n: int, policy: Policy, repeat: int) -> dict[str, Any]:
+def _bench_one(n: int, policy: Policy, repeat: int, contended: bool = False) -> dict[str, Any]:
     tree = random_tree(n, policy=policy)
+    label: str = policy
+    if contended:
+        tree = _some_kinds(replace(tree, capacity={k: v * CONTENDED for k, v in tree.capacity.items()}), 0)
+        label = f"{policy}, contended (capacity x {CONTENDED:g}, jobs need some kinds)"
     engine = EntitlementEngine(tree)
     reps = repeat if n <= 10000 else max(2, repeat // 2)
     compute_s = _best(engine.compute, reps)
@@ -152,6 +166,7 @@ def _bench_one(n: int, policy: Policy, repeat: int) -> dict[str, Any]:
         "pools": n,
         "kinds": len(KINDS),
         "policy": policy,
+        "label": label,
         "depth": max(p.count("/") for p in result.paths[1:]) if n else 0,
         "compute_s": compute_s,
         "update_compute_s": update_s,
@@ -227,9 +242,9 @@ def main(argv: list[str]) -> None:
     if "all" in argv:
         policies = ["per_resource", "dominant", "hdrf"]
     for policy in policies:
-        for row in bench_entitlement(sizes, policy=policy):
+        for row in bench_entitlement(sizes, policy=policy, contended="contended" in argv):
             print(
-                f"{row['policy']:>12} {row['pools']:>7} pools x {row['kinds']} kinds (depth {row['depth']}): "
+                f"{row['label']:>12} {row['pools']:>7} pools x {row['kinds']} kinds (depth {row['depth']}): "
                 f"compute {row['compute_s'] * 1e3:8.1f} ms | "
                 f"1% leaves + compute {row['update_compute_s'] * 1e3:8.1f} ms | "
                 f"build {row['build_s'] * 1e3:8.1f} ms | end-to-end {row['end_to_end_s'] * 1e3:8.1f} ms | "

@@ -127,10 +127,12 @@ def entitlement_section(sizes: Sizes) -> Section:
                 params={"pools": "/".join(f"{n // 1000}k" for n in sizes.entitlement), "kinds": 4,
                         "repeat": sizes.entitlement_repeat})
     runs: list[dict[str, Any]] = bench_entitlement(sizes.entitlement, repeat=sizes.entitlement_repeat)
-    if sizes.entitlement_dominant:
-        runs += bench_entitlement(sizes.entitlement_dominant, policy="dominant", repeat=sizes.entitlement_repeat)
+    for contended in (False, True):  # dominant and hdrf side by side, as generated and contended
+        for policy in ("dominant", "hdrf") if sizes.entitlement_dominant else ():
+            runs += bench_entitlement(sizes.entitlement_dominant, policy=policy, repeat=sizes.entitlement_repeat,
+                                      contended=contended)
     for row in runs:
-        n, policy = int(row["pools"]), str(row["policy"])
+        n, policy = int(row["pools"]), str(row["label"])
         tag = f"{n // 1000}k pools, {policy}"
         goal = ENTITLEMENT_GOALS.get(n)
         for key, label in (("compute_s", "compute (prepared engine)"),
