@@ -565,6 +565,18 @@ def check_kind_list_unique(kinds: Sequence[str]) -> Refusal | None:
 
 
 def _tree_checks(tree: Tree, options: TreeOptions) -> Iterator[Refusal | None]:
+    yield from option_checks(options)
+    after = tree.with_options(options)
+    for pool in after.in_path_order():
+        if pool.is_root or pool.ephemeral:
+            continue
+        found = first(pool_checks(after, pool.path))
+        yield None if found is None else found.about(f"pool {pool.path}", "options")
+
+
+def option_checks(options: TreeOptions) -> Iterator[Refusal | None]:
+    """The rules tree options keep by themselves (kinds, per-pool job limits, presets); what the
+    pools must keep under them is `pool_checks`'. `poolwise apply` runs both on a whole target."""
     yield check_kinds_declared(options.resources)
     yield check_kind_list_unique(options.resources)
     yield check_kind_names(options.resources)
@@ -576,16 +588,11 @@ def _tree_checks(tree: Tree, options: TreeOptions) -> Iterator[Refusal | None]:
     for name, preset in sorted(options.pool_config_presets.items()):
         yield check_preset_not_nested(name, preset)
         yield check_config(preset, options, f"options.pool_config_presets.{name}.")
-    after = tree.with_options(options)
-    for pool in after.in_path_order():
-        if pool.is_root or pool.ephemeral:
-            continue
-        found = first(_pool_rechecks(after, pool.path))
-        yield None if found is None else found.about(f"pool {pool.path}", "options")
 
 
-def _pool_rechecks(tree: Tree, path: str) -> Iterator[Refusal | None]:
-    """Every rule of one pool on a tree whose options changed (its children's sum once, here)."""
+def pool_checks(tree: Tree, path: str) -> Iterator[Refusal | None]:
+    """Every rule of one pool among the others on a whole tree (its children's sum once, here):
+    after a change of the tree's options, and on a whole target configuration (`apply`)."""
     yield check_config(tree.pools[path].config, tree.options)
     yield check_job_limits(tree, path)
     yield check_reservation_within_limit(tree, path)
