@@ -16,6 +16,11 @@ the trees instead of standing by (`services.common.tree_gate.run_per_tree`); eac
 it holds (`trees_line`), and is ready once its fold has caught up, whatever it holds. `up` passes
 it to every child; the tree service keeps one leader either way.
 
+`--http-port P` (docs/observability.md): `serve` serves its process's `/metrics`, `/healthz` and
+`/readyz` on `--http-host` (default 127.0.0.1) port P (0: any free one; the line `poolwise: <service>
+http on HOST:PORT` says which); `up` runs each child with its own loopback port and serves them
+all, gathered, on P (`services.common.exposition`).
+
 `--sql-retention 30d` (or POOLWISE_SQL_RETENTION) bounds the history of the tree service's SQL read
 models to that much log time (`projections/store.py`, "Retention"); off by default. Only the tree
 service reads it (`up` passes it to its tree process)."""
@@ -23,6 +28,8 @@ service reads it (`up` passes it to its tree process)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -50,6 +57,20 @@ Trees = Annotated[str | None, typer.Option(
          "it holds, shared evenly; when one stops or dies the others take its trees over). Every instance "
          "of a deployment must be given the same. docs/operations.md, \"Trees spread over instances\".")]
 
+HttpPort = Annotated[int | None, typer.Option(
+    "--http-port", envvar="POOLWISE_HTTP_PORT", min=0, max=65535, metavar="PORT",
+    help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: any free one); off by default. "
+         "docs/observability.md.")]
+HttpHost = Annotated[str, typer.Option(
+    "--http-host", envvar="POOLWISE_HTTP_HOST", metavar="HOST",
+    help="The address --http-port binds (default 127.0.0.1, loopback only; 0.0.0.0: every interface).")]
+ReadyLag = Annotated[int, typer.Option(
+    "--ready-lag", envvar="POOLWISE_READY_LAG", min=0, metavar="N",
+    help="/readyz answers 200 only while each service's fold is within N log positions of the log's end.")]
+DEFAULT_HTTP_HOST = "127.0.0.1"
+DEFAULT_READY_LAG = 1000
+
+
 # The names of `services.launcher.SERVICES`, in its order (a test keeps them equal): the launcher
 # imports every service (DuckDB, Arrow, ...), which only `up` and `serve` need, not every command.
 SERVICES: tuple[str, ...] = ("tree", "admission", "preemption")
@@ -69,17 +90,36 @@ def up(
     sql_retention: SqlRetention = None,
     replicas: Replicas = None,
     trees: Trees = None,
+    http_port: HttpPort = None,
+    http_host: HttpHost = DEFAULT_HTTP_HOST,
+    ready_lag: ReadyLag = DEFAULT_READY_LAG,
 ) -> None:
     """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
     service, each in a process of its own."""
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
     copies = _replicas(replicas)
     leases = _leases(trees)
+    http = Http(http_host, http_port, ready_lag)
     if single_process:
         _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention, replicas=copies,
-             leases=leases)
+             leases=leases, http=http)
     else:
-        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention, replicas=copies, leases=leases)
+        _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention, replicas=copies, leases=leases,
+                       http=http)
+
+
+@dataclass(frozen=True)
+class Http:
+    """What `--http-host`, `--http-port` and `--ready-lag` asked for (port None: no HTTP)."""
+
+    host: str = DEFAULT_HTTP_HOST
+    port: int | None = None
+    ready_lag: int = DEFAULT_READY_LAG
+
+    def child_args(self) -> list[str]:
+        """A child of `up` serves on a loopback port of its own, any free one (up gathers them)."""
+        return [] if self.port is None else ["--http-port", "0", "--http-host", "127.0.0.1",
+                                             "--ready-lag", str(self.ready_lag)]
 
 
 def _leases(text: str | None) -> str:
@@ -105,6 +145,9 @@ def serve(
     sql_retention: SqlRetention = None,
     replicas: Replicas = None,
     trees: Trees = None,
+    http_port: HttpPort = None,
+    http_host: HttpHost = DEFAULT_HTTP_HOST,
+    ready_lag: ReadyLag = DEFAULT_READY_LAG,
 ) -> None:
     """Run one service alone against a NATS server (NATS_URL, or the data dir's embedded one)."""
     from services.common.supervisor import die_with_parent
@@ -125,7 +168,7 @@ def serve(
     # not before, so that the start of `up` waits on none of its services' CPU share.
     _run([service], data_dir, nats_url, embedded=False, ready_on_standby=True, announce=not supervised,
          sql_retention=retention, yield_when_ready=supervised and service in YIELDING, replicas=copies,
-         leases=leases)
+         leases=leases, http=Http(http_host, http_port, ready_lag))
 
 
 # Services off the admission path: the tree service's read models (and pool commands) may wait a
@@ -183,30 +226,48 @@ def ready_line(names: list[str], url: str, data_dir: DataDir) -> str:
 
 def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded: bool = True,
          ready_on_standby: bool, announce: bool = True, sql_retention: float | None = None,
-         yield_when_ready: bool = False, replicas: int = 1, leases: str = "service") -> None:
+         yield_when_ready: bool = False, replicas: int = 1, leases: str = "service", http: Http | None = None) -> None:
+    from services.common import metrics
     from services.common.runtime import run_until_signalled
     from services.common.telemetry import configure
     from services.launcher import run_system
 
+    http = http or Http()
+    url = [nats_url]  # an embedded server's is known once it runs (on_ready)
+
     configure(f"poolwise-{names[0]}" if len(names) == 1 else "poolwise")  # POOLWISE_TRACE=console: spans
 
-    def on_ready(url: str) -> None:
+    def on_ready(ready_url: str) -> None:
+        url[0] = ready_url
         if yield_when_ready:
             yield_cpu()
         if announce:
-            typer.echo(ready_line(names, url, data_dir), err=True)
+            typer.echo(ready_line(names, ready_url, data_dir), err=True)
 
     def on_change(lease: str, state: str, holder: str | None) -> None:
+        metrics.set_role(lease.split(".", 1)[-1], state if state in ("leading", "standby") else "lost")
         typer.echo(role_line(lease, state, holder), err=True)
 
     def on_trees(service: str, held: frozenset[str], holder: str) -> None:
+        metrics.set_role(service, "per-tree", len(held))
         typer.echo(trees_line(service, held, holder), err=True)
 
+    def system() -> Awaitable[None]:
+        return run_system(names, data_dir, nats_url if not embedded or nats_url else None,
+                          on_ready=on_ready, ready_on_standby=ready_on_standby,
+                          on_change=on_change, options=tree_options(sql_retention),
+                          replicas=replicas, leases=leases, on_trees=on_trees)
+
+    def main() -> Awaitable[None]:
+        if http.port is None and not metrics.otlp_wanted():
+            return system()
+        from services.common.health_http import run_observed
+
+        return run_observed(system, names, host=http.host, port=http.port, max_lag=http.ready_lag,
+                            url=lambda: url[0], announce=lambda line: typer.echo(line, err=True))
+
     try:
-        run_until_signalled(lambda: run_system(names, data_dir, nats_url if not embedded or nats_url else None,
-                                               on_ready=on_ready, ready_on_standby=ready_on_standby,
-                                               on_change=on_change, options=tree_options(sql_retention),
-                                               replicas=replicas, leases=leases, on_trees=on_trees))
+        run_until_signalled(main)
     except Exception as exc:
         _fail_on_known(exc)
         raise
@@ -229,24 +290,42 @@ def service_args(sql_retention: float | None, leases: str) -> dict[str, list[str
 
 
 def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
-                   sql_retention: float | None = None, replicas: int = 1, leases: str = "service") -> None:
+                   sql_retention: float | None = None, replicas: int = 1, leases: str = "service",
+                   http: Http | None = None) -> None:
+    from services.common.exposition import Children
     from services.common.runtime import run_until_signalled
     from services.launcher import run_processes
+
+    http = http or Http()
+    children = Children(names)
 
     def on_ready(url: str) -> None:
         typer.echo(ready_line(names, url, data_dir), err=True)
 
     def on_line(service: str, line: str) -> None:
+        children.heard(line)  # `poolwise: <service> http on HOST:PORT`: where up's port gathers it from
         if line.strip():
             typer.echo(child_line(service, line), err=True)
 
     def echo(text: str) -> None:
         typer.echo(f"poolwise: {text}", err=True)
 
+    args = {name: [*more, *http.child_args()] for name, more in service_args(sql_retention, leases).items()}
+
+    def supervise() -> Awaitable[None]:
+        return run_processes(names, data_dir, nats_url, on_ready=on_ready, is_up=says_leading, on_line=on_line,
+                             echo=echo, args=args, replicas=replicas)
+
+    def main() -> Awaitable[None]:
+        if http.port is None:
+            return supervise()
+        from services.common.health_http import run_gathering
+
+        return run_gathering(supervise, children, host=http.host, port=http.port,
+                             announce=lambda line: typer.echo(line, err=True))
+
     try:
-        run_until_signalled(lambda: run_processes(names, data_dir, nats_url, on_ready=on_ready,
-                                                  is_up=says_leading, on_line=on_line, echo=echo,
-                                                  args=service_args(sql_retention, leases), replicas=replicas))
+        run_until_signalled(main)
     except Exception as exc:
         _fail_on_known(exc)
         raise
@@ -256,9 +335,10 @@ def _fail_on_known(exc: BaseException) -> None:
     """A service that kept failing to start, or the embedded server gone: `poolwise up` stops with
     one line saying so (exit 1)."""
     from services.cli.errors import fail, leaves
+    from services.common.health_http import HttpPortError
     from services.common.supervisor import GaveUp
     from services.launcher import ServerGone
 
-    known = [found for found in leaves(exc) if isinstance(found, GaveUp | ServerGone)]
+    known = [found for found in leaves(exc) if isinstance(found, GaveUp | ServerGone | HttpPortError)]
     if known:
         raise fail(f"{known[0]}; stopped poolwise up", code=1) from None

@@ -52,6 +52,7 @@ from events import (
     read_envelope,
 )
 from events.subjects import PREFIX
+from services.common import metrics
 from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
@@ -261,10 +262,14 @@ class Warm:
                 self.folded = await _restore(log, self.folder, snapshots, self.made)
             self.restored = True
         wanted, made, folder = self.wanted, self.made, self.folder
+        watched = metrics.status(folder.service)  # (a standby's fold is what its gauges read)
+        watched.folder = folder
         async for piece in read_in_chunks(log, self.folded + 1):
             with gc_paused():  # (synchronous: a cancellation lands between pieces, never inside one)
                 result = fold_batch(folder, [s for s in piece if wanted(s.subject)], self.folded, read_envelope)
             self.folded = max(self.folded, result.last_seq, piece[-1].seq)
+            watched.folded = self.folded
+            watched.events += len(piece)
             for decision in result.decisions:
                 made[decision.id] = decision
             if made:
@@ -433,6 +438,8 @@ async def run_folder(
     if snapshots is not None:
         snapshots.started(folded, folder.now)
     start = folded if store is None else min(folded, store.lowest_checkpoint)
+    watched = metrics.status(folder.service)  # what the metrics read (plain numbers: no SDK call here)
+    watched.folder, watched.folded, watched.snapshots = folder, folded, snapshots
     published = folded  # the last position whose decisions are all in the log
     idle = anyio.Event()  # set while no folded batch waits to be published
     idle.set()
@@ -456,6 +463,8 @@ async def run_folder(
             result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
             current.set_attribute("decisions", len(result.decisions))
         folded = result.last_seq
+        watched.folded = folded
+        watched.events += len(batch)
         if idle.is_set():
             idle = anyio.Event()
         await send.send((result.decisions, batch, folded))
@@ -475,6 +484,8 @@ async def run_folder(
             if decisions:
                 with gc_paused():
                     await log.append(decisions)
+                if metrics.RECORDING:
+                    metrics.published(folder.service, decisions, folder)
             if store is not None:
                 messages = ready[0][1] if len(ready) == 1 else [m for _, batch, _ in ready for m in batch]
                 await anyio.to_thread.run_sync(store.apply, messages)

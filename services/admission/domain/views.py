@@ -12,9 +12,11 @@ NUMBERS = ("entitlement", "non_slack_entitlement", "slack_entitlement", "allocat
            "demand", "slack_demand", "reservation", "limit")
 
 
-def pool_numbers(state: AdmissionState, tree: str) -> dict[str, dict[str, Vector]]:
+def pool_numbers(state: AdmissionState, tree: str, *, more: bool = False) -> dict[str, dict[str, Vector]]:
     """Per pool (root excluded), in path order: entitlements of the last cycle, allocation and
-    demand (a parent's are the sums of its leaves'), reservation and limit."""
+    demand (a parent's are the sums of its leaves'), reservation and limit. `more` (the metrics'
+    reading, services/common/metrics.py) adds the other allocation buckets (non-preemptible,
+    controller) and the share, summed and read the same way."""
     rt = state.runtime(tree)
     totals: dict[str, Ledger] = {}
     for leaf, ledger in rt.ledgers.items():
@@ -24,6 +26,9 @@ def pool_numbers(state: AdmissionState, tree: str) -> dict[str, dict[str, Vector
             add_into(acc.slack, ledger.slack)
             add_into(acc.demand, ledger.demand)
             add_into(acc.slack_demand, ledger.slack_demand)
+            if more:
+                add_into(acc.non_preemptible, ledger.non_preemptible)
+                add_into(acc.controller, ledger.controller)
     result: dict[str, dict[str, Vector]] = {}
     for path, view in effective_pools(state.config, tree).items():
         if path == paths.ROOT:
@@ -41,4 +46,7 @@ def pool_numbers(state: AdmissionState, tree: str) -> dict[str, dict[str, Vector
             "reservation": dict(view.reservation),
             "limit": dict(view.limit),
         }
+        if more:
+            result[path].update(non_preemptible_allocation=dict(held.non_preemptible),
+                                controller_allocation=dict(held.controller), share=dict(view.share))
     return result

@@ -1,0 +1,195 @@
+"""A tiny read-only HTTP server (and client) on anyio: `/metrics`, `/healthz`, `/readyz`.
+
+No framework: GET (and HEAD) of a handful of paths, one request per connection, answered and
+closed. Each connection is a task of its own, its request read within `READ_WITHIN` seconds, so a
+slow or stuck client holds nothing but its own task. Unknown paths answer 404, other methods 405,
+a request that is not HTTP 400, a route that raises 500: always a JSON body naming the error, never
+a traceback. Nothing here changes anything.
+
+`poolwise serve <service> --http-port P` serves its own process's routes
+(`process_routes`); `poolwise up --http-port P` serves its children's, gathered
+(`services.common.exposition`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import SocketStream, TaskStatus
+
+READ_WITHIN = 5.0  # seconds for a client to send its request
+MAX_HEAD = 8192  # bytes of request line and headers
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = JSON
+
+
+Route = Callable[[], Awaitable[Response]]
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def json_response(status: int, body: Mapping[str, Any]) -> Response:
+    return Response(status, json.dumps(body, sort_keys=True).encode() + b"\n")
+
+
+def error(status: int, message: str, **more: Any) -> Response:
+    return json_response(status, {"error": message, **more})
+
+
+async def serve_http(host: str, port: int, routes: Mapping[str, Route], *,
+                     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve `routes` (path -> route) on `host:port` until cancelled; ready with the port bound
+    (port 0: any free one)."""
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+    async with listener:
+        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started(bound)
+        await listener.serve(lambda stream: _answer(stream, routes))
+
+
+async def _answer(stream: SocketStream, routes: Mapping[str, Route]) -> None:
+    async with stream:
+        head = b""
+        with anyio.move_on_after(READ_WITHIN):
+            try:
+                while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) <= MAX_HEAD:
+                    head += await stream.receive(4096)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                return
+        method, response = await _respond(head, routes)
+        reason = REASONS.get(response.status, "")
+        lines = [f"HTTP/1.1 {response.status} {reason}", f"Content-Type: {response.content_type}",
+                 f"Content-Length: {len(response.body)}", "Connection: close", "Cache-Control: no-store", "", ""]
+        payload = "\r\n".join(lines).encode("latin-1") + (b"" if method == "HEAD" else response.body)
+        try:
+            with anyio.move_on_after(READ_WITHIN):
+                await stream.send(payload)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return
+
+
+async def _respond(head: bytes, routes: Mapping[str, Route]) -> tuple[str, Response]:
+    line = head.split(b"\n", 1)[0].strip()
+    parts = line.split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/") or len(head) > MAX_HEAD:
+        return "GET", error(400, "malformed request")
+    method = parts[0].decode("latin-1")
+    path = parts[1].decode("latin-1").split("?", 1)[0]
+    if method not in ("GET", "HEAD"):
+        return method, error(405, "read-only: only GET and HEAD", method=method)
+    route = routes.get(path)
+    if route is None:
+        return method, error(404, "not found", path=path, paths=sorted(routes))
+    try:
+        return method, await route()
+    except Exception as exc:  # a route's defect: a JSON error, the process goes on
+        return method, error(500, "internal error", detail=type(exc).__name__)
+
+
+async def get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET `path` from `host:port` (the server closes after answering): (status, body). Raises
+    `OSError` or `TimeoutError` when it cannot be reached or does not answer within `timeout`."""
+    with anyio.fail_after(timeout):
+        async with await anyio.connect_tcp(host, port) as stream:
+            await stream.send(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode("latin-1"))
+            data = b""
+            with _closed_is_end():
+                while True:
+                    data += await stream.receive(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(status) < 2 or not status[1].isdigit():
+        raise OSError(f"not an HTTP answer from {host}:{port}")
+    return int(status[1]), body
+
+
+class _closed_is_end:
+    """`anyio.EndOfStream` (the server closed after its answer) ends the read, quietly."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> bool:
+        return kind is not None and issubclass(kind, anyio.EndOfStream)
+
+
+def process_routes(metrics: Any, names: list[str], max_lag: int) -> dict[str, Route]:
+    """The routes of a service process: `/metrics` (`metrics.render()`, the Prometheus page),
+    `/healthz` (200 while the process answers), `/readyz` (200 when every service of the process
+    is ready: `services.common.metrics.readiness`; else 503 saying why)."""
+    from services.common.metrics import CONTENT_TYPE, lag, readiness, status
+
+    async def page() -> Response:
+        return Response(200, metrics.render(), CONTENT_TYPE)
+
+    async def healthz() -> Response:
+        return json_response(200, {"alive": True, "services": names})
+
+    async def readyz() -> Response:
+        services: dict[str, Any] = {}
+        for name in names:
+            found = status(name)
+            ok, why = readiness(found, max_lag)
+            services[name] = {"ready": ok, "role": found.role, "why": why, "lag": lag(found),
+                              "folded": found.folded if found.folder is not None else None}
+        ready = all(s["ready"] for s in services.values())
+        return json_response(200 if ready else 503, {"ready": ready, "services": services})
+
+    return {"/metrics": page, "/healthz": healthz, "/readyz": readyz}
+
+
+class HttpPortError(Exception):
+    """The HTTP port could not be bound (in use, or not allowed)."""
+
+
+async def bind(host: str, port: int, routes: Mapping[str, Route], tg: Any) -> int:
+    """Start `serve_http` in `tg`; the port bound, or `HttpPortError` saying why not."""
+    try:
+        bound: int = await tg.start(serve_http, host, port, routes)
+    except OSError as exc:
+        raise HttpPortError(f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}") from None
+    return bound
+
+
+async def run_observed(main: Callable[[], Awaitable[Any]], names: list[str], *, host: str, port: int | None,
+                       max_lag: int, url: Callable[[], str | None], announce: Callable[[str], None]) -> None:
+    """Run `main()` (the services of this process) with their metrics installed, the log's end
+    followed (for lag and readiness), and, with a `port`, `process_routes` served on `host:port`
+    (bound before the services start: `/healthz` answers while they fold the log;
+    `announce(http_line)` once bound)."""
+    from services.common.exposition import http_line
+    from services.common.metrics import follow_stream, install
+
+    metrics = install(",".join(names))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow_stream, url)
+            if port is not None:
+                bound = await bind(host, port, process_routes(metrics, names, max_lag), tg)
+                announce(http_line(names, host, bound))
+            await main()
+            tg.cancel_scope.cancel()
+    finally:
+        metrics.shutdown()
+
+
+async def run_gathering(main: Callable[[], Awaitable[Any]], children: Any, *, host: str, port: int,
+                        announce: Callable[[str], None]) -> None:
+    """`poolwise up`'s port: its children's routes gathered (`services.common.exposition`), while
+    `main()` (the supervisor) runs."""
+    from services.common.exposition import http_line, up_routes
+
+    async with anyio.create_task_group() as tg:
+        bound = await bind(host, port, up_routes(children), tg)
+        announce(http_line(["up"], host, bound))
+        await main()
+        tg.cancel_scope.cancel()
