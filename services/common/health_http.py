@@ -129,7 +129,7 @@ def process_routes(metrics: Any, names: list[str], max_lag: int) -> dict[str, Ro
     from services.common.metrics import CONTENT_TYPE, lag, readiness, status
 
     async def page() -> Response:
-        return Response(200, metrics.render(), CONTENT_TYPE)
+        return Response(200, await metrics.render_async(), CONTENT_TYPE)
 
     async def healthz() -> Response:
         return json_response(200, {"alive": True, "services": names})
