@@ -37,10 +37,12 @@ LAZY: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("tree",), "services.cli.tree_cmd", "app"),
     (("events",), "services.cli.events_cmd", "app"),
     (("scenario",), "services.cli.scenario_cmd", "app"),
+    (("apply", "export-config"), "services.cli.apply_cmd", "register"),
 )
 # Where each name goes in help: its sub-apps last (`submit`'s `task` and `gang` after `scenario`).
 ORDER: tuple[str, ...] = ("up", "serve", "sql", "bench", "replay", "demo", "preemptions", "submit", "cancel",
-                          "gangs", "explain", "pool", "host", "tree", "events", "scenario", "task", "gang")
+                          "gangs", "explain", "apply", "export-config", "pool", "host", "tree", "events", "scenario",
+                          "task", "gang")
 
 SETTINGS: dict[str, Any] = {"pretty_exceptions_enable": False, "add_completion": False}
 

@@ -15,6 +15,19 @@ if TYPE_CHECKING:
 
 def check_setup(s: Scenario) -> None:
     """The rules that span several places of the file. Raises `Problem`."""
+    check_header(s)
+    _check_pools(s)
+    previous: float | None = None
+    for i, step in enumerate(s.steps):
+        if previous is not None and step.at < previous:
+            raise Problem(("steps", i, "at"), f"at {step.at:g} comes before the previous step's "
+                          f"{previous:g}: steps are in time order (non-decreasing `at`)")
+        previous = step.at
+
+
+def check_header(s: Scenario) -> None:
+    """The rules of capacity, hosts, kinds and trees (a cluster file's too: `poolwise apply`,
+    which leaves the pools' rules to the tree service's, every broken one listed)."""
     if s.capacity is not None and s.hosts is not None:
         raise Problem(("hosts",), "use either `capacity` or `hosts`, not both")
     _unique(s.resources, ("resources",), "resource kind")
@@ -29,13 +42,6 @@ def check_setup(s: Scenario) -> None:
         names.add(host.name)
         _amounts(host.resources, ("hosts", i, "resources"), kinds)
         _amounts(host.revocable, ("hosts", i, "revocable"), kinds)
-    _check_pools(s)
-    previous: float | None = None
-    for i, step in enumerate(s.steps):
-        if previous is not None and step.at < previous:
-            raise Problem(("steps", i, "at"), f"at {step.at:g} comes before the previous step's "
-                          f"{previous:g}: steps are in time order (non-decreasing `at`)")
-        previous = step.at
 
 
 def _check_trees(s: Scenario) -> None:

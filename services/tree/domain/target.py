@@ -123,7 +123,7 @@ def _build_tree(tree: Tree, wanted: dict[str, PoolConfig], before: Tree | None) 
             skipped.add(path)
             if path in normal and parent not in skipped:
                 violations.append(Violation("pool", name, path, "parent_missing",
-                                            f"pool {path}: parent {parent} does not exist", "path"))
+                                            f"parent {parent} does not exist", "path"))
             continue
         pool = Pool(path, normal[path], ephemeral=False) if path in normal else Pool(path, ephemeral=True)
         tree.pools[path] = pool

@@ -1,0 +1,199 @@
+"""`poolwise apply -f FILE [--prune] [--json]` and `poolwise export-config [-o yaml|json]`: the
+cluster's configuration as a file (docs/cluster-files.md).
+
+apply: read the file (`services.scenario.cluster_file`), read the live configuration from the
+tree service (its `tree_list`, `pool_list` and `host_list` answers, rebuilt into a tree state),
+plan the changes with the service's own rules (`services.tree.domain.change_plan`): a file that
+breaks any rule is refused whole, every broken rule listed with its place in the file, exit 2,
+before any command is sent. Otherwise the commands go one by one, in the planned order, each
+with the tree's version it was planned on (`expected_version`): a change made by someone else
+meanwhile stops the apply with what was done (run it again: it plans from what is live then).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from services.cli.args import InputError, format_resources
+from services.cli.errors import fail, one_line, run_async
+from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
+
+FileArg = Annotated[Path, typer.Option("--file", "-f", help="The cluster file (YAML or JSON): a scenario's "
+                                                            "header, without steps.")]
+Prune = Annotated[bool, typer.Option("--prune", help="Delete the pools and hosts the file does not name "
+                                                     "(of the sections it has).")]
+Output = Annotated[str, typer.Option("--output", "-o", help="yaml (a cluster file) or json.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("apply")(apply)
+    app.command("export-config")(export_config)
+
+
+def apply(file: FileArg, prune: Prune = False, as_json: AsJson = False,
+          data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Make the live configuration match a cluster file (pools, hosts, trees); `no change` when it does."""
+    from services.scenario.cluster_file import load_cluster
+    from services.scenario.errors import ScenarioError
+
+    try:
+        cluster = load_cluster(file)
+    except ScenarioError as exc:
+        raise fail(str(exc)) from None
+    from services.cli.client import find_url
+
+    url = find_url(data_dir)
+    outcome = run_async(lambda: _apply(url, cluster, prune))
+    if as_json:
+        sys.stdout.write(json.dumps(outcome, indent=2) + "\n")
+    if outcome["violations"]:
+        if not as_json:
+            for violation in outcome["violations"]:
+                typer.echo(f"error: {_violation_line(cluster.file, violation)}", err=True)
+        count = len(outcome["violations"])
+        typer.echo(f"error: {cluster.file}: {count} rule(s) broken; nothing was applied", err=True)
+        raise typer.Exit(2)
+    if not as_json:
+        _print_outcome(outcome)
+    if outcome.get("stopped"):
+        typer.echo(f"error: {one_line(outcome['stopped'])}", err=True)
+        raise typer.Exit(2)
+
+
+async def _apply(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
+    from events.commands import PoolDelete, PoolUpsert, TreeConfigure
+    from services.cli.args import ServiceError
+    from services.cli.client import request
+    from services.tree.domain.change_plan import plan_changes
+
+    state, versions = await _live_state(url)
+    plan = plan_changes(state, cluster.config, prune)
+    outcome: dict[str, Any] = {
+        "file": cluster.file, "applied": False, "changes": [c.to_dict() for c in plan.changes],
+        "left": [c.to_dict() for c in plan.left], "commands": 0, "log_positions": [], "violations": [],
+    }
+    if not plan.ok:
+        outcome["changes"] = []
+        for violation in plan.violations:
+            place, line = cluster.place_of(violation)
+            outcome["violations"].append({**violation.to_dict(), "place": place, "line": line})
+        # in the file's order (those with no place in it, e.g. a live pool --prune cannot delete, last)
+        outcome["violations"].sort(key=lambda v: (v["line"] is None, v["line"] or 0))
+        return outcome
+    for n, command in enumerate(plan.commands):
+        tree = getattr(command, "tree", None)
+        if isinstance(command, PoolUpsert | PoolDelete | TreeConfigure) and tree is not None:
+            # planned on this version of the tree: another writer in between makes it `stale`
+            command = command.model_copy(update={"expected_version": versions.get(tree, 0)})
+        try:
+            reply = await request(url, "tree", command)
+        except ServiceError as exc:
+            outcome["stopped"] = (f"{cluster.file}: stopped after {n} of {len(plan.commands)} command(s): "
+                                  f"{exc} [{exc.rule}]; the live configuration changed meanwhile? run apply "
+                                  "again to plan from it")
+            break
+        outcome["commands"] = n + 1
+        if reply.seq is not None:
+            outcome["log_positions"].append(reply.seq)
+            if tree is not None:
+                versions[tree] = reply.seq
+    outcome["applied"] = "stopped" not in outcome
+    return outcome
+
+
+async def _live_state(url: str) -> tuple[Any, dict[str, int]]:
+    """The live configuration as a tree state (from the tree service's answers), and each tree's version."""
+    from events.commands import HostList, PoolList, TreeList
+    from services.cli.client import request
+    from services.tree.domain.cluster import state_of_views
+
+    trees = (await request(url, "tree", TreeList())).data["trees"]
+    pools = [p for t in (await request(url, "tree", PoolList())).data["trees"] for p in t["pools"]]
+    hosts = (await request(url, "tree", HostList())).data["hosts"]
+    return state_of_views(trees, pools, hosts), {t["name"]: int(t["version"]) for t in trees}
+
+
+def export_config(output: Output = "yaml", data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Write the live configuration as a cluster file: `poolwise apply -f` of it changes nothing."""
+    if output not in ("yaml", "json"):
+        raise InputError(f"--output must be yaml or json, not {output!r}")
+    from services.cli.client import find_url
+    from services.scenario.cluster_file import render_cluster
+    from services.tree.domain.cluster import config_of
+
+    url = find_url(data_dir)
+    state, versions = run_async(lambda: _live_state(url))
+    config = config_of(state)
+    if output == "yaml":
+        shown = ", ".join(f"{name} {version}" for name, version in sorted(versions.items()))
+        comment = (f"poolwise export-config: the live configuration (tree versions: {shown}).\n"
+                   "poolwise apply -f FILE makes a system match it; it is a scenario's header too.")
+        sys.stdout.write(render_cluster(config, comment))
+        return
+    import yaml
+
+    sys.stdout.write(json.dumps(yaml.safe_load(render_cluster(config)), indent=2) + "\n")
+
+
+# --- printing --------------------------------------------------------------------------------
+
+
+def _violation_line(file: str, violation: dict[str, Any]) -> str:
+    where = violation["place"] or ""
+    if violation["line"] is not None:
+        where = f"{where} (line {violation['line']})" if where else f"line {violation['line']}"
+    what = f"{violation['what']} {violation['ref']}" if violation["ref"] else violation["what"]
+    if violation["what"] == "pool" and violation["tree"]:
+        what += f" (tree {violation['tree']})"
+    field = f", {violation['field']}" if violation["field"] else ""
+    head = f"{file}: {where}: " if where else f"{file}: "
+    return one_line(f"{head}{what}{field}: {violation['message']} [{violation['rule']}]")
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict) and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                       for v in value.values()):
+        return format_resources({str(k): float(v) for k, v in value.items()}) if value else "{}"
+    return json.dumps(value, sort_keys=True)
+
+
+def _change_line(change: dict[str, Any]) -> str:
+    tree = f" (tree {change['tree']})" if change["what"] == "pool" and change["tree"] else ""
+    fields = change["fields"]
+    if change["action"] == "created":
+        detail = ", ".join(f"{k} {_show(v['after'])}" for k, v in fields.items() if v["after"] not in ({}, []))
+    elif change["action"] == "deleted":
+        detail = ""
+    else:
+        detail = ", ".join(f"{k} {_show(v['before'])} -> {_show(v['after'])}" for k, v in fields.items())
+    return f"{change['action']} {change['what']} {change['ref']}{tree}" + (f": {detail}" if detail else "")
+
+
+def _print_outcome(outcome: dict[str, Any]) -> None:
+    if not outcome["changes"]:
+        typer.echo("no change")
+    elif outcome.get("stopped"):
+        typer.echo(f"{outcome['file']}: {outcome['commands']} command(s) sent before it stopped; the changes "
+                   "planned:")
+        for change in outcome["changes"]:
+            typer.echo(f"  {_change_line(change)}")
+    else:
+        positions = outcome["log_positions"]
+        at = (f", log positions {positions[0]}..{positions[-1]}" if len(positions) > 1
+              else f", log position {positions[0]}" if positions else "")
+        typer.echo(f"{outcome['file']}: {len(outcome['changes'])} change(s) in {outcome['commands']} "
+                   f"command(s){at}")
+        for change in outcome["changes"]:
+            typer.echo(f"  {_change_line(change)}")
+    if outcome["left"]:
+        typer.echo("left as they are (not in the file; --prune deletes them):")
+        for change in outcome["left"]:
+            tree = f" (tree {change['tree']})" if change["what"] == "pool" and change["tree"] else ""
+            typer.echo(f"  {change['what']} {change['ref']}{tree}")
