@@ -150,6 +150,13 @@ class Up:
     def cli(self, *args: str) -> Result:
         return run(*args, "--data-dir", str(self.data_dir), cwd=self.cwd)
 
+    def pool_config(self, path: str) -> dict[str, object]:
+        """The explicit config of a pool, as `poolwise pool get` shows it."""
+        result = self.cli("pool", "get", path)
+        assert result.code == 0, result
+        config: dict[str, object] = result.json()["config"]
+        return config
+
     def close(self) -> None:
         """Whatever happened: no poolwise up, no service process and no nats-server of ours left running."""
         if self.proc is not None and self.proc.poll() is None:

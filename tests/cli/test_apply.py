@@ -89,13 +89,6 @@ def _apply(up: Up, text: str, *args: str, name: str = "cluster.yaml") -> Result:
     return result
 
 
-def _pool(up: Up, path: str) -> dict[str, object]:
-    result = up.cli("pool", "get", path)
-    assert result.code == 0, result
-    config: dict[str, object] = result.json()["config"]
-    return config
-
-
 def test_a_file_of_nested_pools_hosts_and_tree_options_is_made_live(system: Up) -> None:
     result = _apply(system, CLUSTER)
     assert result.code == 0, result
@@ -104,9 +97,9 @@ def test_a_file_of_nested_pools_hosts_and_tree_options_is_made_live(system: Up) 
     assert "  created pool /ATG/Maps/Tiles (tree default): reservation cpu=10" in lines
     assert any(line.startswith("  updated tree default: policy \"per_resource\" -> \"hdrf\"") for line in lines)
     assert "  created host h2: resources cpu=50,memory=500, revocable cpu=10, tags [\"gpu\"]" in lines
-    assert _pool(system, "/ATG") == {"reservation": {"cpu": 60.0, "memory": 600.0},
+    assert system.pool_config("/ATG") == {"reservation": {"cpu": 60.0, "memory": 600.0},
                                      "limit": {"cpu": 100.0, "memory": 1000.0}, "share": 2.0}
-    assert _pool(system, "/ATG/Maps") == {"reservation": {"cpu": 30.0}, "mode": "fair_share"}
+    assert system.pool_config("/ATG/Maps") == {"reservation": {"cpu": 30.0}, "mode": "fair_share"}
     trees = system.cli("tree", "list").json()["trees"]
     options = next(t for t in trees if t["name"] == "default")["options"]
     assert options["policy"] == "hdrf" and options["preemption"]["grace"] == 10
@@ -133,7 +126,7 @@ def test_a_changed_limit_and_share_update_only_those(system: Up) -> None:
         ("updated", "/ATG/Sim", {"limit": {"before": {"cpu": 30.0}, "after": {"cpu": 35.0}}}),
         ("updated", "/ATG", {"share": {"before": 2.0, "after": 3.0}}),
     ]
-    assert _pool(system, "/ATG/Sim")["limit"] == {"cpu": 35.0} and _pool(system, "/ATG")["share"] == 3.0
+    assert system.pool_config("/ATG/Sim")["limit"] == {"cpu": 35.0} and system.pool_config("/ATG")["share"] == 3.0
     text = _apply(system, CLUSTER)  # and back, as text
     assert text.out.splitlines()[1:] == ["  updated pool /ATG/Sim (tree default): limit cpu=35 -> cpu=30",
                                          "  updated pool /ATG (tree default): share 3.0 -> 2.0"], text.out
@@ -144,7 +137,7 @@ def test_pools_not_in_the_file_are_left_and_listed_or_pruned(system: Up) -> None
     left = _apply(system, without_web)
     assert left.code == 0 and left.out.splitlines() == [
         "no change", "left as they are (not in the file; --prune deletes them):", "  pool /Web (tree default)"], left
-    assert _pool(system, "/Web") == {"limit": {"cpu": 40.0}}
+    assert system.pool_config("/Web") == {"limit": {"cpu": 40.0}}
     without_tiles = without_web.replace("  - path: /ATG/Maps/Tiles\n    reservation: {cpu: 10}\n", "")
     pruned = _apply(system, without_tiles, "--prune")
     assert pruned.code == 0, pruned
@@ -193,7 +186,7 @@ def test_an_invalid_file_is_refused_whole_with_every_rule_and_nothing_appended(s
         ("/Nowhere/x", "parent_missing", "path", "pools[3].path")}
     time.sleep(1.0)
     assert _last_seq(system) == before
-    assert _pool(system, "/ATG/Sim") == {"reservation": {"cpu": 20.0}, "limit": {"cpu": 30.0}}
+    assert system.pool_config("/ATG/Sim") == {"reservation": {"cpu": 20.0}, "limit": {"cpu": 30.0}}
 
 
 def test_an_export_applied_changes_nothing_and_exports_the_same(system: Up) -> None:

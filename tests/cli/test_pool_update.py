@@ -18,18 +18,11 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         yield up
 
 
-def _config(up: Up, path: str) -> dict[str, object]:
-    result = up.cli("pool", "get", path)
-    assert result.code == 0, result
-    config: dict[str, object] = result.json()["config"]
-    return config
-
-
 def test_update_merges_and_replace_unsets(system: Up, tmp_path: Path) -> None:
     assert system.cli("pool", "create", "/u", "--reservation", "cpu=10", "--limit", "cpu=50",
                       "--max-jobs", "7").code == 0
     assert system.cli("pool", "update", "/u", "--share", "3").code == 0
-    assert _config(system, "/u") == {"reservation": {"cpu": 10.0}, "limit": {"cpu": 50.0}, "share": 3.0,
+    assert system.pool_config("/u") == {"reservation": {"cpu": 10.0}, "limit": {"cpu": 50.0}, "share": 3.0,
                                      "max_jobs": 7}
     assert system.cli("pool", "update", "/u", "--replace", "--reservation", "cpu=5").code == 0
-    assert _config(system, "/u") == {"reservation": {"cpu": 5.0}}
+    assert system.pool_config("/u") == {"reservation": {"cpu": 5.0}}
