@@ -141,10 +141,10 @@ def test_the_shortcut_through_dominant_is_taken_on_a_tree_every_job_of_which_nee
 
 
 @pytest.mark.parametrize(("pools", "seed", "factor"), [(40, 0, 0.05), (40, 3, 0.1), (60, 1, 0.1), (60, 3, 0.2)])
-def test_runs_of_dominant_give_the_fillings_numbers_on_bench_trees(pools: int, seed: int, factor: float) -> None:
+def test_epochs_give_the_fillings_numbers_on_bench_trees(pools: int, seed: int, factor: float) -> None:
     """The bench's trees, capacity cut so that kinds run out one after the other, jobs needing some
-    kinds only (the GPU case): the runs of `dominant`, one per kind used up (2 or 3 of them
-    here), are taken (no phase of the filling) and give what the filling gives."""
+    kinds only (the GPU case): path 2's epochs (hdrf_runs.py), one per kind used up, are taken
+    (no phase of the filling) and give what the filling gives."""
     from bench.entitlement import _some_kinds, random_tree
 
     base = random_tree(pools, seed=seed, policy="dominant")
