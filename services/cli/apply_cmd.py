@@ -8,6 +8,8 @@ breaks any rule is refused whole, every broken rule listed with its place in the
 before any command is sent. Otherwise the commands go one by one, in the planned order, each
 with the tree's version it was planned on (`expected_version`): a change made by someone else
 meanwhile stops the apply with what was done (run it again: it plans from what is live then).
+`--dry-run` sends nothing: it plans on admission's fold of the live log (`services.cli.dry_run`)
+and prints each pool's entitlement before and after.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ FileArg = Annotated[Path, typer.Option("--file", "-f", help="The cluster file (Y
 Prune = Annotated[bool, typer.Option("--prune", help="Delete the pools and hosts the file does not name "
                                                      "(of the sections it has).")]
 Output = Annotated[str, typer.Option("--output", "-o", help="yaml (a cluster file) or json.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Append nothing: print the changes and each pool's "
+                                                        "entitlement per kind before and after, computed on a "
+                                                        "copy of the live state.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +40,7 @@ def register(app: typer.Typer) -> None:
     app.command("export-config")(export_config)
 
 
-def apply(file: FileArg, prune: Prune = False, as_json: AsJson = False,
+def apply(file: FileArg, prune: Prune = False, dry_run: DryRun = False, as_json: AsJson = False,
           data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Make the live configuration match a cluster file (pools, hosts, trees); `no change` when it does."""
     from services.scenario.cluster_file import load_cluster
@@ -48,7 +53,7 @@ def apply(file: FileArg, prune: Prune = False, as_json: AsJson = False,
     from services.cli.client import find_url
 
     url = find_url(data_dir)
-    outcome = run_async(lambda: _apply(url, cluster, prune))
+    outcome = run_async(lambda: _dry_run(url, cluster, prune) if dry_run else _apply(url, cluster, prune))
     if as_json:
         sys.stdout.write(json.dumps(outcome, indent=2) + "\n")
     if outcome["violations"]:
@@ -60,6 +65,8 @@ def apply(file: FileArg, prune: Prune = False, as_json: AsJson = False,
         raise typer.Exit(2)
     if not as_json:
         _print_outcome(outcome)
+        if dry_run:
+            _print_entitlements(outcome["entitlement"])
     if outcome.get("stopped"):
         typer.echo(f"error: {one_line(outcome['stopped'])}", err=True)
         raise typer.Exit(2)
@@ -79,11 +86,7 @@ async def _apply(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
     }
     if not plan.ok:
         outcome["changes"] = []
-        for violation in plan.violations:
-            place, line = cluster.place_of(violation)
-            outcome["violations"].append({**violation.to_dict(), "place": place, "line": line})
-        # in the file's order (those with no place in it, e.g. a live pool --prune cannot delete, last)
-        outcome["violations"].sort(key=lambda v: (v["line"] is None, v["line"] or 0))
+        outcome["violations"] = _violations(cluster, plan.violations)
         return outcome
     for n, command in enumerate(plan.commands):
         tree = getattr(command, "tree", None)
@@ -104,6 +107,28 @@ async def _apply(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
                 versions[tree] = reply.seq
     outcome["applied"] = "stopped" not in outcome
     return outcome
+
+
+def _violations(cluster: Any, violations: Any) -> list[dict[str, Any]]:
+    """Each violation as a document, with its place and line in the file, in the file's order
+    (those with no place in it, e.g. a live pool --prune cannot delete, last)."""
+    found = []
+    for violation in violations:
+        place, line = cluster.place_of(violation)
+        found.append({**violation.to_dict(), "place": place, "line": line})
+    return sorted(found, key=lambda v: (v["line"] is None, v["line"] or 0))
+
+
+async def _dry_run(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
+    from services.cli.dry_run import live_state, what_if
+
+    state = await live_state(url)
+    found = what_if(state, cluster.config, prune)
+    plan = found.plan
+    return {"file": cluster.file, "dry_run": True, "applied": False,
+            "changes": [c.to_dict() for c in plan.changes] if plan.ok else [],
+            "left": [c.to_dict() for c in plan.left], "commands": len(plan.commands), "log_positions": [],
+            "violations": _violations(cluster, plan.violations), "entitlement": found.rows()}
 
 
 async def _live_state(url: str) -> tuple[Any, dict[str, int]]:
@@ -177,8 +202,14 @@ def _change_line(change: dict[str, Any]) -> str:
 
 
 def _print_outcome(outcome: dict[str, Any]) -> None:
+    if outcome.get("dry_run"):
+        typer.echo(f"dry run of {outcome['file']}: nothing was appended")
     if not outcome["changes"]:
         typer.echo("no change")
+    elif outcome.get("dry_run"):
+        typer.echo(f"{len(outcome['changes'])} change(s) in {outcome['commands']} command(s) would be made:")
+        for change in outcome["changes"]:
+            typer.echo(f"  {_change_line(change)}")
     elif outcome.get("stopped"):
         typer.echo(f"{outcome['file']}: {outcome['commands']} command(s) sent before it stopped; the changes "
                    "planned:")
@@ -197,3 +228,22 @@ def _print_outcome(outcome: dict[str, Any]) -> None:
         for change in outcome["left"]:
             tree = f" (tree {change['tree']})" if change["what"] == "pool" and change["tree"] else ""
             typer.echo(f"  {change['what']} {change['ref']}{tree}")
+
+
+def _print_entitlements(rows: list[dict[str, Any]]) -> None:
+    """Each pool's entitlement per kind before and after, `*` where it changes."""
+    if not rows:
+        return
+    typer.echo("entitlement per pool and kind, before -> after (computed now on the live state):")
+    width = max(len(r["pool"]) for r in rows)
+    several = len({r["tree"] for r in rows}) > 1
+    for row in rows:
+        pool = f"{row['tree']}:{row['pool']}" if several else row["pool"]
+        before, after = (_amount(row[k]) for k in ("before", "after"))
+        mark = "*" if row["changed"] else " "
+        typer.echo(f"{mark} {pool:<{width + (len(row['tree']) + 1 if several else 0)}}  {row['kind']:<8} "
+                   f"{before:>10} -> {after}")
+
+
+def _amount(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"

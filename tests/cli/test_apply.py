@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from services.common.jetstream import JetStreamLog
-from tests.cli.helpers import Result, Up, no_traceback, run_here
+from tests.cli.helpers import Result, Up, no_traceback, run_here, wait_for
 
 CLUSTER = """\
 resources: [cpu, memory]
@@ -202,6 +202,48 @@ def test_an_export_applied_changes_nothing_and_exports_the_same(system: Up) -> N
     as_json = system.cli("export-config", "-o", "json")
     assert as_json.code == 0 and as_json.json()["pools"][0] == {
         "path": "/ATG", "reservation": {"cpu": 60, "memory": 600}, "limit": {"cpu": 100, "memory": 1000}, "share": 2}
+
+
+def _entitlements_after(up: Up, seq: int) -> dict[tuple[str, str], float] | None:
+    """Each pool's entitlement per kind as admission published it, once computed after `seq`."""
+    result = up.cli("sql", "SELECT path, kind, entitlement, computed_seq FROM pool_entitlements "
+                           "WHERE path <> '/'", "--json")
+    assert result.code == 0, result
+    rows = result.json()
+    if not rows or min(r["computed_seq"] for r in rows) <= seq:
+        return None
+    return {(r["path"], r["kind"]): r["entitlement"] for r in rows}
+
+
+def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_gives(system: Up) -> None:
+    for gang, pool, tasks in (("g-sim", "/ATG/Sim", "4"), ("g-tiles", "/ATG/Maps/Tiles", "10")):
+        done = system.cli("submit", "--gang", gang, "--pool", pool, "--tasks", tasks, "--resources", "cpu=5",
+                          "--wait", "30")
+        assert done.code == 0, done
+    wait_for(lambda: {g["gang"]: g["state"] for g in system.cli("gangs", "--json").json()["gangs"]}
+             == {"g-sim": "admitted", "g-tiles": "admitted"}, "both gangs admitted")
+    capped = CLUSTER.replace("    reservation: {cpu: 10}\n", "    reservation: {cpu: 10}\n    limit: {cpu: 40}\n")
+    before = _quiet_seq(system)
+    dry = _apply(system, capped, "--dry-run", "--json", name="capped.yaml")
+    assert dry.code == 0, dry
+    predicted = dry.json()
+    assert predicted["dry_run"] and not predicted["applied"] and predicted["commands"] == 1
+    assert [(c["ref"], c["fields"]) for c in predicted["changes"]] == [
+        ("/ATG/Maps/Tiles", {"limit": {"before": None, "after": {"cpu": 40.0}}})]
+    changed = {(r["pool"], r["kind"]): (r["before"], r["after"]) for r in predicted["entitlement"] if r["changed"]}
+    assert changed[("/ATG/Maps/Tiles", "cpu")] == (50.0, 40.0), predicted["entitlement"]  # its demand, then its limit
+    text = _apply(system, capped, "--dry-run", name="capped.yaml")
+    assert text.out.splitlines()[:3] == [
+        "dry run of capped.yaml: nothing was appended", "1 change(s) in 1 command(s) would be made:",
+        "  updated pool /ATG/Maps/Tiles (tree default): limit - -> cpu=40"], text.out
+    assert any(line.startswith("* /ATG/Maps/Tiles") and line.endswith("50 -> 40") for line in text.out.splitlines())
+    time.sleep(1.0)
+    assert _last_seq(system) == before  # nothing appended
+    applied = _apply(system, capped, "--json", name="capped.yaml")
+    assert applied.code == 0, applied
+    seq = applied.json()["log_positions"][-1]
+    published = wait_for(lambda: _entitlements_after(system, seq), "a cycle after the apply")
+    assert published == pytest.approx({(r["pool"], r["kind"]): r["after"] for r in predicted["entitlement"]})
 
 
 def test_a_file_with_steps_is_refused_naming_the_key(

@@ -1,0 +1,93 @@
+"""`poolwise apply -f FILE --dry-run`: what a cluster file would change, on a copy of the live
+state, with nothing appended (issue 21, "what-if on the live state"; its first part).
+
+1. Fold the live log as admission does (`Warm(AdmissionFolder())`: from admission's newest
+   snapshot, then the tail), in this process: the configuration with its real gangs, the
+   ledgers (what each pool holds and waits for). Nothing is published (the decisions the fold
+   makes again are dropped).
+2. Plan the file against that configuration (`change_plan`, the same as `apply`; a file that
+   breaks a rule is refused the same way).
+3. Fold the plan's events (the tree service's `decide` of each command) into a copy of the
+   state, and compute every tree's entitlements before and after with admission's own code
+   (`entitle.compute_for`), from the same ledgers.
+
+What is not there yet (issue 21): which pending gangs would be admitted, which admitted ones
+would be over entitlement and which tasks preemption would pick; `poolwise whatif` with steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from services.admission.domain.state import AdmissionState
+from services.tree.domain.change_plan import Plan, plan_changes
+from services.tree.domain.cluster import ClusterConfig
+
+PoolKind = tuple[str, str, str]  # (tree, path, kind)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A plan and every pool's entitlement per kind before and after it (None: no such pool)."""
+
+    plan: Plan
+    before: dict[PoolKind, float]
+    after: dict[PoolKind, float]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per tree, pool and kind, in that order: before, after, and whether it changes."""
+        keys = sorted({*self.before, *self.after})
+        return [{"tree": t, "pool": p, "kind": k, "before": self.before.get((t, p, k)),
+                 "after": self.after.get((t, p, k)), "changed": self.before.get((t, p, k)) != self.after.get((t, p, k))}
+                for t, p, k in keys]
+
+
+def entitlements(state: AdmissionState) -> dict[PoolKind, float]:
+    """Every pool's entitlement per kind, computed now by admission's code (not the last cycle's)."""
+    from services.admission.domain.entitle import compute_for
+
+    out: dict[PoolKind, float] = {}
+    for tree in state.config.tree_names():
+        for pool in compute_for(state, tree).pools:
+            if pool.path == "/":  # the tree's capacity, not a pool
+                continue
+            for kind, amount in pool.entitlement.items():
+                out[(tree, pool.path, kind)] = amount
+    return out
+
+
+def what_if(state: AdmissionState, target: ClusterConfig, prune: bool) -> WhatIf:
+    """The plan from `state`'s configuration to `target`, and the entitlements before and after
+    it. `state` is not changed (pure but for the engines memoised in its cache)."""
+    from services.tree.domain.decide import Accepted, decide
+
+    plan = plan_changes(state.config, target, prune)
+    if not plan.ok:
+        return WhatIf(plan, {}, {})
+    after = copy.deepcopy(state)
+    after.config.cache.clear()  # memoised engines and views: made again for the copy
+    for command in plan.commands:
+        decision = decide(after.config, command)
+        assert isinstance(decision, Accepted), decision  # the plan was made by trying each one
+        for event in decision.events:
+            after.apply(event, after.last_seq + 1, after.now)
+    return WhatIf(plan, entitlements(state), entitlements(after))
+
+
+async def live_state(url: str) -> AdmissionState:
+    """Admission's fold of the live log, from its newest snapshot and the tail after it."""
+    from services.admission.folder import SUBJECTS, AdmissionFolder
+    from services.common.folding import Warm
+    from services.common.jetstream import JetStreamLog
+    from services.common.snapshots import policy_for
+
+    log = await JetStreamLog.connect(url, name="poolwise-dry-run")
+    try:
+        policy = policy_for(log, "admission")
+        folder = AdmissionFolder()
+        await Warm(folder, SUBJECTS).catch_up(log, None if policy is None else policy.store)
+        return folder.state
+    finally:
+        await log.close()
