@@ -10,7 +10,9 @@ cluster file is a valid scenario header and the other way round; what differs:
   the tree service's validation, run on the whole target at once (`change_plan`), so that every
   broken rule is listed; only the tree each pool names and duplicates are checked here;
 - a section left out is not managed: without `hosts` (or `capacity`) the hosts are left as they
-  are, without `pools` the pools (even with `--prune`). `hosts: []` and `pools: []` mean none.
+  are, without `pools` the pools (even with `--prune`), without `trees` and `resources` the
+  trees' options (`resources` alone: the tree `default` with those kinds, as in a scenario).
+  `hosts: []` and `pools: []` mean none.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def load_cluster(path: str | Path) -> ClusterFile:
         raise ScenarioError(source.file, format_place(loc), problem, source.line_of(loc)) from None
     except Problem as exc:
         raise ScenarioError(source.file, format_place(exc.loc), exc.problem, source.line_of(exc.loc)) from None
-    return ClusterFile(source.file, _config(scenario, data), source, pool_places, _host_places(scenario, data),
+    return ClusterFile(source.file, _config(scenario, data), source, pool_places, _host_places(scenario),
                        {t.name: ("trees", i) for i, t in enumerate(scenario.trees or [])})
 
 
@@ -108,20 +110,23 @@ def _pool_places(s: Scenario) -> dict[PoolKey, int]:
     return places
 
 
-def _host_places(s: Scenario, data: dict[str, Any]) -> dict[str, Loc]:
+def _host_places(s: Scenario) -> dict[str, Loc]:
     if s.capacity is not None:
         return {h.name: ("capacity",) for h in s.host_entries()}
     return {h.name: ("hosts", i) for i, h in enumerate(s.hosts or [])}
 
 
 def _config(s: Scenario, data: dict[str, Any]) -> ClusterConfig:
+    # without `trees` and `resources` the trees are not managed: a file of pools alone must not
+    # set the default tree's kinds and options back to the defaults
+    trees = s.tree_options() if "trees" in data or "resources" in data else {}
     hosts = None
     if "hosts" in data or "capacity" in data:
         hosts = {h.name: _host(h) for h in s.host_entries()}
     pools = None
     if "pools" in data:
         pools = {(p.tree or s.default_tree, p.path): p.config() for p in s.pools}
-    return ClusterConfig(s.tree_options(), hosts, pools)
+    return ClusterConfig(trees, hosts, pools)
 
 
 def _host(entry: HostEntry) -> Host:
