@@ -138,7 +138,10 @@ async def _live_state(url: str) -> tuple[Any, dict[str, int]]:
     from services.tree.domain.cluster import state_of_views
 
     trees = (await request(url, "tree", TreeList())).data["trees"]
-    pools = [p for t in (await request(url, "tree", PoolList())).data["trees"] for p in t["pools"]]
+    pools: list[dict[str, Any]] = []
+    for tree in trees:  # one reply per tree: each is bounded by NATS's max_payload (1 MiB: ~1,000 pools)
+        pools.extend(p for t in (await request(url, "tree", PoolList(tree=tree["name"]))).data["trees"]
+                     for p in t["pools"])
     hosts = (await request(url, "tree", HostList())).data["hosts"]
     return state_of_views(trees, pools, hosts), {t["name"]: int(t["version"]) for t in trees}
 

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from services.common.jetstream import JetStreamLog
-from tests.cli.helpers import Result, Up, no_traceback, run_here, wait_for
+from tests.cli.helpers import Result, Up, no_traceback, one_error_line, run_here, wait_for
 
 CLUSTER = """\
 resources: [cpu, memory]
@@ -184,6 +184,8 @@ def test_an_invalid_file_is_refused_whole_with_every_rule_and_nothing_appended(s
         ("/ATG", "children_reservation_exceeds_parent", "reservation.cpu", "pools[0].reservation.cpu"),
         ("/ATG/Sim", "reservation_exceeds_limit", "reservation.cpu", "pools[1].reservation.cpu"),
         ("/Nowhere/x", "parent_missing", "path", "pools[3].path")}
+    dry = _apply(system, INVALID, "--dry-run", name="invalid.yaml")
+    assert dry.code == 2 and dry.err_lines == result.err_lines, dry
     time.sleep(1.0)
     assert _last_seq(system) == before
     assert system.pool_config("/ATG/Sim") == {"reservation": {"cpu": 20.0}, "limit": {"cpu": 30.0}}
@@ -255,3 +257,19 @@ def test_a_file_with_steps_is_refused_naming_the_key(
     assert result.code == 2 and result.err_lines == [
         f"error: {file}: steps (line 3): a cluster file has no `steps`: it is the configuration (resources, "
         "capacity or hosts, trees, pools); run a file with steps with `poolwise scenario run`"]
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("pools: [\n", "invalid YAML"),
+    ("pools:\n  - {path: /a, reservation: {cpu: lots}}\n", "pools[0].reservation.cpu (line 2): expected a number"),
+    ("pools: []\n", "no running poolwise found"),
+])
+def test_bad_input_is_one_line_and_exit_2(text: str, found: str, tmp_path: Path,
+                                          capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    file = tmp_path / "c.yaml"
+    file.write_text(text)
+    for extra in ((), ("--dry-run",)):
+        result = run_here(capfd, monkeypatch, "apply", "-f", str(file), "--data-dir", str(tmp_path), *extra)
+        assert one_error_line(result).find(found) > 0, result.err
+    exported = run_here(capfd, monkeypatch, "export-config", "--data-dir", str(tmp_path))
+    assert "no running poolwise found" in one_error_line(exported)
