@@ -23,13 +23,14 @@ import typer
 
 from services.cli.args import InputError, format_resources
 from services.cli.errors import fail, one_line, run_async
-from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
+from services.cli.options import DEFAULT_DATA_DIR, DataDir
 
 FileArg = Annotated[Path, typer.Option("--file", "-f", help="The cluster file (YAML or JSON): a scenario's "
                                                             "header, without steps.")]
 Prune = Annotated[bool, typer.Option("--prune", help="Delete the pools and hosts the file does not name "
                                                      "(of the sections it has).")]
 Output = Annotated[str, typer.Option("--output", "-o", help="yaml (a cluster file) or json.")]
+OutcomeJson = Annotated[bool, typer.Option("--json", help="The outcome as one JSON document.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Append nothing: print the changes and each pool's "
                                                         "entitlement per kind before and after, computed on a "
                                                         "copy of the live state.")]
@@ -40,9 +41,10 @@ def register(app: typer.Typer) -> None:
     app.command("export-config")(export_config)
 
 
-def apply(file: FileArg, prune: Prune = False, dry_run: DryRun = False, as_json: AsJson = False,
+def apply(file: FileArg, prune: Prune = False, dry_run: DryRun = False, as_json: OutcomeJson = False,
           data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Make the live configuration match a cluster file (pools, hosts, trees); `no change` when it does."""
+    """Make the live pools, hosts and trees match a cluster file (docs/cluster-files.md): the whole
+    file is checked first; `no change` when it matches."""
     from services.scenario.cluster_file import load_cluster
     from services.scenario.errors import ScenarioError
 
@@ -147,7 +149,8 @@ async def _live_state(url: str) -> tuple[Any, dict[str, int]]:
 
 
 def export_config(output: Output = "yaml", data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Write the live configuration as a cluster file: `poolwise apply -f` of it changes nothing."""
+    """Write the live configuration as a cluster file (docs/cluster-files.md): `poolwise apply -f`
+    of it changes nothing."""
     if output not in ("yaml", "json"):
         raise InputError(f"--output must be yaml or json, not {output!r}")
     from services.cli.client import find_url
