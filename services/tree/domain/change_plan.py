@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from events import PoolConfig, TreeOptions
@@ -91,12 +91,11 @@ class _Op:
     command: Callable[[TreeState], ConfigCommand]
     key: PoolKey | None = None  # the pool an update is about (split when stuck)
     split: bool = False
-    label: tuple[str, str | None, str] = ("pool", None, "")
-    extra: list[_Op] = field(default_factory=list)
+    label: tuple[str, str | None, str] = ("pool", None, "")  # what it is about, for a violation
 
 
 def plan_changes(live: TreeState, target: ClusterConfig, prune: bool) -> Plan:
-    _after, violations = target_state(live, target, prune)
+    _state, violations = target_state(live, target, prune)
     if violations:
         return Plan(violations=tuple(violations))
     changes, ops, left = _diff(live, target, prune)
