@@ -9,7 +9,7 @@ before any command is sent. Otherwise the commands go one by one, in the planned
 with the tree's version it was planned on (`expected_version`): a change made by someone else
 meanwhile stops the apply with what was done (run it again: it plans from what is live then).
 `--dry-run` sends nothing: it plans on admission's fold of the live log (`services.cli.dry_run`)
-and prints each pool's entitlement before and after.
+and prints each pool's entitlement before and after, and what the next cycle would admit.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ Prune = Annotated[bool, typer.Option("--prune", help="Delete the pools and hosts
                                                      "(of the sections it has).")]
 Output = Annotated[str, typer.Option("--output", "-o", help="yaml (a cluster file) or json.")]
 OutcomeJson = Annotated[bool, typer.Option("--json", help="The outcome as one JSON document.")]
-DryRun = Annotated[bool, typer.Option("--dry-run", help="Append nothing: print the changes and each pool's "
-                                                        "entitlement per kind before and after, computed on a "
-                                                        "copy of the live state.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Append nothing: print the changes, each pool's "
+                                                        "entitlement per kind before and after and the gangs "
+                                                        "the next cycle would admit, computed on a copy of the "
+                                                        "live state.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -69,6 +70,7 @@ def apply(file: FileArg, prune: Prune = False, dry_run: DryRun = False, as_json:
         _print_outcome(outcome)
         if dry_run:
             _print_entitlements(outcome["entitlement"])
+            _print_admissions(outcome["admitted"])
     if outcome.get("stopped"):
         typer.echo(f"error: {one_line(outcome['stopped'])}", err=True)
         raise typer.Exit(2)
@@ -130,7 +132,8 @@ async def _dry_run(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
     return {"file": cluster.file, "dry_run": True, "applied": False,
             "changes": [c.to_dict() for c in plan.changes] if plan.ok else [],
             "left": [c.to_dict() for c in plan.left], "commands": len(plan.commands), "log_positions": [],
-            "violations": _violations(cluster, plan.violations), "entitlement": found.rows()}
+            "violations": _violations(cluster, plan.violations), "entitlement": found.rows(),
+            "admitted": found.admissions()}
 
 
 async def _live_state(url: str) -> tuple[Any, dict[str, int]]:
@@ -253,3 +256,13 @@ def _print_entitlements(rows: list[dict[str, Any]]) -> None:
 
 def _amount(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
+
+
+def _print_admissions(admitted: list[dict[str, Any]]) -> None:
+    if not admitted:
+        typer.echo("admission's next cycle would admit no gang")
+        return
+    typer.echo("admission's next cycle would admit:")
+    for row in admitted:
+        anyway = " (without the change too)" if row["without_the_change"] else ""
+        typer.echo(f"  {row['gang']} in {row['pool']} (tree {row['tree']}){anyway}")

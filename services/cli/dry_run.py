@@ -11,8 +11,11 @@ state, with nothing appended (issue 21, "what-if on the live state"; its first p
    state, and compute every tree's entitlements before and after with admission's own code
    (`entitle.compute_for`), from the same ledgers.
 
-What is not there yet (issue 21): which pending gangs would be admitted, which admitted ones
-would be over entitlement and which tasks preemption would pick; `poolwise whatif` with steps.
+4. Run admission's next cycle (`decide.run_cycles` after a tick at the fold's time) on a copy
+   of each: the gangs it would admit with the change, and whether it would without.
+
+What is not there yet (issue 21): which admitted gangs would be over entitlement and which tasks
+preemption would pick; `poolwise whatif` with steps.
 """
 
 from __future__ import annotations
@@ -28,13 +31,26 @@ from services.tree.domain.cluster import ClusterConfig
 PoolKind = tuple[str, str, str]  # (tree, path, kind)
 
 
+Admission = tuple[str, str, str]  # (tree, gang, pool)
+
+
 @dataclass(frozen=True)
 class WhatIf:
-    """A plan and every pool's entitlement per kind before and after it (None: no such pool)."""
+    """A plan; every pool's entitlement per kind before and after it (None: no such pool); the
+    gangs admission's next cycle would admit without the change and with it."""
 
     plan: Plan
     before: dict[PoolKind, float]
     after: dict[PoolKind, float]
+    admitted_before: tuple[Admission, ...] = ()
+    admitted_after: tuple[Admission, ...] = ()
+
+    def admissions(self) -> list[dict[str, Any]]:
+        """The gangs the next cycle would admit after the change, each saying whether it would be
+        admitted without it too (the cycle was due anyway)."""
+        anyway = set(self.admitted_before)
+        return [{"tree": t, "gang": g, "pool": p, "without_the_change": (t, g, p) in anyway}
+                for t, g, p in self.admitted_after]
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per tree, pool and kind, in that order: before, after, and whether it changes."""
@@ -73,7 +89,20 @@ def what_if(state: AdmissionState, target: ClusterConfig, prune: bool) -> WhatIf
         assert isinstance(decision, Accepted), decision  # the plan was made by trying each one
         for event in decision.events:
             after.apply(event, after.last_seq + 1, after.now)
-    return WhatIf(plan, entitlements(state), entitlements(after))
+    before, changed = entitlements(state), entitlements(after)
+    return WhatIf(plan, before, changed, next_cycle(copy.deepcopy(state)), next_cycle(after))
+
+
+def next_cycle(state: AdmissionState) -> tuple[Admission, ...]:
+    """The gangs an admission cycle run now on `state` admits (admission's own `run_cycles`,
+    after a tick at the state's time: no timer fires). `state` is changed: give a copy."""
+    from events import ClockTicked, GangAdmitted
+    from services.admission.domain.decide import run_cycles
+
+    seq = state.last_seq + 1
+    state.apply(ClockTicked(), seq, state.now)
+    return tuple((o.event.tree, o.event.gang, o.event.pool) for o in run_cycles(state, seq)
+                 if isinstance(o.event, GangAdmitted))
 
 
 async def live_state(url: str) -> AdmissionState:

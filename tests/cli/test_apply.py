@@ -222,23 +222,34 @@ def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_
         done = system.cli("submit", "--gang", gang, "--pool", pool, "--tasks", tasks, "--resources", "cpu=5",
                           "--wait", "30")
         assert done.code == 0, done
-    wait_for(lambda: {g["gang"]: g["state"] for g in system.cli("gangs", "--json").json()["gangs"]}
-             == {"g-sim": "admitted", "g-tiles": "admitted"}, "both gangs admitted")
+    wait_for(lambda: _gang_states(system) == {"g-sim": "admitted", "g-tiles": "admitted"}, "both gangs admitted")
+    # 15 more in /ATG/Sim, which holds 20 of its limit of 30: it waits, until the limit is raised
+    assert system.cli("submit", "--gang", "g-wide", "--pool", "/ATG/Sim", "--tasks", "3", "--resources",
+                      "cpu=5").code == 0
+    wait_for(lambda: _gang_states(system).get("g-wide") == "pending", "g-wide pending")
     capped = CLUSTER.replace("    reservation: {cpu: 10}\n", "    reservation: {cpu: 10}\n    limit: {cpu: 40}\n")
+    capped = capped.replace("limit: {cpu: 30}", "limit: {cpu: 40}")
     before = _quiet_seq(system)
     dry = _apply(system, capped, "--dry-run", "--json", name="capped.yaml")
     assert dry.code == 0, dry
     predicted = dry.json()
-    assert predicted["dry_run"] and not predicted["applied"] and predicted["commands"] == 1
+    assert predicted["dry_run"] and not predicted["applied"] and predicted["commands"] == 2
     assert [(c["ref"], c["fields"]) for c in predicted["changes"]] == [
+        ("/ATG/Sim", {"limit": {"before": {"cpu": 30.0}, "after": {"cpu": 40.0}}}),
         ("/ATG/Maps/Tiles", {"limit": {"before": None, "after": {"cpu": 40.0}}})]
     changed = {(r["pool"], r["kind"]): (r["before"], r["after"]) for r in predicted["entitlement"] if r["changed"]}
     assert changed[("/ATG/Maps/Tiles", "cpu")] == (50.0, 40.0), predicted["entitlement"]  # its demand, then its limit
+    assert changed[("/ATG/Sim", "cpu")] == (30.0, 35.0), predicted["entitlement"]  # its limit, then its demand
+    assert predicted["admitted"] == [{"tree": "default", "gang": "g-wide", "pool": "/ATG/Sim",
+                                      "without_the_change": False}]
     text = _apply(system, capped, "--dry-run", name="capped.yaml")
-    assert text.out.splitlines()[:3] == [
-        "dry run of capped.yaml: nothing was appended", "1 change(s) in 1 command(s) would be made:",
+    lines = text.out.splitlines()
+    assert lines[:4] == [
+        "dry run of capped.yaml: nothing was appended", "2 change(s) in 2 command(s) would be made:",
+        "  updated pool /ATG/Sim (tree default): limit cpu=30 -> cpu=40",
         "  updated pool /ATG/Maps/Tiles (tree default): limit - -> cpu=40"], text.out
-    assert any(line.startswith("* /ATG/Maps/Tiles") and line.endswith("50 -> 40") for line in text.out.splitlines())
+    assert any(line.startswith("* /ATG/Maps/Tiles") and line.endswith("50 -> 40") for line in lines)
+    assert lines[-2:] == ["admission's next cycle would admit:", "  g-wide in /ATG/Sim (tree default)"]
     time.sleep(1.0)
     assert _last_seq(system) == before  # nothing appended
     applied = _apply(system, capped, "--json", name="capped.yaml")
@@ -246,6 +257,11 @@ def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_
     seq = applied.json()["log_positions"][-1]
     published = wait_for(lambda: _entitlements_after(system, seq), "a cycle after the apply")
     assert published == pytest.approx({(r["pool"], r["kind"]): r["after"] for r in predicted["entitlement"]})
+    wait_for(lambda: _gang_states(system).get("g-wide") == "admitted", "g-wide admitted, as predicted")
+
+
+def _gang_states(up: Up) -> dict[str, str]:
+    return {g["gang"]: g["state"] for g in up.cli("gangs", "--json").json()["gangs"]}
 
 
 def test_a_file_with_steps_is_refused_naming_the_key(
