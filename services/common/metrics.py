@@ -319,13 +319,15 @@ class _Reading:
     def _read(self) -> None:
         from services.admission.domain.state import running_jobs, total_jobs
         from services.admission.domain.views import pool_numbers
+        from services.tree.domain.effective import effective_pools
 
         admission = STATUS.get("admission")
         state = getattr(admission.folder, "state", None) if admission is not None else None
         if state is not None:
             for tree in list(state.trees):
                 rt = state.trees[tree]
-                numbers = pool_numbers(state, tree, more=True)
+                views = effective_pools(state.config, tree)
+                numbers = pool_numbers(state, tree, more=True, views=views)
                 for pool, vectors in numbers.items():
                     for name, vector in vectors.items():
                         for kind, value in vector.items():
@@ -338,6 +340,11 @@ class _Reading:
                         self._add(self.scalars, "demand_share", ent.demand_share, labels)
                     self._add(self.scalars, "running_jobs", running_jobs(rt, pool), labels)
                     self._add(self.scalars, "jobs", total_jobs(rt, pool), labels)
+                    view = views[pool]
+                    if view.max_running_jobs is not None:
+                        self._add(self.scalars, "max_running_jobs", view.max_running_jobs, labels)
+                    if view.max_jobs is not None:
+                        self._add(self.scalars, "max_jobs", view.max_jobs, labels)
                 for pool, queues in rt.queues.items():
                     for queue, gangs in queues.items():
                         labels = {"tree": tree, "pool": pool, "queue": queue}
@@ -419,6 +426,8 @@ def register_instruments(provider: Any, process: str) -> None:
                                             "0 ok, 1 below fair share, 2 starving (preemption's last pass)"),
         "poolwise_pool_running_jobs": ("running_jobs", "jobs with an admitted gang in the pool"),
         "poolwise_pool_jobs": ("jobs", "jobs with an unfinished gang in the pool"),
+        "poolwise_pool_max_running_jobs": ("max_running_jobs", "the pool's max_running_jobs (where set)"),
+        "poolwise_pool_max_jobs": ("max_jobs", "the pool's max_jobs (where set)"),
         "poolwise_queue_gangs": ("queue_gangs", "gangs in a leaf pool's queue"),
         "poolwise_queue_tasks": ("queue_tasks", "tasks (members enqueued) of the gangs in a leaf pool's queue"),
     }

@@ -79,7 +79,8 @@ async def test_pool_series_are_the_folds_numbers(jetstream_log: JetStreamLog, na
         TreeConfigured(tree=TREE, options=TreeOptions(
             gang_timeout=GangTimeoutOptions(default=3600.0, limit=3600.0, jitter=0.0))),
         PoolConfigChanged(tree=TREE, path="/A", created=True,
-                          config=PoolConfig(reservation={"cpu": 60.0}, limit={"cpu": 100.0})),
+                          config=PoolConfig(reservation={"cpu": 60.0}, limit={"cpu": 100.0},
+                                            max_running_jobs=5)),
         PoolConfigChanged(tree=TREE, path="/B", created=True, config=PoolConfig(reservation={"cpu": 40.0})),
         HostRegistered(host="h1", resources={"cpu": 100.0, "memory": 1000.0}),
     ]
@@ -138,6 +139,7 @@ async def test_pool_series_are_the_folds_numbers(jetstream_log: JetStreamLog, na
     assert got["poolwise_inputs_rejected"] == {labels(service="admission", tree=TREE, rule=refusals[0].rule): 1}
     assert got["poolwise_queue_gangs"][labels(tree=TREE, pool="/A", queue="pending")] == 0
     assert got["poolwise_pool_running_jobs"][labels(tree=TREE, pool="/A")] == 1
+    assert got["poolwise_pool_max_running_jobs"] == {labels(tree=TREE, pool="/A"): 5}  # set on /A only
     assert set(got["poolwise_pool_starvation_status"].values()) == {0}  # nobody below its fair share
     assert got["poolwise_folded_events"][labels(service="admission")] > 0
     assert got["poolwise_consumer_lag_events"][labels(service="admission")] >= 0

@@ -6,17 +6,19 @@ from services.admission.domain.model import Ledger
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
-from services.tree.domain.effective import effective_pools
+from services.tree.domain.effective import EffectivePool, effective_pools
 
 NUMBERS = ("entitlement", "non_slack_entitlement", "slack_entitlement", "allocation", "slack_allocation",
            "demand", "slack_demand", "reservation", "limit")
 
 
-def pool_numbers(state: AdmissionState, tree: str, *, more: bool = False) -> dict[str, dict[str, Vector]]:
+def pool_numbers(state: AdmissionState, tree: str, *, more: bool = False,
+                 views: dict[str, EffectivePool] | None = None) -> dict[str, dict[str, Vector]]:
     """Per pool (root excluded), in path order: entitlements of the last cycle, allocation and
     demand (a parent's are the sums of its leaves'), reservation and limit. `more` (the metrics'
     reading, services/common/metrics.py) adds the other allocation buckets (non-preemptible,
-    controller) and the share, summed and read the same way."""
+    controller) and the share, summed and read the same way; `views`: the tree's `effective_pools`,
+    when the caller has them already."""
     rt = state.runtime(tree)
     totals: dict[str, Ledger] = {}
     for leaf, ledger in rt.ledgers.items():
@@ -30,7 +32,7 @@ def pool_numbers(state: AdmissionState, tree: str, *, more: bool = False) -> dic
                 add_into(acc.non_preemptible, ledger.non_preemptible)
                 add_into(acc.controller, ledger.controller)
     result: dict[str, dict[str, Vector]] = {}
-    for path, view in effective_pools(state.config, tree).items():
+    for path, view in (effective_pools(state.config, tree) if views is None else views).items():
         if path == paths.ROOT:
             continue
         held = totals.get(path, Ledger())
