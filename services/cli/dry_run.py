@@ -1,8 +1,8 @@
 """`poolwise apply -f FILE --dry-run`: what a cluster file would change, on a copy of the live
 state, with nothing appended (issue 21, "what-if on the live state"; its first part).
 
-1. Fold the live log as admission does (`Warm(AdmissionFolder())`: from admission's newest
-   snapshot, then the tail), in this process: the configuration with its real gangs, the
+1. Fold the live log as a standby admission instance does (`admission.service.standby()`:
+   from admission's newest snapshot, then the tail), in this process: the configuration with its real gangs, the
    ledgers (what each pool holds and waits for). Nothing is published (the decisions the fold
    makes again are dropped).
 2. Plan the file against that configuration (`change_plan`, the same as `apply`; a file that
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from services.admission.domain.state import AdmissionState
 from services.tree.domain.change_plan import Plan, plan_changes
@@ -107,16 +107,19 @@ def next_cycle(state: AdmissionState) -> tuple[Admission, ...]:
 
 async def live_state(url: str) -> AdmissionState:
     """Admission's fold of the live log, from its newest snapshot and the tail after it."""
-    from services.admission.folder import SUBJECTS, AdmissionFolder
-    from services.common.folding import Warm
+    from services.admission.queries import ExplainingFolder
+    from services.admission.service import standby
     from services.common.jetstream import JetStreamLog
     from services.common.snapshots import policy_for
 
     log = await JetStreamLog.connect(url, name="poolwise-dry-run")
     try:
         policy = policy_for(log, "admission")
-        folder = AdmissionFolder()
-        await Warm(folder, SUBJECTS).catch_up(log, None if policy is None else policy.store)
-        return folder.state
+        # the fold a standby instance keeps: its snapshots are the service's (explain's notes in them)
+        warm = standby()
+        await warm.catch_up(log, None if policy is None else policy.store)
+        state = cast(ExplainingFolder, warm.folder).state
+        state.on_forget = None  # explain's notes are not needed (nor copied with the state)
+        return state
     finally:
         await log.close()
