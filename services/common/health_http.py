@@ -53,7 +53,16 @@ async def serve_http(host: str, port: int, routes: Mapping[str, Route], *,
     async with listener:
         bound = listener.extra(anyio.abc.SocketAttribute.local_port)
         task_status.started(bound)
-        await listener.serve(lambda stream: _answer(stream, routes))
+        await listener.serve(lambda stream: _answer_safely(stream, routes))
+
+
+async def _answer_safely(stream: SocketStream, routes: Mapping[str, Route]) -> None:
+    """`_answer`, whose failure ends its connection and nothing else: the listener's task group is the
+    service's, and no client may stop a service."""
+    try:
+        await _answer(stream, routes)
+    except Exception:  # (a connection torn down in some way not caught below)
+        return
 
 
 async def _answer(stream: SocketStream, routes: Mapping[str, Route]) -> None:

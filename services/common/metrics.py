@@ -206,6 +206,7 @@ class StreamPosition:
 
 
 STREAM = StreamPosition()
+STALE_AFTER = 10.0  # seconds without an answer from NATS after which a folding service is not ready
 
 
 async def follow_stream(url: Callable[[], str | None], every: float = 1.0, stream: str | None = None) -> None:
@@ -219,8 +220,13 @@ async def follow_stream(url: Callable[[], str | None], every: float = 1.0, strea
 
     while (where := url()) is None:
         await anyio.sleep(0.1)
-    log = await (JetStreamLog.connect(where, name="poolwise-metrics") if stream is None
-                 else JetStreamLog.connect(where, name="poolwise-metrics", stream=stream))
+    while True:  # NATS not there yet: the service waits for it too; this must not end the process
+        try:
+            log = await (JetStreamLog.connect(where, name="poolwise-metrics") if stream is None
+                         else JetStreamLog.connect(where, name="poolwise-metrics", stream=stream))
+            break
+        except Exception:
+            await anyio.sleep(every)
     try:
         while True:
             with contextlib.suppress(Exception):  # NATS away a moment: the last answer stands
@@ -246,6 +252,8 @@ def readiness(found: ServiceStatus, max_lag: int) -> tuple[bool, str]:
     `max_lag` positions of the log's end) and why not."""
     if found.role in ("starting", "lost"):
         return False, found.role
+    if found.folder is not None and STREAM.last_seq is not None and time.monotonic() - STREAM.asked_at > STALE_AFTER:
+        return False, f"NATS has not said where the log ends for {time.monotonic() - STREAM.asked_at:.0f} s"
     behind = lag(found)
     if found.folder is not None and behind is None:
         return False, "the log's end is not known yet"

@@ -3,6 +3,7 @@ log's end (`services.common.metrics.readiness`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +25,12 @@ def test_ready_when_leading_or_standing_by_and_caught_up() -> None:
     found.folder = object()  # a warm fold: its lag counts
     assert metrics.readiness(found, 100) == (False, "the log's end is not known yet")
     metrics.STREAM.last_seq, found.folded = 5000, 4950
+    metrics.STREAM.asked_at = time.monotonic()
     assert metrics.readiness(found, 100) == (True, "standby")
+    metrics.STREAM.asked_at = time.monotonic() - metrics.STALE_AFTER - 5  # NATS silent since
+    ready, why = metrics.readiness(found, 100)
+    assert not ready and why.startswith("NATS has not said where the log ends")
+    metrics.STREAM.asked_at = time.monotonic()
     found.folded = 10
     assert metrics.readiness(found, 100) == (False, "4990 positions behind the log (more than 100)")
     metrics.set_role("admission", "lost")
