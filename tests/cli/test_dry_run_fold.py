@@ -14,36 +14,16 @@ import pytest
 from events import PoolConfig
 from events.subjects import STREAM
 from services.admission.domain.explain import gang_rows
-from services.admission.folder import SUBJECTS, AdmissionFolder
+from services.admission.folder import AdmissionFolder
 from services.admission.queries import ExplainingFolder
 from services.cli.dry_run import live_state, what_if
-from services.common.folding import SnapshotPolicy, run_folder
 from services.common.jetstream import JetStreamLog
 from services.common.snapshots import ObjectStoreSnapshots
 from services.tree.domain.cluster import ClusterConfig
 from tests.conftest import reset_stream
-from tests.snapshots.test_service_snapshots import inputs
+from tests.snapshots.test_service_snapshots import fold_until_quiet, inputs
 
 pytestmark = pytest.mark.anyio
-
-
-async def _admission_until_caught_up(log: JetStreamLog, folder: ExplainingFolder) -> None:
-    """Admission as the service folds (explain's notes kept), stopped cleanly once the log is
-    quiet: the stop leaves its snapshot."""
-    from nats.js import JetStreamContext
-
-    policy = SnapshotPolicy(ObjectStoreSnapshots(JetStreamContext(log.nc), log.stream), every=10, least=1)
-    with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
-            await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="admission",
-                                                          snapshots=policy, task_status=task_status))
-            end, quiet = -1, 0
-            while quiet < 6:
-                now = await log.last_seq()
-                quiet = quiet + 1 if now == end else 0
-                end = now
-                await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
 
 
 async def test_the_dry_runs_fold_starts_from_admissions_snapshot(nats_url: str,
@@ -56,8 +36,8 @@ async def test_the_dry_runs_fold_starts_from_admissions_snapshot(nats_url: str,
         with contextlib.suppress(Exception):  # (none yet)
             await JetStreamContext(log.nc).delete_object_store("poolwise_snapshots")
         await log.append(inputs(0))
-        service = ExplainingFolder(AdmissionFolder())
-        await _admission_until_caught_up(log, service)
+        service = ExplainingFolder(AdmissionFolder())  # admission as the service folds: explain's notes kept
+        await fold_until_quiet(log, ObjectStoreSnapshots(JetStreamContext(log.nc), log.stream), service)
         await log.append(inputs(1))  # a tail after the snapshot
         await anyio.sleep(0.2)
         caplog.set_level(logging.INFO, logger="services.common.folding")

@@ -17,7 +17,7 @@ from events import ClockTicked, Envelope, Event, at_seconds, decode_all
 from events.subjects import STREAM
 from services.admission.domain.explain import gang_rows
 from services.admission.folder import SUBJECTS, AdmissionFolder
-from services.common.folding import SnapshotPolicy, fold_batch, run_folder
+from services.common.folding import Folder, SnapshotPolicy, fold_batch, run_folder
 from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog
 from services.common.memlog import MemoryLog
@@ -46,6 +46,12 @@ async def run_until_caught_up(log: EventLog, store: SnapshotStore) -> AdmissionF
     """One incarnation of admission: start (from a snapshot if there is one), fold what is in the
     log, stop cleanly (which leaves a snapshot)."""
     folder = AdmissionFolder()
+    await fold_until_quiet(log, store, folder)
+    return folder
+
+
+async def fold_until_quiet(log: EventLog, store: SnapshotStore, folder: Folder) -> None:
+    """`folder` run as a service on `log` until the log is quiet, then stopped cleanly."""
     policy = SnapshotPolicy(store, every=10, least=1)
     with anyio.fail_after(SAFETY):
         async with anyio.create_task_group() as tg:
@@ -59,7 +65,6 @@ async def run_until_caught_up(log: EventLog, store: SnapshotStore) -> AdmissionF
                 end = now
                 await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
-    return folder
 
 
 def whole_fold(messages: Sequence[object]) -> AdmissionFolder:
