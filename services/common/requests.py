@@ -15,6 +15,14 @@ from events.commands import CommandError, Reply
 Answer = Callable[[str, bytes], Reply | Awaitable[Reply]]
 
 
+REPLY_ROOM = 1024  # bytes of a reply's message besides its data: its subject and framing
+
+
+def _max_payload(nc: Any) -> int | None:
+    found = getattr(nc, "max_payload", None)
+    return found if isinstance(found, int) and found > 0 else None
+
+
 def error_reply(rule: str, message: str, field: str | None = None) -> Reply:
     return Reply(ok=False, error=CommandError(rule=rule, message=message, field=field))
 
@@ -44,7 +52,14 @@ async def serve_requests(nc: Any, service: str, answer: Answer) -> Any:
                 reply = await reply
         except Exception as exc:  # the service stays up; the asker gets the reason
             reply = error_reply("internal", f"{exc.__class__.__name__}: {exc}")
-        await msg.respond(reply.model_dump_json().encode())
+        data = reply.model_dump_json().encode()
+        limit = _max_payload(nc)
+        if limit is not None and len(data) > limit - REPLY_ROOM:
+            # nats-py would refuse it (MaxPayloadError) and the asker wait out its timeout: say why
+            data = error_reply("answer_too_large", f"the answer is {len(data):,} bytes, over the {limit:,} the NATS "
+                               "server takes in one message (max_payload); ask for less (e.g. one tree or "
+                               "pool at a time)").model_dump_json().encode()
+        await msg.respond(data)
 
     subscription = await nc.subscribe(subjects.command(service, "*"), queue=service, cb=on_request)
     await nc.flush()

@@ -1,0 +1,33 @@
+"""A service's answer over the server's max_payload is not sent (nats-py would refuse it and the
+asker would wait out its timeout): the asker gets at once a refusal that says why."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from events import subjects
+from events.commands import Reply
+from services.common.requests import serve_requests
+
+
+@pytest.mark.anyio
+async def test_an_answer_too_large_for_a_message_is_refused_with_its_size(nats_url: str) -> None:
+    service = await nats.connect(nats_url)
+    asker = await nats.connect(nats_url)
+    try:
+        def answer(op: str, data: bytes) -> Reply:
+            size = 10 if op == "small" else 2 * service.max_payload
+            return Reply(ok=True, data="x" * size)
+
+        await serve_requests(service, "tree", answer)
+        small = Reply.model_validate_json((await asker.request(subjects.command("tree", "small"), b"{}",
+                                                               timeout=5)).data)
+        assert small.ok and small.data == "x" * 10
+        large = Reply.model_validate_json((await asker.request(subjects.command("tree", "pool_list"), b"{}",
+                                                               timeout=5)).data)
+        assert not large.ok and large.error is not None and large.error.rule == "answer_too_large"
+        assert f"{service.max_payload:,}" in large.error.message
+    finally:
+        await service.close()
+        await asker.close()
