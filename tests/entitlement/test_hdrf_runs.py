@@ -1,8 +1,8 @@
 """Policy `hdrf`, path 2 (`hdrf_runs.py`, `hdrf_curves.py`: epochs of `dominant`-like functions
-with `hdrf`'s runs in them, part-way up a run if need be) against the event-by-event filling
-(`shortcuts=False`) and against the slow discrete oracle, on random contended trees where only
-the tree's capacity stops jobs (nested pools, guarantees, weights, 2-4 kinds, jobs needing some
-kinds only), which is where path 2 is taken.
+with `hdrf`'s runs in them, part-way up a run if need be, each ending where a kind is used up at
+the tree or a pool's limit is reached) against the event-by-event filling (`shortcuts=False`)
+and against the slow discrete oracle, on random contended trees (nested pools, guarantees,
+weights, 2-4 kinds, jobs needing some kinds only), with and without limits that bind.
 
 The filling and path 2 are both exact: they must agree to rounding (`SAME`), job by job, with the
 same stops. The oracle steps by 1e-3 of a key: it agrees to `AGREE` (test_hdrf_equivalence.py)."""
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput
 from services.admission.domain.entitlement import hdrf as hdrf_module
 from services.admission.domain.entitlement.arrays import build_arrays
-from services.admission.domain.entitlement.hdrf import hdrf_entitlements
+from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
 from tests.entitlement.strategies import ALL_KINDS, contended_trees
 from tests.entitlement.test_hdrf_equivalence import assert_agree
 
@@ -119,3 +119,26 @@ def test_runs_taken_part_way_on_bench_trees(pools: int, seed: int, factor: float
     tree = _some_kinds(dataclasses.replace(base, policy="hdrf", capacity={k: v * factor for k, v in
                                                                          base.capacity.items()}), seed)
     assert_same_as_the_filling(tree, taken=True)
+
+
+def test_a_pools_limit_ends_an_epoch_and_stops_only_its_jobs_that_need_the_kind() -> None:
+    """/team's gpu limit 2 is reached first: path 2's epoch ends there (not at the capacity),
+    the GPU job stops (gpu, at /team), and the next epoch takes the CPU job to its demand."""
+    tree = TreeInput(kinds=("cpu", "gpu"), capacity={"cpu": 10, "gpu": 8}, policy="hdrf", pools=(
+        PoolInput("/team", limit={"cpu": 10, "gpu": 2}),
+        PoolInput("/team/a", usage=LeafUsage(jobs=(JobDemand("g", {"cpu": 1, "gpu": 4}),
+                                                   JobDemand("c", {"cpu": 6}))))))
+    assert_same_as_the_filling(tree, taken=True)
+    got = hdrf_entitlements(build_arrays(tree))
+    assert got.entitlement[build_arrays(tree).index["/team/a"]].tolist() == pytest.approx([6.5, 2.0])
+    assert dict(got.stops) == {"/team": (Stop("gpu", "/team"),), "/team/a": (Stop("gpu", "/team"),)}
+
+
+@settings(max_examples=int(os.environ.get("ENTITLEMENT_EXAMPLES", "300")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(contended_trees())
+def test_path_2_gives_what_the_filling_gives_where_pools_limits_are_reached(tree: TreeInput) -> None:
+    """`contended_trees` with their limits (most reached, one at a time or together): path 2
+    (when it takes them: not when the first limit is reached inside a pool's run at key 0) gives
+    the filling's numbers and stops, the places of the limits included."""
+    assert_same_as_the_filling(tree)

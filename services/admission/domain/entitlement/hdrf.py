@@ -72,7 +72,7 @@ import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
 from services.admission.domain.entitlement.dominant import DrfInputs, dominant_entitlements, drf_inputs
-from services.admission.domain.entitlement.hdrf_runs import FULL, MET, by_runs
+from services.admission.domain.entitlement.hdrf_runs import FULL, MET, Runs, by_runs
 from services.admission.domain.entitlement.hdrf_runs import sum_up as _sum_up
 from services.admission.domain.entitlement.model import ROOT, Alert, BoolArray, FloatArray, IntArray
 from services.admission.domain.entitlement.polylines import EPS
@@ -307,7 +307,7 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     if shortcuts and not lacking.any():
         runs = by_runs(arr, drf, dshare, lim, idle)
         if runs is not None:
-            return _epochs_result(arr, drf, runs.share, runs.given, idle, runs.cause)
+            return _epochs_result(arr, drf, runs, idle)
     filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
     for kd in inactive:
         missing = (drf.job_demand[kd] > 0) & ~filling.blocked
@@ -335,21 +335,36 @@ def _dominant_instead(arr: TreeArrays, drf: DrfInputs, phases: int) -> HdrfResul
                       np.zeros((jobs, len(arr.kinds))), drf.job_row)
 
 
-def _epochs_result(arr: TreeArrays, drf: DrfInputs, share: FloatArray, given: FloatArray, idle: BoolArray,
-                   cause: IntArray) -> HdrfResult:
+def _epochs_result(arr: TreeArrays, drf: DrfInputs, runs: Runs, idle: BoolArray) -> HdrfResult:
     n, k = len(arr.paths), len(arr.kinds)
     active = drf.active
     entitlement = np.zeros((n, k))
-    entitlement[:, active] = share * drf.cap
-    jobs = np.zeros((given.size, k))
-    jobs[:, active] = (np.where(idle, 0.0, given)[:, None] * drf.job_demand[active].T)
+    entitlement[:, active] = runs.share * drf.cap
+    jobs = np.zeros((runs.given.size, k))
+    jobs[:, active] = (np.where(idle, 0.0, runs.given)[:, None] * drf.job_demand[active].T)
+    cut = runs.cause >= 0
+    if (runs.cause_row[cut] != 0).any():  # a pool's limit stopped some: the places, job by job
+        return HdrfResult(entitlement, drf.requirement, drf.alerts,
+                          _stops(arr, runs.cause, runs.cause_row, _paths(arr, drf.job_row, cut), active), 0, jobs,
+                          drf.job_row)
     stops = np.zeros((n, k), dtype=bool)
-    cut = cause >= 0
-    stops[drf.job_row[cut], np.asarray(active)[cause[cut]]] = True
+    stops[drf.job_row[cut], np.asarray(active)[runs.cause[cut]]] = True
     for lv in reversed(arr.levels):
         stops[lv.group_parent] |= np.logical_or.reduceat(stops[lv.start : lv.stop], lv.group_starts, axis=0)
     stops[0] = False
     return HdrfResult(entitlement, drf.requirement, drf.alerts, _AtTheTree(arr, stops), 0, jobs, drf.job_row)
+
+
+def _paths(arr: TreeArrays, job_row: IntArray, which: BoolArray) -> dict[int, list[int]]:
+    """The path (leaf to root) of each job of `which`."""
+    parent = arr.parent.tolist()
+    out: dict[int, list[int]] = {}
+    for j in np.flatnonzero(which).tolist():
+        up = [int(job_row[j])]
+        while up[-1] != 0:
+            up.append(parent[up[-1]])
+        out[j] = up
+    return out
 
 
 def _filling_result(arr: TreeArrays, drf: DrfInputs, filling: _Filling, phases: int) -> HdrfResult:
@@ -359,7 +374,9 @@ def _filling_result(arr: TreeArrays, drf: DrfInputs, filling: _Filling, phases: 
     entitlement[:, active] = filling.shares(filling.a[:, None] * filling.dshare) * drf.cap
     jobs = np.zeros((filling.m, k))
     jobs[:, active] = filling.a[:, None] * filling.dshare * drf.cap
-    return HdrfResult(entitlement, drf.requirement, drf.alerts, _stops(arr, filling, active), phases, jobs,
+    return HdrfResult(entitlement, drf.requirement, drf.alerts,
+                      _stops(arr, filling.cause_kind, filling.cause_row, dict(enumerate(filling.path_of)), active),
+                      phases, jobs,
                       drf.job_row)
 
 
@@ -392,14 +409,15 @@ def _limits(arr: TreeArrays, guarantee: FloatArray, limit: FloatArray) -> tuple[
             np.where(zero_weight, 1.0, arr.weight))
 
 
-def _stops(arr: TreeArrays, filling: _Filling, active: list[int]) -> dict[str, tuple[Stop, ...]]:
+def _stops(arr: TreeArrays, cause_kind: IntArray, cause_row: IntArray, path_of: Mapping[int, list[int]],
+           active: list[int]) -> dict[str, tuple[Stop, ...]]:
     """Each pool's stopping kinds and places, from its jobs' causes, up the tree."""
     found: dict[int, set[tuple[int, int]]] = {}
-    for j in np.flatnonzero(filling.cause_kind != MET).tolist():
-        ck = int(filling.cause_kind[j])
+    for j in np.flatnonzero(cause_kind != MET).tolist():
+        ck = int(cause_kind[j])
         kind = active[ck] if ck >= 0 else -2 - ck
-        cause = (kind, int(filling.cause_row[j]))
-        for row in filling.path_of[j][:-1]:
+        cause = (kind, int(cause_row[j]))
+        for row in path_of[j][:-1]:
             found.setdefault(row, set()).add(cause)
     return {
         arr.paths[row]: tuple(Stop(arr.kinds[kd], arr.paths[at]) for kd, at in sorted(causes))

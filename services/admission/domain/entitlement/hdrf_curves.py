@@ -32,6 +32,7 @@ order, and jobs stopped (or met) cost nothing but their value.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,8 @@ from services.admission.domain.entitlement.polylines import (
 
 NONE = -1
 """`Inner.owner` of a vertex that ends no child's run segment."""
+FULL_SHARE = 1e-12
+"""A share within this of a limit has reached it (`hdrf.FULL`)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -291,14 +294,77 @@ def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State,
     return Curves(hs, ss, sum_runs(1, at0.sum(axis=1, keepdims=True), events, state.t[:1]))
 
 
-def positions(arr: TreeArrays, c: Curves) -> FloatArray:
-    """Every row's real inner argument where the root's filling stops (the capacity: the furthest
-    point of the root's `h` within 1 in every kind), top down (the module doc)."""
+def root_fit(c: Curves) -> float:
+    """The root's position where the capacity stops it: the furthest point of its `h` within 1 in
+    every kind."""
+    return float(fit(c.root.as_polylines())[1])
+
+
+def first_limit(arr: TreeArrays, c: Curves, box: FloatArray, held: FloatArray) -> float | None:
+    """The root's position where the first pool reaches a limit of a kind it had not reached in
+    the state (`held`: every row's share there; `box`: every row's limits, as shares), None
+    when none does, NaN when that point is not known (a pool of weight 0, or below its
+    guarantees, whose run at key 0 `compose` keeps as its top only). `compose` ends a pool's
+    function where it leaves its limit (as `dominant`'s does: all of it stops), so the
+    functions are `hdrf`'s up to the first such point only.
+
+    Bottom up, each pool reaching a limit is where its function ends; that vertex is a vertex of
+    its parent's `h` (the vertex of the run segment it ends, or the first vertex at its argument,
+    where its slope stops), which is a vertex of the parent's function (its `t`), and so on up:
+    a few searches per such pool and depth."""
+    found: dict[int, int] = {}  # row -> vertex of its function where it (or one below) reaches a limit
+    levels = arr.levels
+    for depth in range(len(levels) - 1, -1, -1):
+        lv, s = levels[depth], c.s[depth]
+        last = s.off[1:] - 1
+        v_last = np.take(s.v, last, axis=1).T
+        rows = np.arange(lv.start, lv.stop)
+        reach = ((v_last >= box[rows] - FULL_SHARE) & (held[rows] < box[rows] - FULL_SHARE)).any(axis=1)
+        for i in np.flatnonzero(reach).tolist():
+            row = lv.start + i
+            found[row] = min(found.get(row, int(last[i])), int(last[i]))
+        here = {row: k for row, k in found.items() if lv.start <= row < lv.stop}
+        if not here:
+            continue
+        h_up = c.h[depth - 1] if depth > 0 else c.root
+        s_up = c.s[depth - 1] if depth > 0 else None
+        up_first = levels[depth - 1].start if depth > 0 else 0
+        runs = np.flatnonzero(h_up.owner >= 0)
+        keys = h_up.owner[runs].astype(np.int64) * (s.x.size + 1) + h_up.end[runs]
+        by_key = np.argsort(keys)
+        keys, runs = keys[by_key], runs[by_key]
+        for row, k in here.items():
+            del found[row]
+            p = int(arr.parent[row]) - up_first
+            a, b = int(h_up.off[p]), int(h_up.off[p + 1])
+            key = row * (s.x.size + 1) + k
+            q = int(np.searchsorted(keys, key))
+            if q < keys.size and keys[q] == key:
+                j = int(runs[q]) - a
+            else:  # where its slope stops: the first vertex of the parent's `h` at its argument
+                x = float(s.x[k])
+                j = int(np.searchsorted(h_up.x[a:b], x - TINY * max(1.0, abs(x))))
+            if s_up is None:
+                found[0] = min(found.get(0, j), j)
+                continue
+            pa, pb = int(s_up.off[p]), int(s_up.off[p + 1])
+            kk = pa + int(np.searchsorted(s_up.t[pa:pb], j - 1e-9))
+            if kk >= pb:  # the parent's function ended before: it reached a limit earlier
+                continue
+            if s_up.t[kk] > j + 1e-9:  # that point is not one of the parent's (its run at key 0 is
+                return math.nan  # one vertex, its top): not known where, among its own
+            prow = up_first + p
+            found[prow] = min(found.get(prow, kk), kk)
+    return float(found[0]) if 0 in found else None
+
+
+def positions(arr: TreeArrays, c: Curves, root_at: float) -> FloatArray:
+    """Every row's real inner argument where the root is at position `root_at` of its `h`, top
+    down (the module doc)."""
     n = len(arr.paths)
     t = np.zeros(n)
     root = c.root
-    _, p_root, _ = fit(root.as_polylines())
-    pos = np.array([p_root])
+    pos = np.array([root_at])
     h_up = root
     up_first = 0
     t[0] = float(_real(pos, root)[2][0])

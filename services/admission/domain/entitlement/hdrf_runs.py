@@ -7,20 +7,24 @@ from then on each holds what it has. So the filling goes on along functions buil
 the state reached, with those jobs as constants ("an epoch"), to the next kind used up: one
 epoch per kind used up, so at most one more than the kinds, each cheaper than the one before.
 
-None (the event-by-event filling decides) when a pool but the root reaches a limit: a pool's
-limit stops only its jobs that need the kind, which the functions (cut at the pool's limit, as
-`dominant`'s are) do not give; or when an epoch stops no job (a guard: each uses up a kind).
+A pool's limit stops only its jobs that need the kind; the functions, cut where a pool leaves
+its limit (as `dominant`'s are: the whole pool stops), are `hdrf`'s only up to the first such
+point, so an epoch also ends there (`hdrf_curves.first_limit`), the jobs below that pool that
+need the kind stop, and the next one goes on. None (the event-by-event filling decides) when an
+epoch stops no job (a guard), past a budget of epochs (`MAX_ROW_EPOCHS`), or when the first
+limit is reached inside a pool's run at key 0 (where the functions keep only its top).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
 from services.admission.domain.entitlement.dominant import DrfInputs
-from services.admission.domain.entitlement.hdrf_curves import State, curves, positions
+from services.admission.domain.entitlement.hdrf_curves import State, curves, first_limit, positions, root_fit
 from services.admission.domain.entitlement.model import BoolArray, FloatArray, IntArray
 
 FULL = 1e-12
@@ -32,47 +36,84 @@ MET = -1
 @dataclass(slots=True, eq=False)
 class Runs:
     """What the epochs end with: each job's fraction of its demand, the kind (index into the
-    active kinds) that stopped it (`MET`: none), and every pool's share."""
+    active kinds) that stopped it (`MET`: none) and where (the row whose limit it reached; 0: the
+    tree's capacity), and every pool's share."""
 
     given: FloatArray
     cause: IntArray
+    cause_row: IntArray
     share: FloatArray
     epochs: int
 
 
+MAX_ROW_EPOCHS = 500_000
+"""The epochs' budget, in epochs times (pools + 1,000): one epoch per kind used up at the tree
+and per point where (pool, kind) limits are reached, each a pass over the tree (some 2-3 ms at
+any size, and ~2 ms a thousand pools, here): ~1 s. Past it (a tree whose limits are reached one
+at a time by the hundred), None, and the event-by-event filling with its own budget decides. A
+count, not a clock: every replay decides the same."""
+
+
 def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray, idle: BoolArray) -> Runs | None:
-    """`hdrf` as epochs (the module doc); None when a pool but the root reaches a limit, or when an
-    epoch stops no job."""
+    """`hdrf` as epochs (the module doc); None when an epoch stops no job (a guard) or past the
+    budget."""
     m, dims = dshare.shape
+    n = len(arr.paths)
     dom = dshare.max(axis=1, initial=0.0)
     needs = dshare > 0.0
     given = np.zeros(m)
     cause = np.full(m, MET, dtype=np.intp)
+    cause_row = np.zeros(m, dtype=np.intp)
     open_ = ~idle
     job_share = np.ascontiguousarray(dshare.T)
-    state = State(np.zeros(len(arr.paths)), np.zeros((len(arr.paths), dims)))
-    for epoch in range(dims + 2):
-        t = positions(arr, curves(arr, drf, job_share, state, given, open_))
+    state = State(np.zeros(n), np.zeros((n, dims)))
+    depth = np.zeros(n, dtype=np.intp)
+    for d, lv in enumerate(arr.levels):
+        depth[lv.start : lv.stop] = d + 1
+    box = lim.copy()
+    box[0] = 1.0
+    share = state.share
+    newly = True
+    # each epoch uses up a kind at the tree or reaches a (pool, kind) limit not reached before
+    for epoch in range(min(dims + 2 + n * dims, max(dims + 2, MAX_ROW_EPOCHS // (n + 1000)))):
+        # the jobs short of their demand that need a kind used up where they are stop, at the
+        # first such place from the root down (at the start: a pool's limit of 0)
+        used = share >= box - FULL
+        first = np.where(used, np.arange(n)[:, None], NOWHERE)
+        for lv in arr.levels:
+            above = first[arr.parent[lv.start : lv.stop]]
+            first[lv.start : lv.stop] = np.where(above != NOWHERE, above, first[lv.start : lv.stop])
+        place = first[drf.job_row]  # (jobs, kinds)
+        rank = np.where(needs & (place != NOWHERE), depth[np.maximum(place, 0)] * dims + np.arange(dims), NOWHERE)
+        stopped = open_ & (rank != NOWHERE).any(axis=1)
+        if not stopped.any() and not newly:
+            return None  # nobody stopped, and no limit newly reached: a guard
+        kind = np.argmin(np.where(rank == NOWHERE, np.iinfo(np.intp).max, rank), axis=1)
+        cause[stopped] = kind[stopped]
+        cause_row[stopped] = place[np.flatnonzero(stopped), kind[stopped]]
+        open_ &= ~stopped
+        if not open_.any():
+            return Runs(np.where(idle, 0.0, given), cause, cause_row, share, epoch)
+        c = curves(arr, drf, job_share, state, given, open_)
+        at = root_fit(c)
+        hit = first_limit(arr, c, box, share)
+        if hit is not None and math.isnan(hit):
+            return None
+        t = positions(arr, c, at if hit is None else min(at, hit))
         reach = drf.job_weight * t[drf.job_row]
         with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
             position = np.divide(reach, dom, out=np.ones_like(dom), where=dom > 0)
         given = np.where(open_, np.minimum(position, 1.0), given)  # the others keep what they hold
-        share = sum_up(arr, drf.job_row, given[:, None] * dshare)
-        if (share[1:] >= lim[1:] - FULL).any():
-            return None
-        short = open_ & (given < 1.0 - 1e-9)
-        if not short.any():
-            return Runs(np.where(idle, 0.0, given), cause, share, epoch + 1)
-        now = share[0] >= 1.0 - FULL
-        stopped = short & (needs & now).any(axis=1)
-        if not stopped.any():
-            return None
-        cause[stopped] = np.argmax(needs & now, axis=1)[stopped]
-        open_ &= short & ~stopped
+        reached = sum_up(arr, drf.job_row, given[:, None] * dshare)
+        open_ &= given < 1.0 - 1e-9  # the jobs whose demand is met stop (`MET`)
+        newly = bool(((reached >= box - FULL) & ~used).any())
+        share, state = reached, State(t, reached)
         if not open_.any():
-            return Runs(np.where(idle, 0.0, given), cause, share, epoch + 1)
-        state = State(t, share)
+            return Runs(np.where(idle, 0.0, given), cause, cause_row, share, epoch + 1)
     return None
+
+
+NOWHERE = -1
 
 
 def sum_up(arr: TreeArrays, job_row: IntArray, per_job: FloatArray) -> FloatArray:
