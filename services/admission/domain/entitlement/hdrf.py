@@ -55,11 +55,12 @@ A pool of weight 0 gets at most its guarantee (as under `dominant`, whose box is
 `min(limit, guarantee)`): its limit is taken as that, its key as if its weight were 1.
 
 Cost. Two exact ways come first: nothing contended (every job gets its demand; a few vectorised
-sums), and, when only the tree's capacity stops jobs, epochs of `dominant`-like functions with
-`hdrf`'s runs in them, one per kind used up (`hdrf_runs.py`, `hdrf_curves.py`: a fixed number of
-numpy operations per depth, as `dominant`). Otherwise (a pool's limit reached) each phase of the
-filling below is O(pools + jobs) Python work and there are about as many phases as jobs:
-quadratic, ~1 s at 100 contended pools, ~45 s at 1k. See `docs/performance.md`, "Policy hdrf".
+sums), and epochs of `dominant`-like functions with `hdrf`'s runs in them, one per kind used up
+at the tree and per point where pools' limits are reached (`hdrf_runs.py`, `hdrf_curves.py`: a
+fixed number of numpy operations per depth, as `dominant`). The filling below decides only where
+those decline (the first limit reached inside a pool's run at key 0, or past their budget): each
+phase is O(pools + jobs) Python work and there are about as many phases as jobs: quadratic, ~1 s
+at 100 contended pools, ~45 s at 1k. See `docs/performance.md`, "Policy hdrf".
 """
 
 from __future__ import annotations
@@ -280,8 +281,8 @@ class _Filling:
 def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     """Entitlement, requirement, alerts and stops of every row under `hdrf`. Two exact shortcuts
     come first (`shortcuts=False` skips them, for tests): nothing contended; and the epochs of
-    `hdrf_runs.by_runs`, one per kind used up at the tree, when only the capacity stops jobs.
-    Else the filling, event by event."""
+    `hdrf_runs.by_runs`, one per kind used up at the tree or limits reached. Where they decline,
+    the filling, event by event."""
     n, k = len(arr.paths), len(arr.kinds)
     drf = drf_inputs(arr)
     entitlement = np.zeros((n, k))

@@ -1,11 +1,11 @@
-"""Policy `hdrf` as epochs of exact functions, one per kind used up (path 2 of `hdrf.py`).
+"""Policy `hdrf` as epochs of exact functions, one per kind used up or limit reached (path 2).
 
 Until a kind is used up, the filling is one walk up every row's function of its key
 (`hdrf_curves.py`: `dominant`'s, with runs taken in `hdrf`'s order, part-way if need be). When the
 tree's capacity of a kind is all given, `hdrf` stops the jobs short of their demand that need it;
 from then on each holds what it has. So the filling goes on along functions built again from
-the state reached, with those jobs as constants ("an epoch"), to the next kind used up: one
-epoch per kind used up, so at most one more than the kinds, each cheaper than the one before.
+the state reached, with those jobs as constants ("an epoch"), to the next kind used up: with no
+limit reached, one epoch per kind used up, each cheaper than the one before.
 
 A pool's limit stops only its jobs that need the kind; the functions, cut where a pool leaves
 its limit (as `dominant`'s are: the whole pool stops), are `hdrf`'s only up to the first such
