@@ -56,6 +56,7 @@ from events.commands import (
     TreeList,
 )
 from projections.store import ProjectionStore
+from services.common import metrics
 from services.common.folding import (
     SnapshotPolicy,
     anchor_of,
@@ -270,6 +271,8 @@ class TreeService:
                 rejections = await self.fold(batch, decoded if self.store is not None else None)
             if rejections:
                 await self.log.append(rejections)
+        watched = metrics.status(SERVICE)  # what the metrics read: the position consumed, every subject
+        watched.folded, watched.events = max(watched.folded, batch[-1].seq if batch else 0), watched.events + len(batch)
         return decoded
 
     # --- commands ---------------------------------------------------------------------------
@@ -324,10 +327,14 @@ class TreeService:
                 raise StaleWrite(subject, self.subject_seq.get(subject, 0), "duplicate: already written")
             seq = appended.seq
             self.subject_seq[subject] = appended.seq
+        metrics.status(SERVICE).decisions += len(decision.events)
         return seq
 
     async def _refuse(self, input_type: str, text: str, refused: Refused) -> Reply:
-        await self.log.append([rejection(refused, input_type, text, self.position, self.now)])
+        record = rejection(refused, input_type, text, self.position, self.now)
+        await self.log.append([record])
+        if metrics.RECORDING:
+            metrics.published(SERVICE, [record], None)
         return Reply(ok=False, error=refused.error())
 
     async def handle_raw(self, op: str, data: bytes) -> Reply:
@@ -373,6 +380,8 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
             await svc.restore()
             await svc.catch_up()
         start = svc.position if store is None else min(svc.position, store.lowest_checkpoint)
+        watched = metrics.status(SERVICE)
+        watched.folder, watched.folded = svc, max(watched.folded, svc.position)
         async with anyio.create_task_group() as tg:
             svc.tg = tg
             # every subject: the event_log projection is the whole log (the fold skips the others)

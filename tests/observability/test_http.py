@@ -61,6 +61,7 @@ def test_up_serves_every_service_on_one_port(tmp_path: Path) -> None:
         assert f"poolwise: up http on 127.0.0.1:{port}" in up.stderr
         assert up.cli("host", "add", "h1", "--resources", "cpu=100,memory=1000").code == 0
         assert up.cli("pool", "create", "/A", "--reservation", "cpu=60", "--limit", "cpu=100").code == 0
+        assert up.cli("pool", "create", "/A/X", "--reservation", "cpu=80").code == 2  # more than /A reserves
         done = up.cli("submit", "--gang", "g1", "--pool", "/A", "--tasks", "4", "--resources", "cpu=5",
                       "--wait", "20")
         assert done.code == 0 and "admitted" in done.out, done
@@ -82,7 +83,10 @@ def test_up_serves_every_service_on_one_port(tmp_path: Path) -> None:
             assert sample(page, "poolwise_lease_held", service=service) == 1.0
             assert sample(page, "poolwise_up_child_scraped", service=service) == 1.0
             assert (sample(page, "poolwise_process_resident_memory_bytes", service=service) or 0) > 1e7
-        for service in ("admission", "preemption"):
+        refused = re.findall(r'^poolwise_inputs_rejected_total\{rule="\w+",service="tree",tree="default"\} (\S+)$',
+                             page, re.MULTILINE)
+        assert refused == ["1.0"], refused  # the tree service's refusal of /A/X, under its rule
+        for service in ("tree", "admission", "preemption"):
             lag = sample(page, "poolwise_consumer_lag_events", service=service)
             assert lag is not None and lag >= 0
         assert len(re.findall(r"^# TYPE poolwise_pool_entitlement ", page, re.MULTILINE)) == 1  # merged
