@@ -12,8 +12,9 @@ Two halves, so that the pipeline pays next to nothing:
 - **Reading** (at scrape time): `install` makes an OpenTelemetry `MeterProvider` whose observable
   instruments read those numbers, and the folds' own state (`services.admission.domain.views.
   pool_numbers`, the ledgers, queues and entitlements admission keeps, preemption's starvation
-  memory), when a reader collects: the Prometheus exporter's (`Metrics.render`, served on
-  `/metrics` by `services.common.health_http`), an OTLP exporter's when
+  memory), when a reader collects: the Prometheus exporter's (`Metrics.render_async`, served on
+  `/metrics` by `services.common.health_http`: the folds read on the event loop, the page made on a
+  worker thread), an OTLP exporter's when
   `OTEL_EXPORTER_OTLP_ENDPOINT` is set, or a test's in-memory reader. Nothing is computed a second
   time; what is summed up the tree is summed by the same function `poolwise explain` and the
   scenario reports use.
