@@ -142,3 +142,21 @@ def test_path_2_gives_what_the_filling_gives_where_pools_limits_are_reached(tree
     (when it takes them: not when the first limit is reached inside a pool's run at key 0) gives
     the filling's numbers and stops, the places of the limits included."""
     assert_same_as_the_filling(tree)
+
+
+@pytest.mark.parametrize(("pools", "seed", "factor", "limit"), [(100, 0, 0.15, 0.05), (100, 1, 0.15, 0.1)])
+def test_limits_reached_on_bench_trees(pools: int, seed: int, factor: float, limit: float,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's trees, capacity cut, jobs needing some kinds, each top-level pool limited to
+    `limit` of the capacity in every kind: the limits are reached one after the other (5-10
+    places), path 2 takes them and gives the filling's numbers and stops."""
+    from bench.entitlement import _some_kinds, random_tree
+
+    monkeypatch.setattr(hdrf_module, "MAX_WORK", 10**9)
+    base = random_tree(pools, seed=seed, policy="dominant")
+    cap = {k: v * factor for k, v in base.capacity.items()}
+    limited = tuple(dataclasses.replace(p, limit={k: cap[k] * limit for k in cap}) if p.path.count("/") == 1 else p
+                    for p in base.pools)
+    tree = _some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
+    assert_same_as_the_filling(tree, taken=True)
+    assert len({s.at for stops in hdrf_entitlements(build_arrays(tree)).stops.values() for s in stops} - {"/"}) >= 5
