@@ -97,7 +97,8 @@ async def test_pool_series_are_the_folds_numbers(jetstream_log: JetStreamLog, na
                     got = points(reader)
                     admitted = got.get("poolwise_gangs_admitted", {})
                     starvation = got.get("poolwise_pool_starvation_status", {})
-                    if sum(admitted.values()) == 2 and got.get("poolwise_inputs_rejected") and len(starvation) == 2:
+                    if sum(admitted.values()) == 2 and got.get("poolwise_inputs_rejected") and len(starvation) == 2 \
+                            and got.get("poolwise_consumer_lag_events"):  # (and the log's end asked of NATS)
                         break
                     await anyio.sleep(0.1)
             await anyio.sleep(metrics.CACHE_SECONDS + 0.1)  # the pools' reading of that collection may predate them
