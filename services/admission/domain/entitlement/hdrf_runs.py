@@ -79,19 +79,24 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
         # the jobs short of their demand that need a kind used up where they are stop, at the
         # first such place from the root down (at the start: a pool's limit of 0)
         used = share >= box - FULL
-        first = np.where(used, np.arange(n)[:, None], NOWHERE)
-        for lv in arr.levels:
-            above = first[arr.parent[lv.start : lv.stop]]
-            first[lv.start : lv.stop] = np.where(above != NOWHERE, above, first[lv.start : lv.stop])
-        place = first[drf.job_row]  # (jobs, kinds)
-        rank = np.where(needs & (place != NOWHERE), depth[np.maximum(place, 0)] * dims + np.arange(dims), NOWHERE)
-        stopped = open_ & (rank != NOWHERE).any(axis=1)
-        if not stopped.any() and not newly:
+        js = np.flatnonzero(open_)
+        if used[1:].any():
+            first = np.where(used, np.arange(n)[:, None], NOWHERE)
+            for lv in arr.levels:
+                above = first[arr.parent[lv.start : lv.stop]]
+                first[lv.start : lv.stop] = np.where(above != NOWHERE, above, first[lv.start : lv.stop])
+            place = first[drf.job_row[js]]  # (open jobs, kinds)
+        else:  # only the tree's capacity (the common case: one row to look at)
+            place = np.broadcast_to(np.where(used[0], 0, NOWHERE), (js.size, dims))
+        rank = np.where(needs[js] & (place != NOWHERE), depth[np.maximum(place, 0)] * dims + np.arange(dims), NOWHERE)
+        caught = (rank != NOWHERE).any(axis=1)
+        if not caught.any() and not newly:
             return None  # nobody stopped, and no limit newly reached: a guard
         kind = np.argmin(np.where(rank == NOWHERE, np.iinfo(np.intp).max, rank), axis=1)
-        cause[stopped] = kind[stopped]
-        cause_row[stopped] = place[np.flatnonzero(stopped), kind[stopped]]
-        open_ &= ~stopped
+        stopped = js[caught]
+        cause[stopped] = kind[caught]
+        cause_row[stopped] = place[np.flatnonzero(caught), kind[caught]]
+        open_[stopped] = False
         if not open_.any():
             return Runs(np.where(idle, 0.0, given), cause, cause_row, share, epoch)
         c = curves(arr, drf, job_share, state, given, open_)
