@@ -81,28 +81,28 @@ from __future__ import annotations
 import json
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Literal, get_args
 
-from events import DecodeError, Envelope, InputRejected, decode_all, encode, read_envelope, read_pack
+from events import DecodeError, Envelope, Event, InputRejected, decode, decode_all, encode, read_envelope, read_pack
 from events.codec import pack_parts
 from events.commands import COMMANDS
 from events.envelope import DecisionEvent
 from events.subjects import PREFIX
+from events.views import VIEWS
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
-from services.common.folding import Folder, gc_paused
+from services.common.folding import Folder, gc_paused, rejection_of_fault, rejection_of_malformed
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
 from services.preemption.folder import PreemptionFolder
-from services.replay.decoding import Decoded, fold_service
 from services.replay.shared import SharedFolds
 from services.tree.domain.decide import Refused
 from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
@@ -414,6 +414,79 @@ class _Record:
     raw: bytes
 
 
+_VIEWED: frozenset[bytes] = frozenset(model.__name__.encode() for model in VIEWS if issubclass(model, Event))
+_TYPE_AT = b'"event":{"type":"'  # where `events.encode` writes an event's type
+
+
+def _read_one(data: bytes) -> Envelope:
+    """`events.read_envelope(data, tasks=True)` (views of task reports too: every reader of what
+    it gives asks `event_class`), without its attempt at a view for a type that has none (it falls
+    back to `decode` then, after the attempt)."""
+    at = data.find(_TYPE_AT)
+    if at >= 0:
+        start = at + len(_TYPE_AT)
+        if data[start:data.find(b'"', start)] not in _VIEWED:
+            return decode(data)
+    return read_envelope(data, True)
+
+
+class _Decoded:
+    """One piece's messages, each decoded once (as the live services decode: views of the gang
+    events and of task reports, pydantic's models of the rest), handed to every folder (admission
+    and preemption through `_fold_service`, the tree through `TreeView.fold`'s `read`)."""
+
+    __slots__ = ("found",)
+
+    def __init__(self) -> None:
+        self.found: dict[int, list[Envelope] | DecodeError] = {}
+
+    def put(self, stored: Stored) -> list[Envelope] | DecodeError:
+        try:
+            result: list[Envelope] | DecodeError = decode_all(stored.data, _read_one, read_pack)
+        except DecodeError as error:
+            result = error
+        self.found[id(stored.data)] = result
+        return result
+
+    def of(self, stored: Stored) -> list[Envelope]:
+        found = self.found[id(stored.data)]
+        if isinstance(found, DecodeError):
+            raise found
+        return found
+
+
+def _fold_service(folder: Folder, piece: Sequence[Stored], decoded: _Decoded, after: int,
+                  wants: Callable[[str], bool]) -> list[Envelope]:
+    """`fold_batch(folder, [s for s in piece if wants(s.subject)], after, ...)`'s decisions, on the
+    messages decoded once: the same steps (a message's events in order, `last` on its last), the
+    same refusals (a malformed message on a subject the folder owns; an event whose step raises:
+    `internal_error`), without `decode_all` again per message and folder."""
+    out: list[Envelope] = []
+    step, owns, service, found = folder.step, folder.owns, folder.service, decoded.found
+    for stored in piece:
+        seq = stored.seq
+        if seq <= after or not wants(stored.subject):
+            continue
+        envelopes = found[id(stored.data)]
+        if isinstance(envelopes, DecodeError):
+            if owns(stored.subject):
+                out.append(rejection_of_malformed(service, stored, envelopes, folder.now))
+            continue
+        if len(envelopes) == 1:
+            try:
+                out += step(envelopes[0], seq, 0, True)
+            except Exception as error:  # a poison input: refused, and the fold goes on (as `fold_batch`)
+                out.append(rejection_of_fault(service, envelopes[0], seq, 0, error, folder.now))
+            continue
+        end = len(envelopes) - 1
+        for part, envelope in enumerate(envelopes):
+            try:
+                out += step(envelope, seq, part, part == end)
+            except Exception as error:
+                out.append(rejection_of_fault(service, envelope, seq, part, error, folder.now))
+    return out
+
+
 def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot]) -> bool:
     """Whether a `Verifier(shared=True)` folds admission's state once for both services: from the
     start (no snapshot of either), the whole log, every tree. Otherwise (and when asked for
@@ -432,7 +505,7 @@ class Verifier:
 
     def __init__(self, refusals: Iterable[Refusal] = (), *, tree: str | None = None,
                  to_seq: int | None = None, snapshots: Iterable[Snapshot] = (),
-                 from_seq: int | None = None, shared: bool = False, derived_elsewhere: bool = False) -> None:
+                 from_seq: int | None = None, shared: bool = False) -> None:
         self.report = Report(tree=tree, to_seq=to_seq, from_seq=from_seq)
         self.tree = tree
         self.to_seq = to_seq
@@ -452,12 +525,6 @@ class Verifier:
         if from_seq is not None:
             self.report.starts = {name: self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)}
         self.report.shared = self.shared is not None
-        # `derived_elsewhere`: admission's and preemption's decisions are re-derived by a
-        # `Derivation` (derive.py, another process) and handed in with `add_made`; this one
-        # decodes, folds the tree, judges the refusals and matches
-        self.elsewhere = derived_elsewhere and self.shared is not None
-        if self.elsewhere:
-            self.shared = None
         tree_start = self.starts.get(TREE, 0)
         self.refusals = sorted((r for r in refusals if (to_seq is None or r.seq <= to_seq)
                                 and (r.envelope.basis or 0) >= tree_start),  # (before: not judged, `_unchecked`)
@@ -522,10 +589,8 @@ class Verifier:
 
     # -- feeding
 
-    def feed(self, piece: Sequence[Stored], made: Iterable[Made] = ()) -> None:
-        """The next messages of the log, in order (any number; a position read twice is skipped).
-        `made`: with `derived_elsewhere`, admission's and preemption's decisions of this piece, in
-        the order made (taken where this would have made them: the same report)."""
+    def feed(self, piece: Sequence[Stored]) -> None:
+        """The next messages of the log, in order (any number; a position read twice is skipped)."""
         if piece and piece[0].seq <= self.position:
             piece = [s for s in piece if s.seq > self.position]
         if not piece:
@@ -539,11 +604,11 @@ class Verifier:
             self._look_past(tail)
             return
         with gc_paused():
-            self._fold(piece, made)
+            self._fold(piece)
 
-    def _fold(self, piece: Sequence[Stored], made: Iterable[Made] = ()) -> None:
+    def _fold(self, piece: Sequence[Stored]) -> None:
         report = self.report
-        decoded = Decoded()
+        decoded = _Decoded()
         for stored in piece:
             result = decoded.put(stored)
             if isinstance(result, DecodeError):
@@ -553,11 +618,8 @@ class Verifier:
         report.messages += len(piece)
         after = self.position
         # 1. re-derive: each service folds the piece (decisions made before their records are read)
-        if self.elsewhere:
-            for elsewhere in made:
-                self.add_made(elsewhere)
-        elif self.shared is not None:
-            for decision in fold_service(self.shared, piece, decoded, after, self._admission_wants):
+        if self.shared is not None:
+            for decision in _fold_service(self.shared, piece, decoded, after, self._admission_wants):
                 self._derive(decision)
             for decision in self.shared.take():
                 self._derive(decision)
@@ -565,7 +627,7 @@ class Verifier:
             for folder, wants in ((self.admission, self._admission_wants),
                                   (self.preemption, self._preemption_wants)):
                 start = max(after, self.starts.get(folder.service, 0))
-                for decision in fold_service(folder, piece, decoded, start, wants):
+                for decision in _fold_service(folder, piece, decoded, start, wants):
                     self._derive(decision)
         self._fold_tree(piece, decoded)
         # 2. compare what the piece records
@@ -586,7 +648,7 @@ class Verifier:
         self.position = piece[-1].seq
         report.last_seq = report.read_to = self.position
 
-    def _fold_tree(self, piece: Sequence[Stored], decoded: Decoded) -> None:
+    def _fold_tree(self, piece: Sequence[Stored], decoded: _Decoded) -> None:
         """The tree's view folded through the piece; each refusal judged before the first message
         beyond its basis is folded (on the tree as of its basis)."""
         view = self.view

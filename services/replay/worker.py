@@ -7,18 +7,11 @@ the parent sends it the command refusals, then each piece as it is read, and tak
 each piece its position (progress; `done` with `to_seq`), and at the end the `Report`. A piece is
 sent from a worker thread, so the next ones are read meanwhile; the child holds one piece at a
 time, the pipe and the parent at most two more.
-
-A replay of the whole log from the start (`shares`) has a third process: admission's and
-preemption's fold (`Derivation`, derive.py: two thirds of the verifier's work) runs in one, fed
-the same pieces (pickled once, sent to both), and sends each piece's decisions straight to the
-verifier's process, which decodes, folds the tree, judges the refusals and matches. On two cores
-the fold takes one and the reader and the matching share the other.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import pickle
 import time
 import traceback
 from collections.abc import Sequence
@@ -30,8 +23,7 @@ import anyio
 
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import Snapshot
-from services.replay.derive import Derivation
-from services.replay.verify import Made, Report, Verifier, command_refusals, shares
+from services.replay.verify import Report, Verifier, command_refusals
 
 Row = tuple[int, str, bytes, str | None]  # a Stored as sent (plain values pickle fastest)
 
@@ -52,52 +44,28 @@ def _stored(rows: list[Row]) -> list[Stored]:
     return [Stored(*row) for row in rows]
 
 
-def child(inbox: Connection, outbox: Connection, made: Connection | None = None) -> None:
-    """The verifier's whole life: ("start", refusals, tree, to_seq, snapshots, from_seq, shared), then ("piece",
+def child(inbox: Connection, outbox: Connection) -> None:
+    """The child's whole life: ("start", refusals, tree, to_seq, snapshots, from_seq, shared), then ("piece",
     rows)..., then ("finish",). Answers ("fed", Status) per piece, ("report", Report) at the end, or
-    ("error", text). With `made` (the derivation's process, `deriver`), admission's and preemption's
-    decisions are not re-derived here: each piece's come from `made` (the derivation works on the
-    next piece while this one is matched)."""
+    ("error", text)."""
     try:
         _, refusals, tree, to_seq, snapshots, from_seq, shared = inbox.recv()
         verifier = Verifier(command_refusals(_stored(refusals)), tree=tree, to_seq=to_seq, snapshots=snapshots,
-                            from_seq=from_seq, shared=shared, derived_elsewhere=made is not None)
+                            from_seq=from_seq, shared=shared)
         del snapshots
         while True:
             message = inbox.recv()
             if message[0] == "piece":
-                decisions: list[Made] = []
-                if made is not None:  # (made while this process worked on the piece before)
-                    kind, rows = made.recv()
-                    if kind == "error":
-                        raise ChildFailed(f"the derivation's process failed:\n{rows}")
-                    decisions = [Made(*row) for row in rows]
-                verifier.feed(_stored(message[1]), decisions)
+                verifier.feed(_stored(message[1]))
                 report = verifier.report
                 outbox.send(("fed", Status(verifier.position, report.messages, report.events, verifier.done)))
             else:
                 outbox.send(("report", verifier.finish()))
                 return
-    except EOFError:  # the parent (or the derivation's process) went away
+    except EOFError:  # the parent went away
         return
     except BaseException:
         outbox.send(("error", traceback.format_exc()))
-
-
-def deriver(inbox: Connection, made: Connection) -> None:
-    """The derivation's whole life: ("piece", rows)..., then ("finish",); sends ("made", rows of
-    `Made`) per piece to the verifier's process (`child`), or ("error", text)."""
-    try:
-        derivation = Derivation()
-        while True:
-            message = inbox.recv()
-            if message[0] != "piece":
-                return
-            made.send(("made", derivation.feed(_stored(message[1]))))
-    except EOFError:
-        return
-    except BaseException:
-        made.send(("error", traceback.format_exc()))
 
 
 class ChildFailed(Exception):
@@ -105,51 +73,28 @@ class ChildFailed(Exception):
 
 
 class _Child:
-    """The verifier's process; with `split`, the derivation's process too (fed the same pieces,
-    pickled once), which hands each piece's decisions straight to the verifier's."""
-
-    def __init__(self, split: bool = False) -> None:
+    def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.inbox_r, self.inbox_w = context.Pipe(duplex=False)
         self.outbox_r, self.outbox_w = context.Pipe(duplex=False)
-        made_r, made_w = context.Pipe(duplex=False) if split else (None, None)
-        self.process = context.Process(target=child, args=(self.inbox_r, self.outbox_w, made_r),
-                                       name="poolwise-replay", daemon=True)
-        self.processes = [self.process]
-        self.ours = [self.inbox_w, self.outbox_r]  # the ends this process keeps
-        self.theirs = [self.inbox_r, self.outbox_w]  # closed here once the children have them
-        self.inboxes = [self.inbox_w]
-        if made_r is not None and made_w is not None:
-            derive_r, derive_w = context.Pipe(duplex=False)
-            self.processes.insert(0, context.Process(target=deriver, args=(derive_r, made_w),
-                                                     name="poolwise-replay-derive", daemon=True))
-            self.ours.append(derive_w)
-            self.theirs += [derive_r, made_r, made_w]
-            self.inboxes.insert(0, derive_w)  # (fed first: it has the larger share of the work)
+        self.process = context.Process(target=child, args=(self.inbox_r, self.outbox_w), name="poolwise-replay",
+                                       daemon=True)
         self.status = Status()
 
     def start(self) -> None:
-        for process in self.processes:
-            process.start()
-        for end in self.theirs:
-            end.close()
+        self.process.start()
+        self.inbox_r.close()
+        self.outbox_w.close()
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.is_alive():
-                process.kill()
-            process.join()
-        for end in self.ours:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        for end in (self.inbox_w, self.outbox_r):
             end.close()
 
     def send(self, message: Any) -> None:
-        """To the verifier; a piece or the end to the derivation too."""
-        if len(self.inboxes) == 1 or message[0] == "start":
-            self.inbox_w.send(message)
-            return
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        for inbox in self.inboxes:
-            inbox.send_bytes(data)
+        self.inbox_w.send(message)
 
     def take(self, block: bool) -> Any:
         """The child's next answer (None when not `block` and there is none yet)."""
@@ -174,8 +119,7 @@ async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int,
     from services.replay.reader import Progress
 
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
-    # admission's state folded once for both services (`shared`): in a process of its own
-    worker = _Child(split=shared and shares(tree=tree, to_seq=to_seq, snapshots=snapshots))
+    worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
     try:
         await anyio.to_thread.run_sync(worker.send, ("start", _rows(refusals), tree, to_seq, list(snapshots), from_seq,

@@ -17,9 +17,8 @@ from events.commands import PoolUpsert
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.replay import DECISION_TYPES, Report, verify
-from services.replay.derive import Derivation
 from services.replay.reader import verify_log
-from services.replay.verify import Made, Verifier, about, command_refusals
+from services.replay.verify import Verifier, about, command_refusals
 from services.tree.service import TreeService
 from tests.replay import reference
 from tests.replay.biglog import build
@@ -467,27 +466,3 @@ def test_shared_folds_refuse_a_poison_input_as_both_services_did(poisoned_enqueu
     report = streamed(messages, 2, shared=True)
     assert report.shared and report.ok, [f.line() for f in report.findings]
     assert report.counts["InputRejected"].matched == 2
-
-
-def split(messages: list[Stored], chunk: int) -> Report:
-    """`streamed(messages, chunk, shared=True)` with the fold apart (`Derivation`, as the reader runs
-    it in a process of its own): each piece's decisions handed in with the piece."""
-    derivation = Derivation()
-    verifier = Verifier(command_refusals(messages), shared=True, derived_elsewhere=True)
-    for start in range(0, len(messages), chunk):
-        piece = messages[start:start + chunk]
-        verifier.feed(piece, [Made(*row) for row in derivation.feed(piece)])
-    return verifier.finish()
-
-
-def test_the_fold_apart_gives_the_shared_folds_report(logs: dict[str, list[Stored]]) -> None:
-    """Clean, tampered (either service's decisions) or poisoned: the same report, findings and all."""
-    tampered = [(name, variant, messages) for name, messages in logs.items()
-                for variant, (_, messages) in preemption_tampered(messages).items()]
-    checked = 0
-    for name, variant, messages in [*cases(logs), *tampered]:
-        together = streamed(messages, 4, shared=True)
-        apart = split(messages, 4)
-        assert apart.shared and summary(apart) == summary(together), (name, variant)
-        checked += not together.ok
-    assert checked >= 6  # (findings were compared, not only clean reports)
