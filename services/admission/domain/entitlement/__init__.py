@@ -73,9 +73,10 @@ API
 
 Modules: `per_resource` (requirement and Peloton's three phases), `dominant` (exact
 piecewise-linear vector fair share), `hdrf` (`dominant` where a job stops only when a kind it
-needs is used up: exact, event by event, with its worked GPU example), `slack`, `waterfill`
-(weighted max-min, scalar and segmented), `arrays` (the tree as flat per-depth arrays),
-`compute` (the entry points).
+needs is used up, with its worked GPU example: exact, in epochs of `dominant`-like functions that
+can stop part-way up a jump, `hdrf_curves` and `hdrf_runs`, and event by event where those do not
+apply), `slack`, `waterfill` (weighted max-min, scalar and segmented), `arrays` (the tree as flat
+per-depth arrays), `compute` (the entry points).
 """
 
 from services.admission.domain.entitlement.compute import EntitlementEngine, compute_entitlements
