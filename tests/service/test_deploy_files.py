@@ -60,6 +60,9 @@ def test_compose_runs_the_cluster_files_and_the_services() -> None:
     for name in ("tree", "admission", "preemption"):
         assert services[name]["command"] == ["serve", name, "--replicas", "3"]
         assert services[name]["env_file"] == ["service.env"]
+        # each container serves its health on 8080, asked by its healthcheck
+        assert services[name]["environment"]["POOLWISE_HTTP_PORT"] == "8080"
+        assert "http://127.0.0.1:8080/readyz" in services[name]["healthcheck"]["test"][-1]
     # the examples hold placeholders only, and the real copies are kept out of git
     for name in ("nats", "service", "operator"):
         values = [line.split("=", 1)[1] for line in (DOCKER / f"{name}.env.example").read_text().splitlines()
@@ -81,10 +84,30 @@ def test_the_kubernetes_examples_parse_and_run_the_cluster_files() -> None:
                                 env={"HOSTNAME": f"nats-{ordinal}"}, capture_output=True, text=True, check=True)
         path = Path(picked.stdout.strip())
         assert path.name == f"cluster-n{ordinal + 1}.conf" and (ROOT / "deploy" / "nats" / path.name).is_file()
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "poolwise")["data"]
     for d in docs:
         if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"].startswith("poolwise-"):
             service = d["metadata"]["name"].removeprefix("poolwise-")
-            assert d["spec"]["template"]["spec"]["containers"][0]["args"] == ["serve", service, "--replicas", "3"]
+            container = d["spec"]["template"]["spec"]["containers"][0]
+            assert container["args"] == ["serve", service, "--replicas", "3"]
+            # the probes ask the health routes on the port the ConfigMap makes the service serve
+            assert container["ports"] == [{"name": "http", "containerPort": int(config["POOLWISE_HTTP_PORT"])}]
+            assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+            assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+            annotations = d["spec"]["template"]["metadata"]["annotations"]
+            assert annotations["prometheus.io/port"] == config["POOLWISE_HTTP_PORT"]
+    assert config["POOLWISE_HTTP_HOST"] == "0.0.0.0"  # the kubelet probes the pod's address, not its loopback
+
+
+def test_the_systemd_units_serve_health_on_ports_of_their_own() -> None:
+    ports = []
+    for name in ("tree", "admission", "preemption"):
+        unit = (ROOT / "deploy" / "systemd" / f"poolwise-{name}.service").read_text()
+        command = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+        found = re.search(r"--http-port (\d+)", command)
+        assert found is not None, command
+        ports.append(int(found.group(1)))
+    assert len(set(ports)) == 3  # three services on one machine: three ports
 
 
 def _bcrypt(password: str) -> str:
