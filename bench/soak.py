@@ -74,7 +74,8 @@ from events.commands import Reply
 from events.config import GangTimeoutOptions
 from events.subjects import STREAM, command, decision
 from services.admission.commands import ExplainQuery
-from services.common.jetstream import JetStreamLog, new_client
+from services.common.jetstream import JetStreamLog
+from services.common.nats_client import new_client
 from services.common.natsserver import EmbeddedNats
 from services.common.supervisor import PARENT_ENV
 from services.submitter import Submitter

@@ -42,7 +42,8 @@ from nats.aio.msg import Msg
 from bench.workload import Workload, envelope, gang_events
 from events.codec import pack_parts
 from events.subjects import STREAM, clock, command, decision
-from services.common.jetstream import JetStreamLog, new_client
+from services.common.jetstream import JetStreamLog
+from services.common.nats_client import new_client
 
 _DECIDED = re.compile(rb'"type":"(GangAdmitted|GangMovedToQueue)"')
 _GANG = re.compile(rb'"gang":"([^"]+)"')

@@ -37,7 +37,7 @@ from typing import IO, Any
 
 import anyio
 
-from services.cli.args import InputError
+from services.common.input_error import InputError
 from services.common.jetstream import JetStreamLog
 from services.common.leadership import (
     BUCKET,

@@ -58,3 +58,12 @@ def test_purity_check_can_fail(tmp_path: Path) -> None:
 
 def _violations_outside(path: Path) -> list[str]:
     return [n for n in _imports(path) if any(n == f or n.startswith(f + ".") for f in FORBIDDEN_IN_DOMAIN)]
+
+
+def test_nothing_below_the_cli_imports_it() -> None:
+    """The CLI is the top layer: services, projections and events never import it (an error type
+    they raise lives below it: services/common/input_error.py)."""
+    files = sorted(p for top in ("services", "projections", "events") for p in (REPO / top).rglob("*.py")
+                   if "cli" not in p.relative_to(REPO).parts)
+    assert len(files) > 100
+    assert _violations(files, {"services.cli"}) == []

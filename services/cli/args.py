@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import re
 
-
-class InputError(Exception):
-    """Bad input from a person: printed as one line, exit code 2, never a traceback."""
+# (re-exported: InputError lives below the CLI, where the launcher raises it too)
+from services.common.input_error import InputError as InputError
 
 
 class ServiceError(Exception):

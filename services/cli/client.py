@@ -43,7 +43,7 @@ async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quie
     except ConnectionError as exc:
         raise InputError(str(exc)) from None
     if reading:  # the log's fast paths (services/common/protocol.py): ~half the reader's CPU
-        from services.common.jetstream import new_client
+        from services.common.nats_client import new_client
 
         nc = new_client()
     else:

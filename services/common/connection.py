@@ -37,7 +37,7 @@ import anyio
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 
-from services.common.jetstream import new_client
+from services.common.nats_client import new_client
 
 log = logging.getLogger("poolwise.nats")
 

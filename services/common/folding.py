@@ -273,7 +273,7 @@ class Warm:
             for decision in result.decisions:
                 made[decision.id] = decision
             if made:
-                for seen in _ids_in(piece):
+                for seen in ids_in(piece):
                     made.pop(seen, None)
         return self.folded
 
@@ -406,7 +406,7 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
         raise
 
 
-def _ids_in(piece: Sequence[Stored]) -> Iterator[str]:
+def ids_in(piece: Sequence[Stored]) -> Iterator[str]:
     """The event ids of every message: its message id (`Nats-Msg-Id`), and the ids of a pack's
     events (a pack's message id is not theirs); a message stored without one (an adapter that
     keeps none) is read for them."""

@@ -39,7 +39,6 @@ from functools import partial
 from itertools import count
 from typing import Any, TypeVar
 
-import nats.aio.client as _nats_client
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, NoRespondersError, OutboundBufferLimitError
@@ -58,13 +57,19 @@ from nats.js.manager import JetStreamManager
 
 from events import Envelope, encode
 from events.subjects import PREFIX, STREAM, STREAM_SUBJECTS
+from services.common.connection import connect_nats
 from services.common.decodes import SHARED
 from services.common.log import Appended, AppendRefused, BatchHandler, StaleWrite, Stored
 from services.common.memlog import envelope_subject
+from services.common.nats_client import (
+    MSG_ID,
+    msg_id_of,
+    status_of,
+    subscribe_direct,
+    unsubscribe_direct,
+)
 from services.common.packs import outgoing
-from services.common.protocol import FastParser
 
-MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 WRONG_LAST_SEQUENCE = 10071
@@ -95,125 +100,7 @@ DELETE_SETTLE = 0.25  # seconds after deleting a stream before it may be created
 COMPRESSION = StoreCompression.S2  # of a file-stored stream's blocks (see ensure_stream)
 
 
-_PLAIN_HEADERS = b"NATS/1.0\r\n"  # a header block without an inline status
-_NATS_PARSES_EMAIL = getattr(_nats_client, "parse_email", None) is not None  # nats-py's optional parser
-
-
-def _header_lines(raw: bytes) -> dict[str, str]:
-    """nats-py's `Client._parse_header_lines`, the same result, without a generator per name."""
-    out: dict[str, str] = {}
-    for line in raw.split(b"\r\n"):
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
-            continue
-        if key and key.split() != [key]:  # whitespace inside the name: skipped, as nats-py does
-            continue
-        out[key] = value.strip().decode("utf-8", "replace")
-    return out
-
-
-DirectHandler = Callable[[bytes, bytes, bytes, bytes], Awaitable[None]]  # subject, reply, data, raw headers
-
-
-class _Client(NATS):
-    """nats-py's client, with two shortcuts for the messages the log itself receives in bulk:
-
-    - subscriptions registered with `direct(sid, handler)` (pull consumers' inboxes, the PubAck
-      inbox) get each message's raw parts straight from the protocol parser: no `Msg` object, no
-      header dictionary, no queue and no hop through the subscription's task (about a fifth of a
-      consuming service's time went there); the handler runs in the reading loop, so it only
-      files the message away;
-    - the plain header block every stream message carries (`Nats-Msg-Id`) is parsed with less
-      overhead where nats-py does parse it (anything else is nats-py's own code);
-    - the protocol itself is parsed by `FastParser` (services/common/protocol.py): nats-py's calls,
-      a fraction of its cost."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._direct: dict[int, DirectHandler] = {}
-        self._ps = FastParser(self)
-
-    def direct(self, sid: int, handler: DirectHandler) -> None:
-        self._direct[sid] = handler
-
-    def undirect(self, sid: int) -> None:
-        self._direct.pop(sid, None)
-
-    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        handler = self._direct.get(sid)
-        if handler is None or sid not in self._subs:  # not direct, or unsubscribed meanwhile
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        stats = self.stats
-        stats["in_msgs"] += 1
-        stats["in_bytes"] += len(data)
-        await handler(subject, reply, data, headers)
-
-    async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
-        if headers and not _NATS_PARSES_EMAIL and headers.startswith(_PLAIN_HEADERS):
-            return _header_lines(headers[len(_PLAIN_HEADERS):]) or None
-        found: dict[str, str] | None = await super()._process_headers(headers)
-        return found
-
-
-_MSG_ID_LINE = b"\r\nNats-Msg-Id:"
-
-
-def _msg_id_of(headers: bytes) -> str | None:
-    """`Nats-Msg-Id` of a raw header block, as nats-py would parse it."""
-    if not headers:
-        return None
-    at = headers.find(_MSG_ID_LINE)
-    if at < 0:
-        return _header_lines(headers.partition(b"\r\n")[2]).get(MSG_ID) if MSG_ID.encode() in headers else None
-    start = at + len(_MSG_ID_LINE)
-    end = headers.find(b"\r\n", start)
-    return headers[start: end if end >= 0 else len(headers)].strip().decode("utf-8", "replace")
-
-
-def _status_of(headers: bytes) -> tuple[str | None, str]:
-    """(status code, description) of a raw header block (`NATS/1.0 408 Request Timeout`)."""
-    first = headers.partition(b"\r\n")[0]
-    parts = first.split(b" ", 2)
-    if len(parts) < 2 or not parts[1]:
-        found = _header_lines(headers.partition(b"\r\n")[2])
-        return found.get("Status"), found.get("Description", "")
-    return parts[1].decode("ascii", "replace"), (parts[2].decode("utf-8", "replace") if len(parts) > 2 else "")
-
-
-async def _subscribe(nc: NATS, subject: str, handler: DirectHandler, fallback: Callable[[Msg], Awaitable[None]]) -> Any:
-    """Subscribe with `handler` on the direct path when the client has it (a `_Client`, or a
-    wrapper that passes its attributes through, such as a leadership term's connection), else
-    `fallback` (a plain nats-py callback)."""
-    direct = getattr(nc, "direct", None)
-    if callable(direct):
-        sub = await nc.subscribe(subject)
-        direct(sub._id, handler)
-        return sub
-    return await nc.subscribe(subject, cb=fallback)
-
-
-async def _unsubscribe(nc: NATS, sub: Any) -> None:
-    undirect = getattr(nc, "undirect", None)
-    if callable(undirect):
-        undirect(sub._id)
-    await sub.unsubscribe()
-
-
 CONNECT_WITHIN = 10.0  # seconds a service waits for NATS at start before it gives up with one line
-
-
-def new_client() -> NATS:
-    """A nats-py client with the log's shortcuts (`_Client`), not yet connected: for connections
-    that carry a log (services, the submitter SDK), so that its PubAcks and consumed messages take
-    the direct path."""
-    return _Client()
 
 
 class ConsumerLost(Exception):
@@ -310,11 +197,11 @@ class _Publisher:
             if not self._started:
                 self._prefix = self._nc.new_inbox() + "."
                 self._batch_prefix = self._prefix.rsplit(".", 2)[-2] + "-"
-                await _subscribe(self._nc, self._prefix + "*", self._on_raw_ack, self._on_ack)
+                await subscribe_direct(self._nc, self._prefix + "*", self._on_raw_ack, self._on_ack)
                 self._started = True
 
     async def _on_raw_ack(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        status = _status_of(headers)[0] if headers and not data else None
+        status = status_of(headers)[0] if headers and not data else None
         self._acked(subject.decode(), data, status)
 
     async def _on_ack(self, msg: Msg) -> None:
@@ -588,14 +475,14 @@ class _Puller:
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox() + "."
-        self._sub = await _subscribe(self._nc, self._inbox + "*", self._on_raw, self._on_msg)
+        self._sub = await subscribe_direct(self._nc, self._inbox + "*", self._on_raw, self._on_msg)
         await self._request()
 
     async def stop(self) -> None:
         if self._sub is not None:
             sub, self._sub = self._sub, None
             with contextlib.suppress(Exception):
-                await _unsubscribe(self._nc, sub)
+                await unsubscribe_direct(self._nc, sub)
 
     async def _request(self) -> None:
         if self._current or self._sub is None or len(self.items) >= self._window:
@@ -615,11 +502,11 @@ class _Puller:
     async def _on_raw(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         self._received += 1
         if reply:  # a message of the stream (pull consumers send statuses without a reply)
-            self._on_data(subject.decode(), reply.decode(), data, _msg_id_of(headers))
+            self._on_data(subject.decode(), reply.decode(), data, msg_id_of(headers))
             if not self._current:
                 await self._request()
             return
-        status, description = _status_of(headers) if headers else (None, "")
+        status, description = status_of(headers) if headers else (None, "")
         await self._on_status(subject.decode(), status, description)
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -752,8 +639,6 @@ class JetStreamLog:
         """Connect to NATS at `url` (the log closes the connection on `close()`): `ConnectionError`
         naming it if it cannot be reached `within` seconds; once connected, a lost connection is
         re-established for as long as it takes, quietly (`services.common.connection`)."""
-        from services.common.connection import connect_nats  # (it makes its client here)
-
         nc = await connect_nats(url, name=name, timeout=within)
         return cls(nc, owns_connection=True, **options)
 

@@ -36,7 +36,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from services.cli.args import InputError
+from services.common.input_error import InputError
 
 ENV = "POOLWISE_STREAM_REPLICAS"
 OPTION = "--replicas"

@@ -39,7 +39,7 @@ from nats.aio.client import Client as NATS
 
 from events import Envelope
 from events.subjects import NO_TREE
-from services.common.folding import _ids_in
+from services.common.folding import ids_in
 from services.common.jetstream import JetStreamLog
 from services.common.leadership import Connect, LeaseLost, new_holder_id
 from services.common.log import Appended, BatchHandler, Stored
@@ -126,7 +126,7 @@ class TreeGate(JetStreamLog):
         for stored in batch:
             tree = tree_of(stored.subject)
             if tree is not None and tree in pending:
-                for seen in _ids_in((stored,)):
+                for seen in ids_in((stored,)):
                     self._drop(seen, tree)
 
     async def consume(self, durable: str, subjects: Sequence[str], after_seq: int, handler: BatchHandler, *,

@@ -9,8 +9,9 @@ import random
 import pytest
 
 from events import PoolEntitlement
+from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import Ledger
-from services.admission.domain.state import TreeRuntime, _chain
+from services.admission.domain.state import TreeRuntime
 from services.admission.domain.vectors import add_into, exceeds
 from services.preemption.domain.passes import _over_any
 from services.preemption.domain.starvation import totals
@@ -30,7 +31,7 @@ def _ledger(rng: random.Random) -> Ledger:
 def _plain_totals(rt: TreeRuntime) -> dict[str, Ledger]:
     out: dict[str, Ledger] = {}
     for leaf, ledger in rt.ledgers.items():
-        for path in _chain(leaf):
+        for path in pool_chain(leaf):
             acc = out.get(path)
             if acc is None:
                 acc = out[path] = Ledger()

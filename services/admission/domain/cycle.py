@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec, as_model
+from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
-from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime, _chain
+from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime
 from services.admission.domain.trusted import gang_admitted
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, fits, fits_free, free, short_of
 from services.tree.domain.effective import EffectivePool, effective_pools
@@ -71,7 +72,7 @@ class Scratch:
         found = self.limits.get(leaf)
         if found is None:
             found = self.limits[leaf] = tuple(
-                (pool, view.max_running_jobs) for pool in _chain(leaf)
+                (pool, view.max_running_jobs) for pool in pool_chain(leaf)
                 if (view := pools.get(pool)) is not None and view.max_running_jobs is not None)
         return found
 
@@ -123,7 +124,7 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
             continue  # taken first, as a waiting job's
         verdict = judge(rt, gang, view, entitlement, pools, preemption_on, scratch)
         if verdict is None:  # 3. fits: admitted
-            _admit(rt, gang, name, pools, scratch, out)
+            admit(rt, gang, name, pools, scratch, out)
             continue
         if not verdict.movable:
             continue  # held by a job limit: waits without blocking the queue
@@ -153,7 +154,7 @@ def take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitlem
         verdict = judge(rt, gang, view, entitlements.get(gang.pool), pools, preemption_on, scratch)
         if verdict is None:
             assert gang.queue is not None
-            _admit(rt, gang, gang.queue, pools, scratch, out)
+            admit(rt, gang, gang.queue, pools, scratch, out)
         elif verdict.movable and _job_limits(rt, gang, pools, scratch) is None:
             scratch.keep_slots(rt, gang, pools)  # its turn has come; it waits for resources, not for a slot
 
@@ -299,8 +300,10 @@ def _move_target(gang: Gang, preemption_on: bool) -> str | None:
     return None
 
 
-def _admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePool], scratch: Scratch,
-           out: list[Outcome]) -> None:
+def admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePool], scratch: Scratch,
+          out: list[Outcome]) -> None:
+    """Admit `gang` on the cycle's scratch (what it holds, the job slots it takes) and say so in
+    `out` (explain's what-if admits on a scratch of its own)."""
     scratch.admitted.add(gang.id)
     scratch.ledger(rt, gang.pool).hold(gang, gang.resources, 1.0)
     for pool, _ in scratch.slot_limits(pools, gang.pool):

@@ -37,10 +37,11 @@ from events import (
     PreemptionRequested,
     event_class,
 )
+from services.admission.domain.chains import pool_chain
 from services.admission.domain.cycle import (
     Scratch,
     Verdict,
-    _admit,
+    admit,
     decide_cycle,
     in_order,
     judge,
@@ -62,7 +63,7 @@ from services.admission.domain.model import (
     WAITING,
     Gang,
 )
-from services.admission.domain.state import AdmissionState, TreeRuntime, _chain, is_forgotten
+from services.admission.domain.state import AdmissionState, TreeRuntime, is_forgotten
 from services.admission.domain.vectors import TOLERANCE, Vector, free, short_of
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import EffectivePool, capacity, effective_pools
@@ -314,7 +315,7 @@ def _pending(state: AdmissionState, rt: TreeRuntime, gang: Gang,
             continue
         key = (event.pool, CYCLE_ORDER.index(event.queue) if event.queue in CYCLE_ORDER else len(CYCLE_ORDER))
         if key < ours:
-            _admit(rt, other, event.queue, pools, scratch, [])
+            admit(rt, other, event.queue, pools, scratch, [])
 
     findings: list[Finding] = []
     if gang.id in admitted_ids:
@@ -350,11 +351,11 @@ def _verdicts(state: AdmissionState, rt: TreeRuntime, gang: Gang, view: Effectiv
         if other.id in scratch.admitted or other.id in moved:
             continue
         if other.id in admitted:
-            _admit(rt, other, queue_name, pools, scratch, [])
+            admit(rt, other, queue_name, pools, scratch, [])
             continue
         verdict = judge(rt, other, view, entitlement, pools, preemption_on, scratch)
         if verdict is None:  # fits on these numbers: taken as the cycle would take it
-            _admit(rt, other, queue_name, pools, scratch, [])
+            admit(rt, other, queue_name, pools, scratch, [])
         elif verdict.movable:
             blocker = (other, verdict)
             break
@@ -495,7 +496,7 @@ def _full_pools(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], sc
     """Every pool on the gang's path whose running-job limit leaves its job no slot (slots kept
     for jobs waiting longer count as taken, as in the cycle's check)."""
     found: list[Finding] = []
-    for path in _chain(gang.pool):
+    for path in pool_chain(gang.pool):
         running = scratch.jobs_running(rt, path)
         limit = pools[path].max_running_jobs if path in pools else None
         if limit is None or gang.job in running:

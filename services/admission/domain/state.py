@@ -54,6 +54,7 @@ from events import (
 )
 from events.decisions import fold_entitlements
 from services.admission.domain import rules
+from services.admission.domain.chains import pool_chain
 from services.admission.domain.facts import running_limit
 from services.admission.domain.model import (
     ADMITTED,
@@ -602,7 +603,7 @@ def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
     if memo is not None and memo[0] == len(rt.queues):
         limited = memo[1]
     else:
-        limited = any(limit(p) is not None for leaf in rt.queues for p in _chain(leaf))
+        limited = any(limit(p) is not None for leaf in rt.queues for p in pool_chain(leaf))
         config.cache[key] = (len(rt.queues), limited)
     if not limited:
         for gang_id in rt.slot_waiters:  # no running-job limit anywhere gangs wait (any more)
@@ -634,7 +635,7 @@ def _slot_wait(rt: TreeRuntime, gang: Gang, limit: Callable[[str], int | None]) 
     gang keeps its mark: first in line for the slot that freed)."""
     if gang.job in rt.running.get(gang.pool, {}):
         return None
-    for pool in _chain(gang.pool):
+    for pool in pool_chain(gang.pool):
         running = rt.running.get(pool, {})
         cap = limit(pool)
         if cap is not None and gang.job not in running and len(running) >= cap:
@@ -723,7 +724,7 @@ def _stopped_running(rt: TreeRuntime, gang: Gang) -> None:
 def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
     """Count the gang's job up or down in its pool and every ancestor (root excluded)."""
     job = gang.job
-    for pool in _CHAINS.get(gang.pool) or _chain(gang.pool):
+    for pool in pool_chain(gang.pool):
         jobs = table.get(pool)
         if jobs is None:
             jobs = table[pool] = {}
@@ -732,21 +733,6 @@ def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
             jobs[job] = value
         else:
             jobs.pop(job, None)
-
-
-def _chain(pool: str) -> tuple[str, ...]:
-    """The pool and its ancestors, nearest first, the root left out (memoised: a pure function of
-    the path, asked for several times per gang by the fold and the cycle)."""
-    found = _CHAINS.get(pool)
-    if found is None:
-        if len(_CHAINS) >= _CHAINS_KEPT:  # many ephemeral paths over time: start afresh
-            _CHAINS.clear()
-        found = _CHAINS[pool] = (pool, *[p for p in paths.ancestors(pool) if p != paths.ROOT])
-    return found
-
-
-_CHAINS: dict[str, tuple[str, ...]] = {}
-_CHAINS_KEPT = 65_536
 
 
 def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:

@@ -16,8 +16,9 @@ non-revocable ones). An event is decided whenever a pool's status changes; a new
 from __future__ import annotations
 
 from events import PoolStarvationChanged, StarvationStatus
+from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import Ledger
-from services.admission.domain.state import _CHAINS, TreeRuntime, _chain
+from services.admission.domain.state import TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector
 from services.preemption.domain.model import Starvation
 from services.tree.domain import paths
@@ -33,7 +34,7 @@ def totals(rt: TreeRuntime) -> dict[str, Ledger]:
     get_acc = out.get
     for leaf, ledger in rt.ledgers.items():
         allocation, slack, demand = ledger.allocation.items(), ledger.slack.items(), ledger.demand.items()
-        for path in _CHAINS.get(leaf) or _chain(leaf):  # the leaf and its ancestors, the root left out
+        for path in pool_chain(leaf):  # the leaf and its ancestors, the root left out
             acc = get_acc(path)
             if acc is None:
                 acc = out[path] = Ledger()
