@@ -40,7 +40,8 @@ from events.config import GangTimeoutOptions, PreemptionOptions
 from events.views import as_model
 from services.admission.domain.decide import run_cycles
 from services.admission.domain.model import Gang, Ledger, Task
-from services.admission.domain.state import AdmissionState, TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.state import AdmissionState
 
 TREE = "default"
 NO_JITTER = GangTimeoutOptions(default=30, limit=100, jitter=0)

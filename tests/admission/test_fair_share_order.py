@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from services.admission.domain.cycle import dominant_share, in_order
 from services.admission.domain.model import Gang
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
 from services.tree.domain.effective import EffectivePool
 
 CAPACITY = {"cpu": 100.0, "memory": 400.0}

@@ -38,7 +38,8 @@ from events import (
 from events.config import GangTimeoutOptions, PreemptionOptions
 from services.admission.domain.decide import decide_tree
 from services.admission.domain.model import TERMINAL, Gang, Ledger, Task
-from services.admission.domain.state import AdmissionState, TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.state import AdmissionState
 from services.preemption.domain.model import PassResult
 from services.preemption.domain.state import PreemptionState
 

@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 
 from events import PreemptionRequested, TaskStateChanged
 from services.admission.domain.model import ADMITTED, CYCLE_ORDER, PENDING, Gang, Ledger
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, exceeds, free, short_of
 from services.preemption.domain.holdings import copy_ledger, held_by, live_tasks
 from services.preemption.domain.model import PassResult, Preemption

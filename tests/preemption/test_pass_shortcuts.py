@@ -11,7 +11,7 @@ import pytest
 from events import PoolEntitlement
 from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import Ledger
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import add_into, exceeds
 from services.preemption.domain.passes import _over_any
 from services.preemption.domain.starvation import totals

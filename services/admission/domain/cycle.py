@@ -31,7 +31,8 @@ from operator import attrgetter
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec, as_model
 from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
-from services.admission.domain.state import AdmissionState, Outcome, TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.state import AdmissionState, Outcome
 from services.admission.domain.trusted import gang_admitted
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, fits, fits_free, free, short_of
 from services.tree.domain.effective import EffectivePool, effective_pools

@@ -28,7 +28,8 @@ from services.admission.domain.entitlement.model import (
 )
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.rounding import round_matrix
-from services.admission.domain.state import AdmissionState, TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.state import AdmissionState
 from services.admission.domain.trusted import entitlements_computed, pool_entitlement
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain.effective import capacity, effective_pools

@@ -63,7 +63,8 @@ from services.admission.domain.model import (
     WAITING,
     Gang,
 )
-from services.admission.domain.state import AdmissionState, TreeRuntime, is_forgotten
+from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.state import AdmissionState, is_forgotten
 from services.admission.domain.vectors import TOLERANCE, Vector, free, short_of
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import EffectivePool, capacity, effective_pools

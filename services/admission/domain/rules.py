@@ -6,18 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from events import GangEnqueued, TaskSpec, TaskStateChanged
 from services.admission.domain.facts import pool_facts
 from services.admission.domain.model import ADMITTED, PENDING, RANK, TERMINAL, WAITING, Gang, Task
+from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector, total
 from services.tree.domain.amounts import spell
 from services.tree.domain.placement import place_gang
 from services.tree.domain.state import TreeState
-
-if TYPE_CHECKING:
-    from services.admission.domain.state import TreeRuntime
 
 
 @dataclass(frozen=True, slots=True)

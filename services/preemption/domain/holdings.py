@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from services.admission.domain.model import TERMINAL, Gang, Ledger, Task
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import Vector, add_into
 from services.preemption.domain.admitted import AdmittedIndex
 

@@ -39,7 +39,7 @@ from services.admission.domain.cycle import (
 )
 from services.admission.domain.model import CYCLE_ORDER, Gang, Ledger
 from services.admission.domain.queues import fifo_key
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import Vector, add_into, free, short_of
 from services.preemption.domain.holdings import Holdings, copy_ledger, held_by, live_tasks, release
 from services.preemption.domain.model import GRACE_PERIOD, NON_SLACK, SLACK, Bucket, Preemption

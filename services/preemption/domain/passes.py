@@ -32,7 +32,8 @@ from collections.abc import Iterable
 
 from events import PoolEntitlement, PreemptionRequested
 from services.admission.domain.model import Gang, Ledger
-from services.admission.domain.state import AdmissionState, TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.state import AdmissionState
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, exceeds
 from services.preemption.domain.admitted import AdmittedIndex
 from services.preemption.domain.holdings import Holdings, held_by, live_tasks

@@ -18,7 +18,7 @@ from __future__ import annotations
 from events import PoolStarvationChanged, StarvationStatus
 from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import Ledger
-from services.admission.domain.state import TreeRuntime
+from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import TOLERANCE, Vector
 from services.preemption.domain.model import Starvation
 from services.tree.domain import paths
