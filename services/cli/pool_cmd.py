@@ -33,7 +33,7 @@ Ephemeral = Annotated[bool | None, Opt("--ephemeral-subpools/--no-ephemeral-subp
 PreemptLower = Annotated[bool | None, Opt("--preempt-lower-priority/--no-preempt-lower-priority",
                                           help="A blocked gang may preempt lower-priority tasks of the pool.")]
 Presets = Annotated[str | None, Opt("--presets", help="Tree presets applied first, comma-separated.")]
-ConfigFile = Annotated[str | None, Opt("--config-json", help="Options as JSON (keys of DOMAIN.md section 2).")]
+ConfigFile = Annotated[str | None, Opt("--config-json", help="Options as JSON (pool keys: docs/cluster-files.md).")]
 ExpectedVersion = Annotated[int | None, Opt("--if-version", help="Refuse if the tree changed since this version.")]
 
 

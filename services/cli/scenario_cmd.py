@@ -1,4 +1,4 @@
-"""`poolwise scenario run FILE... [--bus memory|nats] [--json]` (SCENARIOS.md)."""
+"""`poolwise scenario run FILE... [--bus memory|nats] [--json]` (docs/scenarios.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from services.scenario.errors import ScenarioError
 from services.scenario.format import load_scenario
 from services.scenario.report import ScenarioReport, print_text
 
-app = typer.Typer(help="What-if runs of pool trees and workloads (SCENARIOS.md).", no_args_is_help=True)
+app = typer.Typer(help="What-if runs of pool trees and workloads (format: docs/scenarios.md).", no_args_is_help=True)
 
 
 @app.command()
