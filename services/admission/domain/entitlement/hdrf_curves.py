@@ -53,6 +53,7 @@ from services.admission.domain.entitlement.polylines import (
     evaluate,
     fit,
     polyline_events,
+    start_slopes,
 )
 
 NONE = -1
@@ -168,10 +169,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     something happens, then one vertex per run segment there, by child row and along the
     child's run."""
     dims = init.shape[0]
-    slope0 = np.zeros((dims, rows))
-    if ev.start_group.size:
-        for k in range(dims):
-            slope0[k] = np.bincount(ev.start_group, weights=ev.start_vec[k], minlength=rows)
+    slope0 = start_slopes(ev.start_group, ev.start_vec, dims, rows)
     n = ev.x.size
     if n == 0:
         none = np.full(rows, NONE, dtype=np.intp)

@@ -185,16 +185,23 @@ def _scatter(dst: FloatArray, idx: IntArray, src: FloatArray) -> None:
         dst[k][idx] = src[k]
 
 
+def start_slopes(start_group: IntArray, start_vec: FloatArray, dims: int, rows: int) -> FloatArray:
+    """Each row's slope from argument 0, `(dims, rows)`: the summed slopes `start_vec` of the
+    segments that start at 0, by row `start_group` (they need no sorting)."""
+    slope0 = np.zeros((dims, rows))
+    if start_group.size:
+        for k in range(dims):
+            slope0[k] = np.bincount(start_group, weights=start_vec[k], minlength=rows)
+    return slope0
+
+
 def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     """Per row of the level, the sum of its parts: `init[:, row]` plus the effect of its events,
     walked in order of argument. A vertex (the foot) at each argument where something happens, and
     a second one (flagged) on top when something jumps there; a jump at 0 lifts the first vertex."""
     dims = init.shape[0]
     # slopes that start at 0 (most jobs' and most children's first segments) need no sorting
-    slope0 = np.zeros((dims, rows))
-    if ev.start_group.size:
-        for k in range(dims):
-            slope0[k] = np.bincount(ev.start_group, weights=ev.start_vec[k], minlength=rows)
+    slope0 = start_slopes(ev.start_group, ev.start_vec, dims, rows)
     n = ev.x.size
     if n == 0:
         x0 = np.zeros(rows)
