@@ -1,7 +1,16 @@
-"""`poolwise demo`: the Peloton user guide example on the real services (embedded NATS by default)."""
+"""`poolwise demo`: the whole system on its own embedded NATS, a cluster applied, a workload driven
+through it with an executor simulator, its numbers live, a summary, and `replay --verify`.
+
+`--workload teams` (default): several teams on eight machines, paced to be watched (docs/demo.md);
+`--workload kueue-baseline`: Kueue's scheduler performance test in log time (`--scale` cuts it);
+`--workload peloton`: the Peloton user guide's sharing example, told step by step.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -9,21 +18,86 @@ from typing import Annotated
 import anyio
 import typer
 
+from services.cli.args import InputError
 from services.cli.render import console
+
+WORKLOADS = ("teams", "kueue-baseline", "peloton")
 
 
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
 
 
-def demo(bus: Annotated[str, typer.Option("--bus", help="nats (embedded JetStream) or memory.")] = "nats") -> None:
+def demo(
+    workload: Annotated[str, typer.Option("--workload", "-w", help="teams (default), kueue-baseline or peloton.")]
+    = "teams",
+    duration: Annotated[float, typer.Option("--duration", help=(
+        "Wall seconds the teams demo takes, summary and replay included (its log time runs 10x).")
+    )] = 60.0,
+    scale: Annotated[float, typer.Option("--scale", help=(
+        "kueue-baseline: the share of its 15,000 jobs to run (0 < scale <= 1; the cluster stays whole)."))] = 1.0,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help=(
+        "Keep the demo's NATS store and read models here (a new directory; `poolwise sql --data-dir` and "
+        "`replay` read them after). Default: a temporary directory, removed at the end."))] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The summary as one JSON document, nothing live.")] = False,
+    bus: Annotated[str, typer.Option("--bus", help="peloton only: nats (embedded JetStream) or memory.")] = "nats",
+) -> None:
+    """Run poolwise on a workload and watch it decide; ends with a summary and `replay --verify`."""
+    if workload not in WORKLOADS:
+        raise InputError(f"--workload must be one of {', '.join(WORKLOADS)}, not {workload!r}")
+    if workload == "peloton":
+        peloton(bus)
+        return
+    if not duration > 0:
+        raise InputError(f"--duration: wall seconds above 0, got {duration:g}")
+    if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
+        raise InputError(f"--data-dir {data_dir}: not empty; the demo starts a new log (give a new directory)")
+    from services.demo.driver import run_demo
+    from services.demo.kueue import kueue_baseline
+    from services.demo.live import LiveView, PlainLines
+    from services.demo.summary import print_summary, result_document
+    from services.demo.teams import teams
+
+    try:
+        chosen = teams(duration) if workload == "teams" else kueue_baseline(scale)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    out = console()
+    if as_json:
+        watcher: object = PlainLines(chosen, lambda line: None)
+    elif out.is_terminal:
+        watcher = LiveView(chosen, out)
+    else:
+        watcher = PlainLines(chosen, typer.echo)
+    if not as_json:
+        typer.echo(f"poolwise demo: {chosen.description}")
+    where = data_dir or Path(tempfile.mkdtemp(prefix="poolwise-demo-"))
+    # the teams demo keeps a part of --duration for its summary and replay; kueue-baseline runs whole
+    budget = duration - max(1.5, 0.08 * duration) if workload == "teams" else None
+    try:
+        result = anyio.run(lambda: run_demo(chosen, where, watcher, budget=budget))  # type: ignore[arg-type]
+    finally:
+        if data_dir is None:
+            shutil.rmtree(where, ignore_errors=True)
+    if as_json:
+        sys.stdout.write(json.dumps(result_document(result), sort_keys=True) + "\n")
+    else:
+        print_summary(result, typer.echo)
+        from services.cli.replay_cmd import print_report
+
+        typer.echo("")
+        typer.echo("poolwise replay --verify:")
+        print_report(result.replay)
+    raise typer.Exit(0 if result.replay.ok else 1)
+
+
+def peloton(bus: str) -> None:
     """Three pools share 100 cpu; watch RP1's loan taken back: RP2 and RP3 each give back 11.67."""
     from services.demo.story import render, scenario
     from services.scenario.runner import run_file
 
     if bus not in ("nats", "memory"):
-        typer.echo(f"error: --bus must be nats or memory, not {bus!r}", err=True)
-        raise typer.Exit(2)
+        raise InputError(f"--bus must be nats or memory, not {bus!r}")
 
     async def go() -> object:
         if bus == "memory":

@@ -1,0 +1,213 @@
+"""The demo's driver: the system on an embedded NATS, the cluster applied, the workload submitted,
+the executors simulated, the clock ticked, then `replay --verify`.
+
+1. The tree, admission and preemption services run in this process on an embedded nats-server
+   in the demo's data dir (`services.launcher.run_system`, what `poolwise up --single-process`
+   runs), with admission's clock off: the driver is the clock, as a scenario run is.
+2. The cluster file is applied with `poolwise apply`'s machinery (planned on the live
+   configuration with the tree service's rules, then sent command by command).
+3. Step by step in log time: the executor's reports due by then (jobs that ended), the cancels,
+   the jobs submitted then (`Submitter`, events stamped with the step's log time), then a
+   `ClockTicked` at that time; the driver reads the log back until the tick's admission cycle
+   and preemption pass are closed, and the executor answers what they decided (tasks running,
+   tasks stopped) at the same log time. A paced workload steps every `step_ms` at the wall time
+   its log time maps to; otherwise the driver steps to the next time anything happens, at once.
+4. `replay --verify` re-derives every decision of the log (`services.replay`).
+
+Event times come from the driver, never from a clock: the same workload gives the same log.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+
+from events import ClockTicked, Envelope, at_seconds, derived_id
+from services.admission.domain.model import FINISHED, PENDING
+from services.common.jetstream import JetStreamLog
+from services.demo.executor import Executor, Report
+from services.demo.reader import LogReader
+from services.demo.record import Recorder
+from services.demo.workload import Job, Workload
+from services.submitter import Submitter, cancel_event, enqueue_event, envelope
+
+SERVICES = ["tree", "admission", "preemption"]
+SUBMITTER = "demo:submitter"
+EXECUTOR = "demo:executor"
+CLOCK = "demo:clock"
+
+
+class Watcher(Protocol):
+    """Who shows the run: told of the apply, of every step, and of the end."""
+
+    def applied(self, outcome: dict[str, Any]) -> None: ...
+    def step(self, now_ms: int, reader: LogReader, recorder: Recorder) -> None: ...
+    def finished(self) -> None: ...
+
+
+@dataclass
+class DemoResult:
+    workload: Workload
+    summary: dict[str, Any]
+    replay: Any  # services.replay.Report
+    wall_seconds: float
+    cpu_seconds: float  # this process (services, driver, reader) and its children (nats-server, replay's)
+    steps: int
+    log_positions: int
+    stopped_early: bool  # the wall-clock budget ended the workload before its last job
+
+
+async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *, budget: float | None = None) -> DemoResult:
+    """Run `workload` on a new system in `data_dir` (a fresh directory); `budget`: wall seconds
+    after which no more steps are taken (the replay and summary still run)."""
+    from services.launcher import run_system
+
+    started, cpu0 = time.monotonic(), _cpu()
+    ready = anyio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: run_system(SERVICES, data_dir, None, on_ready,
+                                         options={"admission": {"clock": False}}))
+        await ready.wait()
+        url = urls[0]
+        watcher.applied(await apply_cluster(url, workload, data_dir))
+        drive = Drive(workload, await JetStreamLog.connect(url, name="poolwise-demo"), url, watcher)
+        try:
+            await drive.run(None if budget is None else started + budget)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await drive.close()
+        watcher.finished()
+        from services.replay.reader import verify_url
+
+        report = await verify_url(url)
+        positions = drive.reader.position
+        tg.cancel_scope.cancel()
+    summary = drive.recorder.summary(workload.capacity(), workload.classes)
+    return DemoResult(workload, summary, report, time.monotonic() - started, _cpu() - cpu0, drive.steps,
+                      positions, drive.stopped_early)
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # reaped ones: the server once stopped
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+async def apply_cluster(url: str, workload: Workload, data_dir: Path) -> dict[str, Any]:
+    """`poolwise apply -f <the workload's cluster file>` against the demo's system."""
+    from services.cli.apply_cmd import _apply
+    from services.scenario.cluster_file import load_cluster
+
+    path = data_dir / f"{workload.name}-cluster.yaml"
+    path.write_text(workload.cluster)
+    outcome = await _apply(url, load_cluster(path), False)
+    if outcome["violations"] or outcome.get("stopped"):
+        raise RuntimeError(f"the demo's cluster file was not applied: {outcome}")
+    return outcome
+
+
+class Drive:
+    def __init__(self, workload: Workload, log: JetStreamLog, url: str, watcher: Watcher) -> None:
+        self.workload = workload
+        self.log = log
+        self.watcher = watcher
+        jobs = {job.gang: job for job in workload.jobs}
+        self.recorder = Recorder(classes={gang: job.klass for gang, job in jobs.items()})
+        self.reader = LogReader(log, self.recorder)
+        self.executor = Executor(jobs)
+        self.submitter = Submitter(url, source=SUBMITTER)
+        self.machines = Submitter(url, source=EXECUTOR)  # the executors' reports
+        self.pending_jobs = list(workload.jobs)  # sorted by time
+        self.cancels = sorted((j.cancel_ms, j.gang) for j in workload.jobs if j.cancel_ms is not None)
+        self.steps = 0
+        self.stopped_early = False
+
+    async def close(self) -> None:
+        await self.submitter.close()
+        await self.machines.close()
+        await self.log.close()
+
+    async def run(self, deadline: float | None) -> None:
+        await self.reader.catch_up()  # the configuration
+        paced = self.workload.paced
+        begun = time.monotonic()
+        now_ms: int | None = 0 if paced else self._next_time(None)
+        while now_ms is not None:
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stopped_early = True
+                break
+            if paced:
+                await anyio.sleep(max(0.0, begun + now_ms / 1000 / self.workload.speed - time.monotonic()))
+            await self.step(now_ms)
+            self.watcher.step(now_ms, self.reader, self.recorder)
+            now_ms = (now_ms + self.workload.step_ms if now_ms + self.workload.step_ms <= self.workload.horizon_ms
+                      else None) if paced else self._next_time(now_ms)
+
+    async def step(self, now_ms: int) -> None:
+        at = at_seconds(now_ms / 1000)
+        state = self.reader.state
+        await self._report(self.executor.ended(state, now_ms), now_ms)
+        cancels = []
+        while self.cancels and self.cancels[0][0] <= now_ms:
+            _, gang = self.cancels.pop(0)
+            if not self._live(gang):
+                continue  # finished meanwhile: its user does not cancel it
+            cancels.append(envelope(cancel_event(gang=gang, reason="cancelled by its user"), source=SUBMITTER,
+                                    time=at))
+        arrivals: list[Job] = []
+        while self.pending_jobs and self.pending_jobs[0].at_ms <= now_ms:
+            arrivals.append(self.pending_jobs.pop(0))
+        enqueues = [envelope(enqueue_event(**job.enqueue_options()), source=SUBMITTER, time=at)  # type: ignore[arg-type]
+                    for job in arrivals]
+        await self.submitter.publish(enqueues + cancels)
+        tick = Envelope(id=derived_id("demo", self.workload.name, "tick", now_ms), time=at, source=CLOCK,
+                        event=ClockTicked())
+        (landed,) = await self.log.append([tick])
+        await self.reader.settle(landed.seq)
+        self.steps += 1
+        await self._report(self.executor.started(state, self.reader.take_touched(), now_ms), now_ms)
+        self.recorder.hold(now_ms / 1000, self._held_cpu())
+
+    async def _report(self, reports: list[Report], now_ms: int) -> None:
+        if reports:
+            at = at_seconds(now_ms / 1000)
+            await self.machines.publish([envelope(event, source=EXECUTOR, attempt=attempt, time=at)
+                                         for event, attempt in reports])
+
+    def _live(self, gang: str) -> bool:
+        rt = self.reader.state.trees.get("default")
+        found = rt.gangs.get(gang) if rt is not None else None
+        return found is not None and found.state not in FINISHED
+
+    def _held_cpu(self) -> float:
+        rt = self.reader.state.trees.get("default")
+        if rt is None:
+            return 0.0
+        return sum(ledger.allocation.get("cpu", 0.0) + ledger.slack.get("cpu", 0.0) for ledger in rt.ledgers.values())
+
+    def _next_time(self, now_ms: int | None) -> int | None:
+        """When something happens next: a job arrives, ends or is cancelled; None when nothing
+        will (no job left to come or running, and the last step admitted nothing waiting)."""
+        candidates = [t for t in (self.pending_jobs[0].at_ms if self.pending_jobs else None,
+                                  self.executor.next_end(), self.cancels[0][0] if self.cancels else None)
+                      if t is not None]
+        if not candidates:
+            return None
+        found = min(candidates)
+        return found if now_ms is None or found > now_ms else now_ms + self.workload.step_ms
+
+    def pending(self) -> int:
+        rt = self.reader.state.trees.get("default")
+        return 0 if rt is None else sum(1 for g in rt.gangs.values() if g.state == PENDING)
+

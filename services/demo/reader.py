@@ -1,0 +1,90 @@
+"""The demo's view of the system: admission's state folded from the log, as any reader folds it.
+
+`LogReader` reads the log after its last position, folds each event into an `AdmissionState` in
+the order admission applies them (`CycleOrder`: a cycle's decisions at its trigger), hands what it
+reads to the `Recorder`, and notes the gangs the step's decisions touched (admitted, asked to stop)
+for the executor simulator. `settle(tick)` reads until the preemption pass that follows the tick's
+admission cycle is closed: then every decision of the tick is in the state.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from events import (
+    CycleCompleted,
+    DecodeError,
+    Envelope,
+    GangAdmitted,
+    GangEnqueued,
+    PreemptionRequested,
+    decode_all,
+)
+from services.admission.domain.cycle_order import CycleOrder
+from services.admission.domain.state import AdmissionState, trees_ticked
+from services.admission.folder import seconds_of
+from services.common.log import EventLog
+from services.demo.record import Recorder
+
+SETTLE_TIMEOUT = 60.0  # seconds a tick's cycle and pass may take to be read back
+LOGGED = (GangEnqueued, GangAdmitted, PreemptionRequested)  # counted as read; the fold's own outcomes besides
+
+
+class NotSettled(Exception):
+    """A tick's decisions were not read back in time: the services are stuck or gone."""
+
+
+class LogReader:
+    def __init__(self, log: EventLog, recorder: Recorder) -> None:
+        self.log = log
+        self.recorder = recorder
+        self.state = AdmissionState(reader=True)
+        self.order: CycleOrder[None] = CycleOrder(self._fold, self.state.take_due)
+        self.position = 0
+        self.touched: set[str] = set()  # gangs admitted or asked to stop since last taken
+        self._closed: set[tuple[str, int]] = set()  # (tree, trigger) of the preemption passes read
+
+    def _fold(self, envelope: Envelope, seq: int) -> list[None]:
+        event = envelope.event
+        outcomes = self.state.apply(event, seq, seconds_of(envelope))
+        if isinstance(event, LOGGED):
+            self.recorder.event(event, envelope.seconds)
+            if not isinstance(event, GangEnqueued):
+                self.touched.add(event.gang)
+        for outcome in outcomes:  # what the fold decides itself: refusals, finished gangs, requeues
+            self.recorder.event(outcome.event, self.state.now)
+        return []
+
+    async def catch_up(self) -> int:
+        """Fold what the log holds after the last read; how many messages came."""
+        batch = await self.log.read(self.position + 1)
+        for stored in batch:
+            self.position = stored.seq
+            try:
+                envelopes = decode_all(stored.data)
+            except DecodeError:
+                continue  # admission refuses it; nothing for the demo to fold
+            end = len(envelopes) - 1
+            for part, envelope in enumerate(envelopes):
+                event = envelope.event
+                if isinstance(event, CycleCompleted) and event.service == "preemption":
+                    self._closed.add((event.tree, event.trigger_seq))
+                self.order.feed(envelope, stored.seq, part == end)
+        return len(batch)
+
+    async def settle(self, tick_seq: int) -> None:
+        """Read until every tree the tick cycles has its preemption pass closed."""
+        with anyio.move_on_after(SETTLE_TIMEOUT):
+            while True:
+                await self.catch_up()
+                if self.position >= tick_seq and all(
+                        (tree, tick_seq) in self._closed for tree in trees_ticked(self.state, None)):
+                    self._closed = {c for c in self._closed if c[1] > tick_seq}
+                    return
+                await anyio.sleep(0.002)
+        raise NotSettled(f"the decisions of the tick at log position {tick_seq} were not read back within "
+                         f"{SETTLE_TIMEOUT:g} s")
+
+    def take_touched(self) -> set[str]:
+        touched, self.touched = self.touched, set()
+        return touched
