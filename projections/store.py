@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from events import DecodeError, Envelope, decode_all, is_pack, read_envelope, read_pack
 from events.codec import pack_parts
-from projections.base import Connection, Item, Malformed, Projection
+from projections.base import Connection, Item, Malformed, Projection, quote
 
 
 class StoredMessage(Protocol):
@@ -172,13 +172,30 @@ class ProjectionStore:
                 raise
 
     @classmethod
-    def open_read_only(cls, path: str | Path) -> ProjectionStore:
-        """Open a store file for `query` only, from a process other than its service's.
+    def open_read_only(cls, path: str | Path, attach: Mapping[str, Path] | None = None) -> ProjectionStore:
+        """Open a store file for `query` only, from a process other than its service's; `attach`:
+        other store files (read-only too), each under its name (`admission.gangs`), while the
+        main file's tables keep their unqualified names. Once they are attached, SQL can neither
+        read nor write files nor attach more (`enable_external_access` off, the configuration
+        locked).
 
-        Raises `StoreBusy` while a service has the file open for writing."""
+        Raises `StoreBusy` while a service has one of the files open for writing."""
         if str(path) == ":memory:" or not Path(path).exists():
             raise FileNotFoundError(f"no projection store at {path}")
-        return cls(path, (), _read_only=True)
+        store = cls(path, (), external_access=True, _read_only=True)
+        try:
+            for name, other in sorted((attach or {}).items()):
+                try:
+                    store._conn.execute(f"ATTACH {_literal(str(other))} AS {quote(name)} (READ_ONLY)")
+                except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                    raise StoreBusy(f"{other} is held by a running service: query that service instead. "
+                                    f"({exc})") from exc
+            store._conn.execute("SET enable_external_access = false")
+            store._conn.execute("SET lock_configuration = true")
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -384,6 +401,24 @@ class ProjectionStore:
         finally:
             cursor.close()
 
+    def query_batches(self, sql: str, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+        """`query_arrow` without its row cap, as record batches of at most `rows` rows, read as
+        they are consumed (an export of a large table holds one batch at a time)."""
+        _check_read_only(sql)
+        cursor = self._reader()
+        try:
+            cursor.begin()
+            try:
+                relation = cursor.sql(sql)
+                if relation is None:
+                    raise NotReadOnly("the statement returned no result")
+                fetch = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+                yield from fetch(rows)
+            finally:
+                cursor.rollback()
+        finally:
+            cursor.close()
+
     def query(
         self,
         sql: str,
@@ -444,6 +479,11 @@ def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection
         raise
     conn.execute("SET TimeZone = 'UTC'")
     return conn
+
+
+def _literal(text: str) -> str:
+    """An SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _items(message: StoredMessage, envelopes: Sequence[Envelope] | None = None) -> list[Item]:

@@ -26,6 +26,7 @@ from services.cli.errors import guarded
 # `register` adds, then the sub-apps, as when every module was imported up front.
 LAZY: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("sql",), "services.cli.sql_cmd", "register"),
+    (("export",), "services.cli.export_cmd", "register"),
     (("bench",), "services.cli.bench_cmd", "register"),
     (("replay",), "services.cli.replay_cmd", "register"),
     (("demo",), "services.cli.demo_cmd", "register"),
@@ -40,9 +41,9 @@ LAZY: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("apply", "export-config"), "services.cli.apply_cmd", "register"),
 )
 # Where each name goes in help: its sub-apps last (`submit`'s `task` and `gang` after `scenario`).
-ORDER: tuple[str, ...] = ("up", "serve", "sql", "bench", "replay", "demo", "preemptions", "submit", "cancel",
-                          "gangs", "explain", "apply", "export-config", "pool", "host", "tree", "events", "scenario",
-                          "task", "gang")
+ORDER: tuple[str, ...] = ("up", "serve", "sql", "export", "bench", "replay", "demo", "preemptions", "submit",
+                          "cancel", "gangs", "explain", "apply", "export-config", "pool", "host", "tree", "events",
+                          "scenario", "task", "gang")
 
 SETTINGS: dict[str, Any] = {"pretty_exceptions_enable": False, "add_completion": False}
 

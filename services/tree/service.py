@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -350,14 +349,10 @@ class TreeService:
         return await self.handle(command)
 
     async def handle_sql(self, data: bytes) -> Reply:
-        if self.store is None:
-            return _error("no_store", "this tree service keeps no projections")
-        try:
-            request: dict[str, Any] = json.loads(data or b"{}")
-            columns, rows = await anyio.to_thread.run_sync(self.store.query, str(request.get("sql", "")))
-        except Exception as exc:  # a bad query is the asker's problem, reported, never a crash
-            return _error("sql", f"{exc.__class__.__name__}: {exc}")
-        return Reply(ok=True, data={"columns": list(columns), "rows": [list(r) for r in rows]})
+        from services.tree.projection import answer_sql
+
+        found = getattr(getattr(self.log, "nc", None), "max_payload", None)
+        return await answer_sql(self.store, data, found if isinstance(found, int) and found > 0 else None)
 
 
 async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeService | None = None,
