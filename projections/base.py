@@ -212,6 +212,17 @@ def arrow_of_dicts(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.T
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def fetch_rows(conn: Connection, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+    """Rows of a query as dicts (maps as dicts, timestamps as aware datetimes), through Arrow."""
+    relation = conn.sql(sql, params=list(params))
+    to_table = getattr(relation, "to_arrow_table", None)  # duckdb >= 1.4; `arrow()` before
+    table = to_table() if to_table is not None else relation.arrow()
+    if not isinstance(table, pa.Table):
+        table = table.read_all()
+    rows: list[dict[str, Any]] = table.to_pylist(maps_as_pydicts="strict")
+    return rows
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _micros_of: dict[datetime, int] = {}  # a batch's events share a few instants: each converted once

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from projections.base import Connection
+
 Row = dict[str, Any]
 Key = tuple[str, str]
 
@@ -57,6 +59,19 @@ class RowCache:
         self.gangs.clear()
         self.members.clear()
         self._owners.clear()
+
+    def read_keys(self, conn: Connection) -> Keys | None:
+        """The keys of every `gangs` and `tasks` row (`keys`), read once and then kept in step with
+        every write; None when the tables hold more rows than `KEYS_LIMIT`."""
+        if self.keys is None and not self.keys_off:
+            ((count,),) = conn.execute("SELECT (SELECT count(*) FROM gangs) + (SELECT count(*) FROM tasks)").fetchall()
+            if count > KEYS_LIMIT:
+                self.keys_off = True
+                return None
+            gangs = conn.execute("SELECT tree, gang FROM gangs").fetchall()
+            tasks = conn.execute("SELECT tree, task FROM tasks").fetchall()
+            self.keys = Keys({hash((str(t), str(g))) for t, g in gangs}, {hash((str(t), str(k))) for t, k in tasks})
+        return self.keys
 
     def forget(self, key: Key) -> None:
         if self.gangs.pop(key, None) is None:

@@ -68,8 +68,16 @@ from typing import Any, cast
 import pyarrow as pa
 
 from events import EntitlementsComputed, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds, event_class
-from projections.base import Connection, Item, Malformed, Projection, delete_keys, insert_arrow, insert_rows
-from projections.gangs import fetch_rows
+from projections.base import (
+    Connection,
+    Item,
+    Malformed,
+    Projection,
+    delete_keys,
+    fetch_rows,
+    insert_arrow,
+    insert_rows,
+)
 
 Row = dict[str, Any]
 

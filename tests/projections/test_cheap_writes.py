@@ -17,7 +17,6 @@ import pytest
 
 import projections.base as base
 import projections.gang_rows as gang_rows
-import projections.gangs as gangs_module
 from events import (
     EntitlementsComputed,
     GangEnqueued,
@@ -79,7 +78,6 @@ def test_cheap_writes_give_the_rows_of_the_former_ones(scenario_log: list[Stored
     with monkeypatch.context() as m:
         m.setattr(base, "SMALL_WRITE", 0)
         m.setattr(base, "SMALL_FLAT_WRITE", 0)
-        m.setattr(gangs_module, "KEYS_LIMIT", -1)
         m.setattr(gang_rows, "KEYS_LIMIT", -1)
         former = _tables_by_batches(scenario_log, former_store(), seed)
     assert cheap == former
@@ -162,7 +160,6 @@ def _takeover_of_a_finished_gang() -> History:
 
 @pytest.mark.parametrize("keys_limit", [gang_rows.KEYS_LIMIT, -1])
 def test_a_task_id_of_a_gang_not_kept_is_taken_over(keys_limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gangs_module, "KEYS_LIMIT", keys_limit)
     monkeypatch.setattr(gang_rows, "KEYS_LIMIT", keys_limit)
     h = _takeover_of_a_finished_gang()
     with ProjectionStore(":memory:", [GangsProjection()]) as whole:
@@ -177,7 +174,6 @@ def test_a_task_id_of_a_gang_not_kept_is_taken_over(keys_limit: int, monkeypatch
 
 
 def test_the_keys_are_forgotten_beyond_their_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gangs_module, "KEYS_LIMIT", 3)
     monkeypatch.setattr(gang_rows, "KEYS_LIMIT", 3)
     h = _takeover_of_a_finished_gang()
     projection = GangsProjection()

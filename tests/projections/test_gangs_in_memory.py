@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-import projections.gangs as gangs_module
+import projections.gang_fold as gang_fold
 from events import (
     GangCancelled,
     GangEnqueued,
@@ -229,15 +229,15 @@ def test_held_events_keep_their_refusal_across_batches() -> None:
 
 
 def built_at_once(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The gangs whose rows the gangs projection builds at once (`_Fold._add_admitted`), as it goes."""
+    """The gangs whose rows the gangs projection builds at once (`GangFold._add_admitted`), as it goes."""
     built: list[str] = []
-    add_admitted = gangs_module._Fold._add_admitted
+    add_admitted = gang_fold.GangFold._add_admitted
 
     def counting(self: Any, enqueued: GangEnqueued, *args: Any) -> None:
         built.append(enqueued.gang)
         add_admitted(self, enqueued, *args)
 
-    monkeypatch.setattr(gangs_module._Fold, "_add_admitted", counting)
+    monkeypatch.setattr(gang_fold.GangFold, "_add_admitted", counting)
     return built
 
 
@@ -272,7 +272,7 @@ def test_gangs_admitted_at_once_get_the_rows_of_one_event_at_a_time(monkeypatch:
     built = built_at_once(monkeypatch)
 
     def rows(fast: bool) -> dict[str, list[tuple[Any, ...]]]:
-        monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
+        monkeypatch.setattr(gang_fold, "FAST_PATH", fast)
         with ProjectionStore(":memory:", [GangsProjection()]) as store:
             size = batch or len(h.messages)
             for start in range(0, len(h.messages), size):
@@ -297,7 +297,7 @@ def test_the_at_once_rows_of_a_scenario_are_the_one_by_one_rows(scenario_log: li
     with full_store() as fast:
         fast.apply(scenario_log)
         expected = tables(fast)
-    monkeypatch.setattr(gangs_module, "FAST_PATH", False)
+    monkeypatch.setattr(gang_fold, "FAST_PATH", False)
     with full_store() as slow:
         slow.apply(scenario_log)
         assert tables(slow) == expected
@@ -357,7 +357,7 @@ def test_random_logs_give_the_same_rows_built_at_once_or_one_by_one(monkeypatch:
         batches = [h.messages] if cut is None else list(cuts(h.messages, cut))
         results = []
         for fast in (False, True):
-            monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
+            monkeypatch.setattr(gang_fold, "FAST_PATH", fast)
             with ProjectionStore(":memory:", [GangsProjection()]) as store:
                 for batch in batches:
                     store.apply(batch)
@@ -382,7 +382,7 @@ def test_a_gang_taking_a_task_id_of_a_gang_in_the_same_fold_is_applied_one_by_on
     built = built_at_once(monkeypatch)
     results = []
     for fast in (False, True):
-        monkeypatch.setattr(gangs_module, "FAST_PATH", fast)
+        monkeypatch.setattr(gang_fold, "FAST_PATH", fast)
         with ProjectionStore(":memory:", [GangsProjection()]) as store:
             store.apply(h.messages[:first])
             store.apply(h.messages[first:])
