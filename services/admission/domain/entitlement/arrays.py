@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.admission.domain.entitlement.memo import GuaranteeMemo, JobsMemo
 from services.admission.domain.entitlement.model import (
     CPU,
     ROOT,
@@ -75,6 +76,10 @@ class TreeArrays:
     revocable_allocation: FloatArray
     revocable_demand: FloatArray
     jobs: list[tuple[JobDemand, ...] | None]
+    jobs_memo: JobsMemo | None = None
+    """The jobs' demands as last read, kept for the next computation (`memo.py`)."""
+    guarantee_memo: GuaranteeMemo | None = None
+    """The guarantees and limits as shares as last computed, likewise."""
 
 
 def parent_of(path: str) -> str:

@@ -73,15 +73,15 @@ trees (`tests/entitlement/test_dominant_equivalence.py`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, is_, itemgetter, length_hint
+from itertools import repeat
+from operator import is_
 
 import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.model import TOLERANCE, Alert, FloatArray, IntArray, JobDemand
+from services.admission.domain.entitlement.memo import GuaranteeMemo, given_jobs
+from services.admission.domain.entitlement.model import TOLERANCE, Alert, FloatArray, IntArray
 from services.admission.domain.entitlement.per_resource import aggregate
 from services.admission.domain.entitlement.polylines import (
     EPS,
@@ -94,33 +94,6 @@ from services.admission.domain.entitlement.polylines import (
     ramp_events,
     sum_events,
 )
-
-_demand_of = attrgetter("demand")
-_weight_of = attrgetter("weight")
-
-
-def _demands(jobs: Sequence[JobDemand], kinds: tuple[str, ...]) -> FloatArray:
-    """`(jobs, kinds)`: each job's demand, a missing kind 0, NaN and negatives 0."""
-    k = len(kinds)
-    if not jobs or not k:
-        return np.zeros((len(jobs), k))
-    try:  # every kind named: one C call per job
-        values = map(itemgetter(*kinds), map(_demand_of, jobs))
-        flat: Iterable[float] = values if k == 1 else chain.from_iterable(values)
-        m = np.fromiter(flat, dtype=np.float64, count=len(jobs) * k).reshape(-1, k)
-    except KeyError:  # some kind missing: one C pass per kind where the demands are dicts (3-4x
-        # faster than a Python row per job: 25k jobs x 4 kinds needing some, ~9 ms against ~34)
-        demands = list(map(_demand_of, jobs))
-        if set(map(type, demands)) == {dict}:
-            m = np.empty((len(jobs), k))
-            for column, kd in enumerate(kinds):
-                m[:, column] = np.fromiter(map(dict.get, demands, repeat(kd), repeat(0.0)), dtype=np.float64,
-                                           count=len(demands))
-        else:
-            rows = [[d.get(kd, 0.0) for kd in kinds] for d in demands]
-            m = np.array(rows, dtype=np.float64).reshape(-1, k)
-    out: FloatArray = np.where(m > 0.0, m, 0.0)
-    return out
 
 
 def _leaf_jobs(arr: TreeArrays) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
@@ -138,13 +111,13 @@ def _leaf_jobs(arr: TreeArrays) -> tuple[FloatArray, FloatArray, IntArray, IntAr
         rev[:, arr.cpu] = 0.0
     has_rev = rev.max(axis=1, initial=0.0) > 0.0
     given = [arr.jobs[row] for row in leaves.tolist()]
-    n_given = np.fromiter(map(length_hint, given), dtype=np.intp, count=nl)
+    memo = arr.jobs_memo = given_jobs(arr.jobs_memo, given, arr.kinds)
+    n_given = memo.counts
     implicit = np.fromiter(map(is_, given, repeat(None)), dtype=bool, count=nl)
     count = np.where(implicit, 1, n_given) + has_rev
     off = np.zeros(nl + 1, dtype=np.intp)
     np.cumsum(count, out=off[1:])
-    jobs: list[JobDemand] = list(chain.from_iterable(filter(None, given)))
-    ne = len(jobs)
+    ne = memo.demand.shape[0]
     # each job's demand, gathered from [the given jobs' | the leaves' own | their revocable work]
     src = np.empty(int(off[-1]), dtype=np.intp)
     explicit = np.flatnonzero(n_given > 0)
@@ -152,10 +125,24 @@ def _leaf_jobs(arr: TreeArrays) -> tuple[FloatArray, FloatArray, IntArray, IntAr
     src[np.repeat(off[explicit] - (np.cumsum(reps) - reps), reps) + np.arange(ne)] = np.arange(ne)
     src[off[:-1][implicit]] = ne + np.flatnonzero(implicit)
     src[off[1:][has_rev] - 1] = ne + nl + np.flatnonzero(has_rev)
-    demand = np.take(np.concatenate([_demands(jobs, arr.kinds), own, rev]), src, axis=0).T
-    w = np.fromiter(map(_weight_of, jobs), dtype=np.float64, count=ne)
-    weight = np.concatenate([np.where(w > 0.0, w, 0.0), np.ones(2 * nl)])[src]
+    demand = np.take(np.concatenate([memo.demand, own, rev]), src, axis=0).T
+    weight = np.concatenate([memo.weight, np.ones(2 * nl)])[src]
     return np.ascontiguousarray(demand), weight, np.repeat(np.arange(nl), count), leaves
+
+
+def _kept_guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[FloatArray, FloatArray, list[Alert]]:
+    """`_guarantees`, kept on the arrays while its inputs stay the same (`memo.py`); the arrays
+    given are read-only."""
+    inputs = (arr.limit, arr.reservation, arr.cpu_only_reservation, cap, tuple(active))
+    memo = arr.guarantee_memo
+    if memo is None or not memo.matches(inputs):
+        g, lim, alerts = _guarantees(arr, active, cap)
+        g.setflags(write=False)
+        lim.setflags(write=False)
+        memo = arr.guarantee_memo = GuaranteeMemo((arr.limit.copy(), arr.reservation.copy(),
+                                                   arr.cpu_only_reservation.copy(), cap.copy(), tuple(active)),
+                                                  g, lim, tuple(alerts))
+    return memo.guarantee, memo.limit, list(memo.alerts)
 
 
 def _guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[FloatArray, FloatArray, list[Alert]]:
@@ -250,7 +237,7 @@ def drf_inputs(arr: TreeArrays) -> DrfInputs:
     if not active or n == 1:
         empty = np.zeros((n, 0))
         return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, empty, empty, [])
-    g, lim, alerts = _guarantees(arr, active, cap)
+    g, lim, alerts = _kept_guarantees(arr, active, cap)
     return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, g, lim, alerts)
 
 
