@@ -33,4 +33,16 @@ class ExplainQuery(Frozen):
     tree: str | None = None
 
 
-QUERIES: dict[str, type[Frozen]] = {"gangs": GangsQuery, "explain": ExplainQuery}
+class PoolsQuery(Frozen):
+    """Every pool of `tree` (every tree: None) with its numbers per kind (entitlements,
+    allocation, demand, reservation, limit: `pool_numbers`), and each leaf's four queues: their
+    lengths and their first `heads` gangs in queue order, at most `rows` gangs in all (the
+    dashboard's view: services/dashboard)."""
+
+    op: Literal["pools"] = "pools"
+    tree: str | None = None
+    heads: int = Field(default=10, ge=0, le=DEFAULT_LIMIT)
+    rows: int = Field(default=400, ge=0, le=DEFAULT_LIMIT)
+
+
+QUERIES: dict[str, type[Frozen]] = {"gangs": GangsQuery, "explain": ExplainQuery, "pools": PoolsQuery}

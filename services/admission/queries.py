@@ -2,7 +2,9 @@
 `poolwise.cmd.admission.<op>`, queue group `admission`, never stored):
 
 - `gangs`: the gangs, filtered by tree, pool (and the pools under it) and state;
-- `explain`: why one gang is where it is (`services.admission.domain.explain`).
+- `explain`: why one gang is where it is (`services.admission.domain.explain`);
+- `pools`: every pool's numbers per kind and each leaf's queues with their first gangs (the
+  dashboard's view, `services.admission.domain.views`).
 
 The answer is built between two folds (no await in between), so it is the state as of one log
 position, which the reply carries in `seq`. `ExplainingFolder` is the admission folder with the
@@ -21,11 +23,12 @@ from anyio.abc import TaskStatus
 
 from events import Envelope, event_class
 from events.commands import Reply
-from services.admission.commands import QUERIES, SERVICE, ExplainQuery, GangsQuery
+from services.admission.commands import QUERIES, SERVICE, ExplainQuery, GangsQuery, PoolsQuery
 from services.admission.domain.cycle_order import is_cycle_decision
 from services.admission.domain.explain import OBSERVED, TIMED, History, explain, gang_rows
 from services.admission.domain.model import GANG_STATES
 from services.admission.domain.state import AdmissionState
+from services.admission.domain.views import pool_numbers, queue_heads
 from services.admission.folder import AdmissionFolder
 from services.common.requests import error_reply, parse_request, serve_requests
 
@@ -82,6 +85,8 @@ def answer(folder: ExplainingFolder, op: str, data: bytes) -> Reply:
         return query
     if isinstance(query, GangsQuery):
         return _gangs(folder.state, query)
+    if isinstance(query, PoolsQuery):
+        return _pools(folder.state, query)
     assert isinstance(query, ExplainQuery)
     return _explain(folder, query)
 
@@ -94,6 +99,17 @@ def _gangs(state: AdmissionState, query: GangsQuery) -> Reply:
     rows = gang_rows(state, query.tree, query.pool, query.states)
     shown = rows[-query.limit:]
     return Reply(ok=True, seq=state.last_seq, data={"gangs": shown, "total": len(rows), "as_of": state.last_seq})
+
+
+def _pools(state: AdmissionState, query: PoolsQuery) -> Reply:
+    names = sorted(state.trees) if query.tree is None else [query.tree] if query.tree in state.trees else []
+    trees = []
+    rows = query.rows
+    for name in names:
+        queues = queue_heads(state, name, query.heads, rows)
+        rows -= sum(len(q["gangs"]) for leaf in queues.values() for q in leaf.values())
+        trees.append({"tree": name, "pools": pool_numbers(state, name), "queues": queues})
+    return Reply(ok=True, seq=state.last_seq, data={"trees": trees, "as_of": state.last_seq})
 
 
 def _explain(folder: ExplainingFolder, query: ExplainQuery) -> Reply:

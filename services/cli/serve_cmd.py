@@ -19,7 +19,8 @@ it to every child; the tree service keeps one leader either way.
 `--http-port P` (docs/observability.md): `serve` serves its process's `/metrics`, `/healthz` and
 `/readyz` on `--http-host` (default 127.0.0.1) port P (0: any free one; the line `poolwise: <service>
 http on HOST:PORT` says which); `up` runs each child with its own loopback port and serves them
-all, gathered, on P (`services.common.exposition`).
+all, gathered, on P (`services.common.exposition`), with the dashboard at `/` and its JSON API
+under `/api/` (`services.dashboard`, docs/dashboard.md; `--dashboard-refresh`).
 
 `--sql-retention 30d` (or POOLWISE_SQL_RETENTION) bounds the history of the tree service's SQL read
 models to that much log time (`projections/store.py`, "Retention"); off by default. Only the tree
@@ -28,7 +29,7 @@ service reads it (`up` passes it to its tree process)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -67,8 +68,14 @@ HttpHost = Annotated[str, typer.Option(
 ReadyLag = Annotated[int, typer.Option(
     "--ready-lag", envvar="POOLWISE_READY_LAG", min=0, metavar="N",
     help="/readyz answers 200 only while each service's fold is within N log positions of the log's end.")]
+DashboardRefresh = Annotated[float, typer.Option(
+    "--dashboard-refresh", envvar="POOLWISE_DASHBOARD_REFRESH", min=0.1, max=3600, metavar="SECONDS",
+    help="With --http-port, the dashboard (/ and /api/, docs/dashboard.md) asks the services and reads the log "
+         "at most once per this many seconds, and only while someone looks; every browser is served from "
+         "that cache.")]
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_READY_LAG = 1000
+DEFAULT_DASHBOARD_REFRESH = 1.0
 
 
 # The names of `services.launcher.SERVICES`, in its order (a test keeps them equal): the launcher
@@ -93,13 +100,14 @@ def up(
     http_port: HttpPort = None,
     http_host: HttpHost = DEFAULT_HTTP_HOST,
     ready_lag: ReadyLag = DEFAULT_READY_LAG,
+    dashboard_refresh: DashboardRefresh = DEFAULT_DASHBOARD_REFRESH,
 ) -> None:
     """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
-    service, each in a process of its own."""
+    service, each in a process of its own. With --http-port, the dashboard too."""
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
     copies = _replicas(replicas)
     leases = _leases(trees)
-    http = Http(http_host, http_port, ready_lag)
+    http = Http(http_host, http_port, ready_lag, dashboard_refresh)
     if single_process:
         _run(list(SERVICES), data_dir, nats_url, ready_on_standby=False, sql_retention=retention, replicas=copies,
              leases=leases, http=http)
@@ -110,11 +118,21 @@ def up(
 
 @dataclass(frozen=True)
 class Http:
-    """What `--http-host`, `--http-port` and `--ready-lag` asked for (port None: no HTTP)."""
+    """What `--http-host`, `--http-port`, `--ready-lag` and `--dashboard-refresh` asked for (port
+    None: no HTTP; dashboard None: no dashboard, as `serve` has none)."""
 
     host: str = DEFAULT_HTTP_HOST
     port: int | None = None
     ready_lag: int = DEFAULT_READY_LAG
+    dashboard: float | None = None
+
+    def board(self, url: Callable[[], str | None]) -> Any:
+        """The dashboard served beside the routes (`health_http.Extra`), or None."""
+        if self.dashboard is None:
+            return None
+        from services.dashboard import Dashboard
+
+        return Dashboard(url, self.dashboard)
 
     def child_args(self) -> list[str]:
         """A child of `up` serves on a loopback port of its own, any free one (up gathers them)."""
@@ -229,7 +247,7 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
          yield_when_ready: bool = False, replicas: int = 1, leases: str = "service", http: Http | None = None) -> None:
     from services.common import metrics
     from services.common.runtime import run_until_signalled
-    from services.common.telemetry import configure
+    from services.common.tracing import configure
     from services.launcher import run_system
 
     http = http or Http()
@@ -264,7 +282,8 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
         from services.common.health_http import run_observed
 
         return run_observed(system, names, host=http.host, port=http.port, max_lag=http.ready_lag,
-                            url=lambda: url[0], announce=lambda line: typer.echo(line, err=True))
+                            url=lambda: url[0], announce=lambda line: typer.echo(line, err=True),
+                            extra=http.board(lambda: url[0]))
 
     try:
         run_until_signalled(main)
@@ -298,8 +317,10 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
 
     http = http or Http()
     children = Children(names)
+    running: list[str | None] = [None]  # the NATS URL, once up runs on it
 
     def on_ready(url: str) -> None:
+        running[0] = url
         typer.echo(ready_line(names, url, data_dir), err=True)
 
     def on_line(service: str, line: str) -> None:
@@ -322,7 +343,7 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
         from services.common.health_http import run_gathering
 
         return run_gathering(supervise, children, host=http.host, port=http.port,
-                             announce=lambda line: typer.echo(line, err=True))
+                             announce=lambda line: typer.echo(line, err=True), extra=http.board(lambda: running[0]))
 
     try:
         run_until_signalled(main)

@@ -1,8 +1,10 @@
 """A tiny read-only HTTP server (and client) on anyio: `/metrics`, `/healthz`, `/readyz`.
 
 No framework: GET (and HEAD) of a handful of paths, one request per connection, answered and
-closed. Each connection is a task of its own, its request read within `READ_WITHIN` seconds, so a
-slow or stuck client holds nothing but its own task. Unknown paths answer 404, other methods 405,
+closed. A path none of them is goes to the `handler`, if given (the dashboard:
+services/dashboard), with its query read (`Request`; a malformed query is a 400 before any
+handler sees it). Each connection is a task of its own, its request read within `READ_WITHIN`
+seconds, so a slow or stuck client holds nothing but its own task. Unknown paths answer 404, other methods 405,
 a request that is not HTTP 400, a route that raises 500: always a JSON body naming the error, never
 a traceback. Nothing here changes anything.
 
@@ -15,13 +17,15 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, unquote
 
 import anyio
 from anyio.abc import SocketStream, TaskStatus
 
 READ_WITHIN = 5.0  # seconds for a client to send its request
 MAX_HEAD = 8192  # bytes of request line and headers
+MAX_FIELDS = 32  # names in one query string
 JSON = "application/json"
 
 
@@ -32,7 +36,17 @@ class Response:
     content_type: str = JSON
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A GET (or HEAD) as a handler sees it: its path (percent-decoded) and its query, each name
+    once."""
+
+    path: str
+    query: Mapping[str, str]
+
+
 Route = Callable[[], Awaitable[Response]]
+Handler = Callable[[Request], Awaitable[Response | None]]  # None: not one of its paths (404)
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            500: "Internal Server Error", 503: "Service Unavailable"}
 
@@ -45,27 +59,27 @@ def error(status: int, message: str, **more: Any) -> Response:
     return json_response(status, {"error": message, **more})
 
 
-async def serve_http(host: str, port: int, routes: Mapping[str, Route], *,
+async def serve_http(host: str, port: int, routes: Mapping[str, Route], handler: Handler | None = None, *,
                      task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
-    """Serve `routes` (path -> route) on `host:port` until cancelled; ready with the port bound
-    (port 0: any free one)."""
+    """Serve `routes` (path -> route), and `handler` for any other path, on `host:port` until
+    cancelled; ready with the port bound (port 0: any free one)."""
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
     async with listener:
         bound = listener.extra(anyio.abc.SocketAttribute.local_port)
         task_status.started(bound)
-        await listener.serve(lambda stream: _answer_safely(stream, routes))
+        await listener.serve(lambda stream: _answer_safely(stream, routes, handler))
 
 
-async def _answer_safely(stream: SocketStream, routes: Mapping[str, Route]) -> None:
+async def _answer_safely(stream: SocketStream, routes: Mapping[str, Route], handler: Handler | None) -> None:
     """`_answer`, whose failure ends its connection and nothing else: the listener's task group is the
     service's, and no client may stop a service."""
     try:
-        await _answer(stream, routes)
+        await _answer(stream, routes, handler)
     except Exception:  # (a connection torn down in some way not caught below)
         return
 
 
-async def _answer(stream: SocketStream, routes: Mapping[str, Route]) -> None:
+async def _answer(stream: SocketStream, routes: Mapping[str, Route], handler: Handler | None) -> None:
     async with stream:
         head = b""
         with anyio.move_on_after(READ_WITHIN):
@@ -74,7 +88,7 @@ async def _answer(stream: SocketStream, routes: Mapping[str, Route]) -> None:
                     head += await stream.receive(4096)
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 return
-        method, response = await _respond(head, routes)
+        method, response = await _respond(head, routes, handler)
         reason = REASONS.get(response.status, "")
         lines = [f"HTTP/1.1 {response.status} {reason}", f"Content-Type: {response.content_type}",
                  f"Content-Length: {len(response.body)}", "Connection: close", "Cache-Control: no-store", "", ""]
@@ -86,22 +100,44 @@ async def _answer(stream: SocketStream, routes: Mapping[str, Route]) -> None:
             return
 
 
-async def _respond(head: bytes, routes: Mapping[str, Route]) -> tuple[str, Response]:
+async def _respond(head: bytes, routes: Mapping[str, Route], handler: Handler | None) -> tuple[str, Response]:
     line = head.split(b"\n", 1)[0].strip()
     parts = line.split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/") or len(head) > MAX_HEAD:
         return "GET", error(400, "malformed request")
     method = parts[0].decode("latin-1")
-    path = parts[1].decode("latin-1").split("?", 1)[0]
+    path, _, query = parts[1].decode("latin-1").partition("?")
     if method not in ("GET", "HEAD"):
         return method, error(405, "read-only: only GET and HEAD", method=method)
     route = routes.get(path)
-    if route is None:
-        return method, error(404, "not found", path=path, paths=sorted(routes))
     try:
-        return method, await route()
+        if route is not None:
+            return method, await route()
+        request = _request(path, query) if handler is not None else None
+        if isinstance(request, Response):
+            return method, request
+        found = await handler(request) if handler is not None and request is not None else None
     except Exception as exc:  # a route's defect: a JSON error, the process goes on
         return method, error(500, "internal error", detail=type(exc).__name__)
+    return method, found or error(404, "not found", path=path, paths=sorted(routes))
+
+
+def _request(path: str, query: str) -> Request | Response:
+    """The request a handler is given, or the 400 saying what is wrong with it."""
+    try:
+        decoded = unquote(path, errors="strict")
+    except UnicodeDecodeError:
+        return error(400, "malformed path: not UTF-8 once percent-decoded", path=path)
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query), errors="strict",
+                          max_num_fields=MAX_FIELDS)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return error(400, "malformed query", detail=str(exc))
+    query_map = dict(pairs)
+    if len(query_map) != len(pairs):
+        repeated = next(name for name, _ in pairs if sum(1 for n, _ in pairs if n == name) > 1)
+        return error(400, f"malformed query: {repeated!r} given more than once", field=repeated)
+    return Request(decoded, query_map)
 
 
 async def get(host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -156,25 +192,36 @@ def process_routes(metrics: Any, names: list[str], max_lag: int) -> dict[str, Ro
     return {"/metrics": page, "/healthz": healthz, "/readyz": readyz}
 
 
+class Extra(Protocol):
+    """More paths for a server: its `handler`, and `run`, the task that serves it (run beside the
+    server, cancelled with it)."""
+
+    handler: Handler
+
+    async def run(self) -> None: ...
+
+
 class HttpPortError(Exception):
     """The HTTP port could not be bound (in use, or not allowed)."""
 
 
-async def bind(host: str, port: int, routes: Mapping[str, Route], tg: Any) -> int:
+async def bind(host: str, port: int, routes: Mapping[str, Route], tg: Any, handler: Handler | None = None) -> int:
     """Start `serve_http` in `tg`; the port bound, or `HttpPortError` saying why not."""
     try:
-        bound: int = await tg.start(serve_http, host, port, routes)
+        bound: int = await tg.start(serve_http, host, port, routes, handler)
     except OSError as exc:
         raise HttpPortError(f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}") from None
     return bound
 
 
 async def run_observed(main: Callable[[], Awaitable[Any]], names: list[str], *, host: str, port: int | None,
-                       max_lag: int, url: Callable[[], str | None], announce: Callable[[str], None]) -> None:
+                       max_lag: int, url: Callable[[], str | None], announce: Callable[[str], None],
+                       extra: Extra | None = None) -> None:
     """Run `main()` (the services of this process) with their metrics installed, the log's end
     followed (for lag and readiness), and, with a `port`, `process_routes` served on `host:port`
     (bound before the services start: `/healthz` answers while they fold the log;
-    `announce(http_line)` once bound)."""
+    `announce(http_line)` once bound), with `extra`'s paths (`poolwise up --single-process`: the
+    dashboard)."""
     from services.common.exposition import http_line
     from services.common.metrics import follow_stream, install
 
@@ -183,7 +230,11 @@ async def run_observed(main: Callable[[], Awaitable[Any]], names: list[str], *, 
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow_stream, url)
             if port is not None:
-                bound = await bind(host, port, process_routes(metrics, names, max_lag), tg)
+                handler = None
+                if extra is not None:
+                    tg.start_soon(extra.run)
+                    handler = extra.handler
+                bound = await bind(host, port, process_routes(metrics, names, max_lag), tg, handler)
                 announce(http_line(names, host, bound))
             await main()
             tg.cancel_scope.cancel()
@@ -192,13 +243,15 @@ async def run_observed(main: Callable[[], Awaitable[Any]], names: list[str], *, 
 
 
 async def run_gathering(main: Callable[[], Awaitable[Any]], children: Any, *, host: str, port: int,
-                        announce: Callable[[str], None]) -> None:
-    """`poolwise up`'s port: its children's routes gathered (`services.common.exposition`), while
-    `main()` (the supervisor) runs."""
+                        announce: Callable[[str], None], extra: Extra | None = None) -> None:
+    """`poolwise up`'s port: its children's routes gathered (`services.common.exposition`), and
+    `extra`'s paths (the dashboard), while `main()` (the supervisor) runs."""
     from services.common.exposition import http_line, up_routes
 
     async with anyio.create_task_group() as tg:
-        bound = await bind(host, port, up_routes(children), tg)
+        if extra is not None:
+            tg.start_soon(extra.run)
+        bound = await bind(host, port, up_routes(children), tg, extra.handler if extra is not None else None)
         announce(http_line(["up"], host, bound))
         await main()
         tg.cancel_scope.cancel()

@@ -612,11 +612,12 @@ def gang_rows(state: AdmissionState, tree: str | None = None, pool: str | None =
                 continue
             if pool is not None and below is not None and gang.pool != pool and not gang.pool.startswith(below):
                 continue
-            rows.append(_row(rt, gang))
+            rows.append(gang_row(rt, gang))
     return rows
 
 
-def _row(rt: TreeRuntime, gang: Gang) -> dict[str, object]:
+def gang_row(rt: TreeRuntime, gang: Gang) -> dict[str, object]:
+    """One gang as `poolwise gangs` and the dashboard show it (`position`: 1 at its queue's head)."""
     position: int | None = None
     if gang.state == PENDING and gang.queue is not None:
         queue = rt.queues.get(gang.pool, {}).get(gang.queue)

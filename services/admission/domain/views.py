@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from services.admission.domain.model import Ledger
+from itertools import islice
+from typing import Any
+
+from services.admission.domain.model import CYCLE_ORDER, Ledger
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
@@ -52,3 +55,27 @@ def pool_numbers(state: AdmissionState, tree: str, *, more: bool = False,
             result[path].update(non_preemptible_allocation=dict(held.non_preemptible),
                                 controller_allocation=dict(held.controller), share=dict(view.share))
     return result
+
+
+def queue_heads(state: AdmissionState, tree: str, heads: int, rows: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each leaf's four queues (`CYCLE_ORDER`, leaves in path order): per queue its `length` and
+    its first `heads` gangs in queue order (`gang_row`s), at most `rows` gangs in all (the later
+    queues then show their lengths only). A leaf whose queues are all empty is left out."""
+    from services.admission.domain.explain import gang_row  # (explain imports far more than this module)
+
+    rt = state.runtime(tree)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    left = rows
+    for leaf in sorted(rt.queues):
+        queues = rt.queues[leaf]
+        if not any(len(queues[name]) for name in CYCLE_ORDER if name in queues):
+            continue
+        shown: dict[str, dict[str, Any]] = {}
+        for name in CYCLE_ORDER:
+            queue = queues.get(name)
+            length = 0 if queue is None else len(queue)
+            first = [] if queue is None or not length else list(islice(queue, min(heads, left)))
+            left -= len(first)
+            shown[name] = {"length": length, "gangs": [gang_row(rt, gang) for gang in first]}
+        out[leaf] = shown
+    return out

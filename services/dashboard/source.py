@@ -1,0 +1,213 @@
+"""What the dashboard shows, gathered from what the services already answer and from the log's
+tail, at most once per `every` seconds, and only while someone looks (`Source.view`).
+
+One refresh asks, over one NATS connection of its own:
+
+- the tree service's `tree_list` (trees, their capacity and policy);
+- admission's `pools` (every pool's numbers per kind, each leaf's queues with their first gangs;
+  `services.admission.queries`) and its `explain` of the first `EXPLAINED` waiting gangs shown;
+- preemption's `list` (the last `PREEMPTIONS` preemptions, every pool's starvation status);
+- the log: its last position, and the decisions among its last `WINDOW` positions (only those
+  not read before), of which the newest `TIMELINE` are kept (`timeline.Timeline`).
+
+Every browser is served the same cached `View`; a request that finds it older than `every`
+wakes the refresher and waits at most `WAIT` seconds for a fresh one (else it gets the one it
+has). A service that does not answer leaves its part empty with the reason in `errors`; nothing a
+browser does reaches a service more often than the refresh (and `explain` of one gang, `explain`,
+at most `EXPLAIN_AT_ONCE` at a time, each cached for `every`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from events import subjects
+from events.commands import Reply
+from services.dashboard.timeline import Timeline
+
+ASK_WITHIN = 3.0  # seconds for a service to answer one request
+WAIT = 4.0  # seconds a browser's request waits for a refresh it asked for
+EXPLAINED = 40  # waiting gangs explained per refresh (the first of the queues shown)
+EXPLAIN_AT_ONCE = 4  # explain requests in flight, the refresh's and browsers' together
+EXPLAIN_CACHE = 256  # explain answers of single gangs kept (each for `every` seconds)
+PREEMPTIONS = 100  # the last preemptions asked for
+HEADS = 10  # gangs shown at the head of each queue
+ROWS = 400  # gangs shown in all
+
+
+@dataclass
+class View:
+    """One refresh's answers, as the API serves them."""
+
+    refreshed: float = 0.0  # time.time() of the refresh (0: none yet)
+    log_seq: int | None = None  # the log's last position when refreshed
+    trees: list[dict[str, Any]] = field(default_factory=list)  # tree_list
+    pools: dict[str, Any] = field(default_factory=dict)  # admission's `pools` answer
+    explained: dict[str, dict[str, Any]] = field(default_factory=dict)  # "tree/gang" -> explain summary
+    preemptions: list[dict[str, Any]] = field(default_factory=list)
+    starvation: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # part -> why it is missing
+
+
+class Unanswered(Exception):
+    """A service did not answer, or answered with an error (the message says which)."""
+
+
+class Source:
+    """The cache the dashboard serves from, refreshed by `run` (a task of the HTTP server's group)."""
+
+    def __init__(self, url: Callable[[], str | None], every: float = 1.0) -> None:
+        self.url = url
+        self.every = every
+        self.view = View()
+        self._wanted = anyio.Event()
+        self._fresh = anyio.Event()
+        self._log: Any = None
+        self._timeline = Timeline()
+        self._explains: OrderedDict[tuple[str | None, str], tuple[float, Reply]] = OrderedDict()
+        self._asking = anyio.Semaphore(EXPLAIN_AT_ONCE)
+
+    async def current(self) -> View:
+        """The cached view, refreshed first (waiting at most `WAIT`) when older than `every`."""
+        if time.time() - self.view.refreshed >= self.every:
+            fresh = self._fresh
+            self._wanted.set()
+            with anyio.move_on_after(WAIT):
+                await fresh.wait()
+        return self.view
+
+    async def run(self) -> None:
+        """Refresh when asked, at most once per `every` seconds, until cancelled."""
+        try:
+            while True:
+                await self._wanted.wait()
+                self._wanted = anyio.Event()
+                with anyio.move_on_after(WAIT + ASK_WITHIN):
+                    self.view = await self._refresh()
+                fresh, self._fresh = self._fresh, anyio.Event()
+                fresh.set()
+                await anyio.sleep(self.every)
+        finally:
+            if self._log is not None:
+                with anyio.CancelScope(shield=True), suppress(Exception):
+                    await self._log.close()
+
+    async def explain(self, gang: str, tree: str | None) -> Reply:
+        """Admission's `explain` of one gang (an error reply raises `Unanswered`), cached for
+        `every` seconds."""
+        key = (tree, gang)
+        cached = self._explains.get(key)
+        if cached is not None and time.time() - cached[0] < self.every:
+            return cached[1]
+        async with self._asking:
+            reply = await self._ask("admission", "explain", {"gang": gang, "tree": tree})
+        self._explains[key] = (time.time(), reply)
+        self._explains.move_to_end(key)
+        while len(self._explains) > EXPLAIN_CACHE:
+            self._explains.popitem(last=False)
+        return reply
+
+    async def _refresh(self) -> View:
+        view = View(refreshed=time.time(), timeline=self.view.timeline)
+        try:
+            await self._connected()
+        except (OSError, ConnectionError, TimeoutError, Unanswered) as exc:
+            view.errors["nats"] = str(exc) or type(exc).__name__
+            return view
+
+        async def part(name: str, fill: Callable[[View], Any]) -> None:
+            try:
+                await fill(view)
+            except (Unanswered, OSError, TimeoutError) as exc:
+                view.errors[name] = str(exc) or type(exc).__name__
+            except Exception as exc:  # (nats-py's own errors): the part is missing, the rest served
+                view.errors[name] = f"{type(exc).__name__}: {exc}"
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(part, "trees", self._trees)
+            tg.start_soon(part, "pools", self._pools)
+            tg.start_soon(part, "preemptions", self._preemptions)
+            tg.start_soon(part, "log", self._tail)
+        await part("explain", self._explain_heads)
+        return view
+
+    async def _connected(self) -> None:
+        if self._log is not None and self._log.nc.is_connected:
+            return
+        url = self.url()
+        if not url:
+            raise Unanswered("NATS is not up yet")
+        from services.common.jetstream import JetStreamLog
+
+        if self._log is not None:
+            with suppress(Exception):
+                await self._log.close()
+            self._log = None
+        with anyio.fail_after(ASK_WITHIN):
+            self._log = await JetStreamLog.connect(url)
+
+    async def _ask(self, service: str, op: str, query: dict[str, Any]) -> Reply:
+        if self._log is None:
+            raise Unanswered("not connected to NATS")
+        from nats.errors import NoRespondersError
+        from nats.errors import TimeoutError as NatsTimeout
+
+        try:
+            msg = await self._log.nc.request(subjects.command(service, op), json.dumps(query).encode(),
+                                             timeout=ASK_WITHIN)
+        except NoRespondersError:
+            raise Unanswered(f"the {service} service is not running (no responder)") from None
+        except NatsTimeout:
+            raise Unanswered(f"the {service} service did not answer within {ASK_WITHIN:g} s") from None
+        reply = Reply.model_validate_json(msg.data)
+        if not reply.ok:
+            error = reply.error
+            raise Unanswered(f"{service} {op}: {error.rule}: {error.message}" if error else f"{service} {op} failed")
+        return reply
+
+    async def _trees(self, view: View) -> None:
+        reply = await self._ask("tree", "tree_list", {})
+        view.trees = [{"tree": t["name"], "capacity": t["capacity"], "revocable": t["revocable"],
+                       "policy": t["options"].get("policy"), "version": t["version"], "hosts": len(t["hosts"])}
+                      for t in reply.data["trees"]]
+
+    async def _pools(self, view: View) -> None:
+        reply = await self._ask("admission", "pools", {"heads": HEADS, "rows": ROWS})
+        view.pools = reply.data
+
+    async def _preemptions(self, view: View) -> None:
+        reply = await self._ask("preemption", "list", {"limit": PREEMPTIONS})
+        view.preemptions = reply.data["preemptions"]
+        view.starvation = reply.data["starvation"]
+
+    async def _tail(self, view: View) -> None:
+        last = await self._log.last_seq()
+        view.log_seq = last
+        view.timeline = await self._timeline.follow(self._log, last)
+
+    async def _explain_heads(self, view: View) -> None:
+        """`explain` of the first `EXPLAINED` gangs waiting in the queues shown, in queue order."""
+        wanted = [(tree["tree"], gang["gang"]) for tree in view.pools.get("trees", [])
+                  for queues in tree["queues"].values() for queue in queues.values() for gang in queue["gangs"]]
+
+        async def one(tree: str, gang: str) -> None:
+            try:
+                reply = await self.explain(gang, tree)
+            except Unanswered as exc:
+                view.explained[f"{tree}/{gang}"] = {"summary": str(exc), "findings": []}
+                return
+            data = reply.data
+            view.explained[f"{tree}/{gang}"] = {"summary": data.get("summary", ""),
+                                                "findings": [f.get("check") for f in data.get("findings", [])]}
+
+        async with anyio.create_task_group() as tg:
+            for tree, gang in wanted[:EXPLAINED]:
+                tg.start_soon(one, tree, gang)
