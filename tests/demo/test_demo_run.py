@@ -1,0 +1,81 @@
+"""`poolwise demo` end to end on the real services and an embedded nats-server: short runs of the
+teams workload (unpaced) and of Kueue's baseline at a small scale, each ending with the replay
+verified and a summary with real numbers. Event times come from the driver, so a run's numbers are
+the same every time: they are asserted exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from services.demo.driver import DemoResult, run_demo
+from services.demo.kueue import kueue_baseline
+from services.demo.live import PlainLines
+from services.demo.summary import print_summary, result_document
+from services.demo.teams import teams
+
+pytestmark = pytest.mark.nats
+
+
+def _run(workload, where: Path, lines: list[str]) -> DemoResult:  # type: ignore[no-untyped-def]
+    return anyio.run(lambda: run_demo(workload, where, PlainLines(workload, lines.append)))
+
+
+@pytest.fixture(scope="module")
+def teams_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoResult, list[str]]]:
+    lines: list[str] = []
+    fast = dataclasses.replace(teams(8), speed=10_000.0)  # 60 s of log time, 76 jobs, unpaced
+    yield _run(fast, tmp_path_factory.mktemp("teams"), lines), lines
+
+
+@pytest.fixture(scope="module")
+def kueue_run(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
+    return _run(kueue_baseline(0.02), tmp_path_factory.mktemp("kueue"), [])
+
+
+def test_teams_demo_ends_with_replay_verified(teams_run: tuple[DemoResult, list[str]]) -> None:
+    result, lines = teams_run
+    assert result.replay.ok and not result.replay.findings
+    assert sum(c.recorded for c in result.replay.counts.values()) > 100
+    assert result.steps == 61 and not result.stopped_early  # a tick every log second, 0 through 60
+    assert lines[0].startswith("applied ") and "9 change(s)" not in lines[0]  # hosts, tree and pools
+    assert any(line.startswith("log time ") for line in lines[1:])
+
+
+def test_teams_summary_has_the_numbers(teams_run: tuple[DemoResult, list[str]]) -> None:
+    result, _ = teams_run
+    doc = result_document(result)
+    assert (doc["jobs"], doc["enqueued"], doc["admitted_gangs"], doc["admissions"]) == (76, 76, 72, 72)
+    assert doc["rejected"] == {"above_limit": 3}  # the too-big jobs: cpu 128 in /dev (limit 96)
+    assert doc["finished"] == {"done": 39, "rejected": 3}
+    assert (doc["preempted_gangs"], doc["preempted_tasks"]) == (2, 4)  # vision's training, during etl's surge
+    assert doc["usage"] == 0.6585 and doc["log_seconds"] == 60.0
+    pools = {p["pool"]: p for p in doc["pools"]}
+    assert set(pools) == {"/dev/ci", "/production/etl", "/research/nlp", "/research/vision", "/spot"}
+    assert (pools["/production/etl"]["admitted"], pools["/production/etl"]["mean_wait"],
+            pools["/production/etl"]["p50_wait"], pools["/production/etl"]["p95_wait"]) == (16, 1.062, 0.0, 8.0)
+    assert pools["/research/vision"]["preempted"] == 2
+    shown: list[str] = []
+    print_summary(result, shown.append)
+    assert any("cluster usage: 65.8% of the cpu" in line for line in shown)
+    assert any(line.split()[:2] == ["/production/etl", "16"] for line in shown)
+
+
+def test_kueue_baseline_small_admits_every_job(kueue_run: DemoResult) -> None:
+    doc = result_document(kueue_run)
+    assert kueue_run.replay.ok
+    assert doc["jobs"] == doc["enqueued"] == doc["admitted_gangs"] == 300
+    assert doc["finished"] == {"done": 300}
+    assert doc["rejected"] == {}
+    classes = {c["class"]: c for c in doc["classes"]}
+    assert [c["class"] for c in doc["classes"]] == ["small", "medium", "large"]
+    assert {name: row["admitted"] for name, row in classes.items()} == {"small": 210, "medium": 60, "large": 30}
+    # smaller jobs take the queues' room first; a large one (20 cpu, priority 200) waits while
+    # lower priorities are preempted for it (30 gangs, each admitted again later)
+    assert [classes[c]["mean_wait"] for c in ("small", "medium", "large")] == [0.0, 0.0, 0.3]
+    assert (doc["preempted_gangs"], doc["admissions"]) == (30, 330)
+    assert doc["usage"] == 0.4983 and doc["log_seconds"] == 2.9 and kueue_run.steps == 14
