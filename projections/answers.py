@@ -18,7 +18,7 @@ from projections.base import quote
 from projections.store import ProjectionStore
 
 # Tables the read models keep for themselves: neither listed nor exported.
-INTERNAL = frozenset({"gangs_held", "gangs_answered", "pruning"})
+INTERNAL = frozenset({"gangs_held", "gangs_answered", "pruning", "preemption_wants"})
 # Tables with no primary key, and the columns that tell their rows apart all the same.
 NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "event_log": ("seq", "part"),

@@ -6,7 +6,7 @@
 | --- | --- | --- |
 | gangs | gangs, tasks (internal: gangs_held, gangs_answered) | projections/gangs.py |
 | pool_status | pool_entitlements, entitlement_history, pool_starvation | projections/pool_status.py |
-| preemptions | preemptions | projections/records.py |
+| preemptions | preemptions (internal: preemption_wants) | projections/records.py |
 | rejections | rejections | projections/records.py |
 """
 

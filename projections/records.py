@@ -3,13 +3,22 @@
 Tables:
 
     preemptions(tree, pool, gang, task, reason, requested_at, requested_seq, grace_period,
-                excess MAP, entitlement MAP, allocation MAP)
+                excess MAP, entitlement MAP, allocation MAP, cause, for_gang, for_pools[])
     rejections(seq, tree, ref, input_type, rule, field, reason, input_seq, input_part, input_id,
                source, rejected_at, input)
 
 `preemptions` has one row per task a `PreemptionRequested` names (DOMAIN §6: the whole gang is
 taken, and each of its live tasks is named); `excess`, `entitlement` and `allocation` are the
 pool's numbers that justified it. What became of a task: join `tasks` (the `gangs` projection).
+Whom it was for: `cause` is `over_entitlement` (the pool held more than its entitlement and gives
+it back) or `lower_priority` (a gang of higher priority, blocked at the head of a queue of the
+same pool, takes its place: `for_gang`, read from the reason the preemption service wrote).
+`for_pools` are the pools the resources go to: for `lower_priority` the pool itself; for
+`over_entitlement` the tree's pools that, in its latest `EntitlementsComputed` before the request,
+were entitled to more than they held and asked for more (entitlement share and demand share both
+above the usage share), the deepest of them (a parent of such a pool is left out), the
+preempted pool never. This projection keeps that set per tree in memory and in its table
+`preemption_wants` (internal), which it writes when the set changes.
 `rejections` has one row per `InputRejected`: `ref` names what was refused (a gang, a task, a pool
 path, or `seq:<n>` for an undecodable message), `rule` the broken rule, `input_seq` where the
 refused input stands in the log (NULL for refused commands, which never became events) and
@@ -25,14 +34,15 @@ the horizon are deleted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
 import pyarrow as pa
 
-from events import Envelope, InputRejected, PreemptionRequested
-from projections.base import Connection, Item, Projection, delete_older, insert_arrow
+from events import EntitlementsComputed, Envelope, InputRejected, PreemptionRequested, event_class
+from projections.base import Connection, Item, Malformed, Projection, delete_older, insert_arrow
 
 Row = dict[str, Any]
 
@@ -53,6 +63,9 @@ PREEMPTIONS = pa.schema(
         ("excess", _AMOUNTS),
         ("entitlement", _AMOUNTS),
         ("allocation", _AMOUNTS),
+        ("cause", _STR),
+        ("for_gang", _STR),
+        ("for_pools", pa.list_(_STR)),
     ]
 )
 REJECTIONS = pa.schema(
@@ -74,12 +87,24 @@ REJECTIONS = pa.schema(
 )
 
 
+# A share above another by less than this is the same share (numbers on the wire have 9 digits).
+SHARE_TOLERANCE = 1e-9
+_ROOM_FOR = re.compile(r"makes room for gang (.+?) \(priority -?\d+, blocked at the head of queue ")
+
+
 class PreemptionsProjection(Projection):
-    """`preemptions`: every task a preemption request names."""
+    """`preemptions`: every task a preemption request names, and whom it was for."""
 
     name = "preemptions"
-    schema_version = 2  # 2: `task` (of the key) uncompressed: a deleted row's key is read back (gangs.py)
-    tables = ("preemptions",)
+    # 2: `task` (of the key) uncompressed: a deleted row's key is read back (gangs.py);
+    # 3: cause, for_gang, for_pools (and the internal preemption_wants)
+    schema_version = 3
+    tables = ("preemptions", "preemption_wants")
+
+    def __init__(self) -> None:
+        # Per tree, each pool's "wants more" (`_wants`) as its latest computation says; None: not
+        # read back yet (after a start or a rollback).
+        self._wanting: dict[str, dict[str, bool]] | None = None
 
     def create(self, conn: Connection) -> None:
         conn.execute(
@@ -88,28 +113,87 @@ class PreemptionsProjection(Projection):
                 task VARCHAR USING COMPRESSION uncompressed NOT NULL,
                 reason VARCHAR, requested_at TIMESTAMPTZ, requested_seq BIGINT NOT NULL, grace_period DOUBLE,
                 excess MAP(VARCHAR, DOUBLE), entitlement MAP(VARCHAR, DOUBLE), allocation MAP(VARCHAR, DOUBLE),
+                cause VARCHAR, for_gang VARCHAR, for_pools VARCHAR[],
                 PRIMARY KEY (requested_seq, task))"""
         )
+        conn.execute("CREATE TABLE preemption_wants (tree VARCHAR NOT NULL, path VARCHAR NOT NULL, "
+                     "PRIMARY KEY (tree, path))")
+        self._wanting = None
+
+    def rolled_back(self) -> None:
+        self._wanting = None
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        wanting = self._wanting
+        if wanting is None:
+            wanting = self._wanting = {}
+            for tree, path in conn.execute("SELECT tree, path FROM preemption_wants").fetchall():
+                wanting.setdefault(tree, {})[path] = True
+        changed: set[str] = set()
         rows: list[Row] = []
         for item in items:
             envelope = item.event
-            # by exact type, as events come off the wire: a failed isinstance of a model is slow
-            if not isinstance(envelope, Envelope) or type(envelope.event) is not PreemptionRequested:
+            if isinstance(envelope, Malformed):
                 continue
-            event = cast(PreemptionRequested, envelope.event)
+            event = envelope.event
+            kind = event_class(event)  # the model or its view (events.views)
+            if kind is EntitlementsComputed:
+                if _fold_wants(wanting, cast(EntitlementsComputed, event)):
+                    changed.add(cast(EntitlementsComputed, event).tree)
+                continue
+            # by exact type, as events come off the wire: a failed isinstance of a model is slow
+            if kind is not PreemptionRequested:
+                continue
+            event = cast(PreemptionRequested, event)
             numbers = {"excess": dict(event.excess), "entitlement": dict(event.entitlement),
                        "allocation": dict(event.allocation)}
+            whom = _for_whom(event, wanting.get(event.tree, {}))
             for task in dict.fromkeys(event.tasks):  # a task named twice is one row
                 rows.append({"tree": event.tree, "pool": event.pool, "gang": event.gang, "task": task,
                              "reason": event.reason, "requested_at": envelope.time, "requested_seq": item.seq,
-                             "grace_period": event.grace_period, **numbers})
+                             "grace_period": event.grace_period, **numbers, **whom})
         if rows:
             insert_arrow(conn, "preemptions", pa.Table.from_pylist(rows, schema=PREEMPTIONS))
+        if changed:
+            trees = sorted(changed)
+            conn.execute(f"DELETE FROM preemption_wants WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
+            wants = [(tree, path) for tree in trees for path, want in sorted(wanting.get(tree, {}).items()) if want]
+            if wants:
+                conn.executemany("INSERT INTO preemption_wants VALUES (?, ?)", wants)
 
     def prune(self, conn: Connection, horizon: datetime) -> int:
         return delete_older(conn, "preemptions", "requested_at", horizon, "requested_seq, task", self.prune_rows)
+
+
+def _fold_wants(wanting: dict[str, dict[str, bool]], event: EntitlementsComputed) -> bool:
+    """Fold a computation into its tree's "wants more" flags; whether the set of pools that want
+    more changed."""
+    pools = wanting.get(event.tree)
+    before = {path for path, want in pools.items() if want} if pools else set()
+    if pools is None or event.replace:
+        pools = wanting[event.tree] = {}
+    for path in event.removed:
+        pools.pop(path, None)
+    for pool in event.pools:
+        usage = pool.usage_share
+        want = pool.fair_share > usage + SHARE_TOLERANCE and pool.demand_share > usage + SHARE_TOLERANCE
+        if want:
+            pools[pool.path] = True
+        else:
+            pools.pop(pool.path, None)
+    return before != pools.keys()
+
+
+def _for_whom(event: PreemptionRequested, wants: dict[str, bool]) -> Row:
+    """The cause, for_gang and for_pools columns of a preemption's rows (module docstring)."""
+    found = _ROOM_FOR.match(event.reason)
+    if found is not None:
+        return {"cause": "lower_priority", "for_gang": found.group(1), "for_pools": [event.pool]}
+    if not event.reason.startswith("over "):
+        return {"cause": None, "for_gang": None, "for_pools": None}
+    paths = sorted(path for path in wants if path != event.pool and path != "/")
+    deepest = [p for p in paths if not any(q.startswith(p.rstrip("/") + "/") for q in paths)]
+    return {"cause": "over_entitlement", "for_gang": None, "for_pools": deepest}
 
 
 class RejectionsProjection(Projection):

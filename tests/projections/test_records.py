@@ -31,7 +31,7 @@ def test_one_row_per_task_a_preemption_names(tmp_path: Path) -> None:
         store.apply(messages)
         _, rows = store.query("SELECT * FROM preemptions ORDER BY requested_seq, task")
     reason = "over non-slack entitlement since 2: cpu 14 held, 10 entitled"
-    numbers = ({"cpu": 4.0}, {"cpu": 10.0}, {"cpu": 14.0})
+    numbers = ({"cpu": 4.0}, {"cpu": 10.0}, {"cpu": 14.0}, "over_entitlement", None, [])  # for nobody known
     assert rows == [
         ("default", "/a", "g1", "g1/0", reason, T0.replace(second=1), 1, 5.0, *numbers),
         ("default", "/a", "g1", "g1/1", reason, T0.replace(second=1), 1, 5.0, *numbers),
