@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from time import perf_counter
 
-from events import Envelope, InputRejected, at_seconds
+from events import Envelope, InputRejected, PoolDeleted, at_seconds
 from events.subjects import PREFIX
 from services.admission.domain.cycle_order import is_cycle_decision
 from services.admission.domain.decide import run_cycles
 from services.admission.domain.state import SERVICE, AdmissionState, Outcome
 from services.admission.envelopes import decision_envelopes
-from services.common import metrics
+from services.common import metrics, tracing
 from services.common.folding import rejection_of_fault
 
 # What admission and preemption fold (preemption keeps a copy of admission's fold).
@@ -56,6 +56,7 @@ class AdmissionFolder:
 
     def __init__(self, state: AdmissionState | None = None) -> None:
         self.state = state or AdmissionState()
+        self.traces = tracing.GangTraces()  # (the shell's: carried contexts, never read by a decision)
 
     @property
     def now(self) -> float:
@@ -75,6 +76,19 @@ class AdmissionFolder:
         # 0. our own cycles' decisions, read back: applied when they were made (at the trigger).
         if is_cycle_decision(envelope):
             return []
+        if type(envelope.event) is PoolDeleted:  # its counts go with it (services.common.metrics)
+            metrics.TALLIES.pool_deleted(envelope.event.tree, envelope.event.path)
+        out = self._step(envelope, seq, part, last)
+        if tracing.ON:  # contexts carried from the submitters to the cycles' spans
+            self.traces.see(envelope)
+            if out:
+                if tracing.LIVE and CYCLE.ran:
+                    out = tracing.decided(out, CYCLE.took, self.traces)
+                self.traces.see_all(out)
+        CYCLE.ran = False
+        return out
+
+    def _step(self, envelope: Envelope, seq: int, part: int, last: bool) -> list[Envelope]:
         # 1. fold the event (timers due before it fire first);
         state = self.state
         try:
@@ -98,11 +112,26 @@ class AdmissionFolder:
         return decision_envelopes(SERVICE, outcomes, seq, envelope.id, time)  # not validated again
 
 
+class _LastCycle:
+    """Whether the step at hand ran cycles, and their wall time (for their span)."""
+
+    __slots__ = ("ran", "took")
+
+    def __init__(self) -> None:
+        self.ran = False
+        self.took = 0.0
+
+
+CYCLE = _LastCycle()
+
+
 def timed_cycles(state: AdmissionState, seq: int) -> list[Outcome]:
     """`run_cycles`, its wall time told to the metrics (two clock reads per cycle, not per event)."""
     began = perf_counter()
     cycles = run_cycles(state, seq)
-    metrics.cycle_took(SERVICE, perf_counter() - began)
+    CYCLE.took = took = perf_counter() - began
+    CYCLE.ran = True
+    metrics.cycle_took(SERVICE, took)
     return cycles
 
 

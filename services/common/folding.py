@@ -33,6 +33,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from time import perf_counter
 from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
@@ -52,12 +53,12 @@ from events import (
     read_envelope,
 )
 from events.subjects import PREFIX
-from services.common import metrics
+from services.common import metrics, tracing
 from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot, SnapshotStore, Snapshotting, code_fingerprint, load_newest
-from services.common.telemetry import span
+from services.common.tracing import span
 
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
     from projections.store import ProjectionStore
@@ -449,17 +450,20 @@ async def run_folder(
     # `on_batch`) still waits for its decisions to be acknowledged. Acknowledging a batch to the
     # consumer before its decisions are stored loses nothing: a restart folds the whole log and
     # publishes what it decides that the log lacks (`rebuild`).
-    send, receive = anyio.create_memory_object_stream[tuple[list[Envelope], Sequence[Stored], int]](OUTBOX_BATCHES)
+    # (a batch's decisions, the batch, the position folded, when the batch arrived: `perf_counter`)
+    send, receive = anyio.create_memory_object_stream[tuple[list[Envelope], Sequence[Stored], int, float]](
+        OUTBOX_BATCHES)
 
     async def handle(batch: Sequence[Stored]) -> None:
         nonlocal folded, idle
+        arrived = perf_counter() if metrics.RECORDING else 0.0  # (decision latency: from here to stored)
         if snapshots is not None and snapshots.due(folded, folder.now):
             # A snapshot is taken where every decision made so far is in the log: the batches
             # folded before wait to be published first (a moment, once per `every` positions).
             await idle.wait()
             pickled = take_snapshot(folder, folded)
             tg.start_soon(save_snapshot, snapshots, log, folder.service, folded, folder.now, pickled)
-        with span("fold batch", service=folder.service, events=len(batch)) as current, gc_paused():
+        with span("fold batch", service=folder.service, events=len(batch)) as current, gc_paused(), tracing.live():
             result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
             current.set_attribute("decisions", len(result.decisions))
         folded = result.last_seq
@@ -467,7 +471,7 @@ async def run_folder(
         watched.events += len(batch)
         if idle.is_set():
             idle = anyio.Event()
-        await send.send((result.decisions, batch, folded))
+        await send.send((result.decisions, batch, folded, arrived))
 
     async def publish() -> None:
         nonlocal published
@@ -480,14 +484,16 @@ async def run_folder(
             with suppress(anyio.WouldBlock):
                 while True:
                     ready.append(receive.receive_nowait())
-            decisions = [d for made, _, _ in ready for d in made]
+            decisions = [d for made, _, _, _ in ready for d in made]
             if decisions:
                 with gc_paused():
                     await log.append(decisions)
                 if metrics.RECORDING:
+                    metrics.decisions_stored(folder.service, [(at, len(made)) for made, _, _, at in ready],
+                                             perf_counter())
                     metrics.published(folder.service, decisions, folder)
             if store is not None:
-                messages = ready[0][1] if len(ready) == 1 else [m for _, batch, _ in ready for m in batch]
+                messages = ready[0][1] if len(ready) == 1 else [m for _, batch, _, _ in ready for m in batch]
                 await anyio.to_thread.run_sync(store.apply, messages)
             if on_batch is not None:
                 await on_batch(ready[-1][2])

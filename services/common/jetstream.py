@@ -592,6 +592,17 @@ class _Puller:
             raise ConsumerLost("the connection was re-established")  # what is buffered goes too
 
 
+def trace_headers(msg_id: str, trace: dict[str, str] | None) -> dict[str, str]:
+    """A message's headers when its (first) envelope carries a trace context: the W3C ones
+    (`traceparent`, `tracestate`) beside `Nats-Msg-Id`, a value with a line break left out."""
+    headers = {MSG_ID: msg_id}
+    for name in ("traceparent", "tracestate"):
+        value = trace.get(name) if trace else None
+        if value and "\r" not in value and "\n" not in value:
+            headers[name] = value
+    return headers
+
+
 class JetStreamLog:
     """The event log on a JetStream stream (default: `events.subjects.STREAM` over STREAM_SUBJECTS).
 
@@ -718,7 +729,8 @@ class JetStreamLog:
         # Encoded through SHARED: remembered for this process's folders to read back (services.common.decodes);
         # runs of packable decisions go out as one message each (services.common.packs).
         messages = outgoing(envelopes, envelope_subject, SHARED.encode)
-        items = [(self._prefixed(m.subject), m.data, {MSG_ID: m.msg_id}) for m in messages]
+        items = [(self._prefixed(m.subject), m.data, {MSG_ID: m.msg_id} if envelopes[m.first].trace is None
+                  else trace_headers(m.msg_id, envelopes[m.first].trace)) for m in messages]
         try:
             landed = self._appended(items, await self._publisher.publish(items))
         except AppendRefused as refused:  # name the envelope, not the message

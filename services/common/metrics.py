@@ -87,18 +87,26 @@ class Buckets:
     """A histogram's counts for fixed bounds (Prometheus `le`: a value lands in the first bucket
     whose bound it does not exceed; the last bucket is +Inf)."""
 
-    __slots__ = ("bounds", "count", "counts", "sum")
+    __slots__ = ("bounds", "count", "counts", "max", "min", "started", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
         self.count = 0
+        self.min = float("inf")
+        self.max = float("-inf")
+        self.started = time.time_ns()  # (OTLP: the start of the cumulative counts)
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.count += 1
+    def observe(self, value: float, times: int = 1) -> None:
+        """`value` observed `times` times (the decisions of one batch share their latency)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sum += value * times
+        self.count += times
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
 
     def cumulative(self) -> list[tuple[str, float]]:
         """(le, count at or below) per bound, +Inf last: what Prometheus exposes."""
@@ -113,6 +121,9 @@ class Buckets:
 WAIT_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 # Wall time of one admission cycle: ~2.5 ms on a small tree, seconds on 10k pools.
 CYCLE_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Wall time from an input's arrival at a service to its decision on the log: milliseconds (a batch
+# folded and its decisions acknowledged) to seconds (a fold far behind, a 10k-pool cycle).
+LATENCY_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 @dataclass(slots=True)
@@ -126,6 +137,17 @@ class Tallies:
     rejected: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (service, tree, rule)
     waits: dict[tuple[str, str], Buckets] = field(default_factory=dict)  # (tree, pool): log seconds
     cycles: dict[str, Buckets] = field(default_factory=dict)  # service: wall seconds
+    latency: dict[str, Buckets] = field(default_factory=dict)  # service: wall seconds, input to decision
+
+    def pool_deleted(self, tree: str, path: str) -> None:
+        """Forget the counts of pool `path` of `tree` and of any pool below it (its deletion: a
+        tree whose pools come and go would otherwise keep an entry for every pool it ever had)."""
+        below = path.rstrip("/") + "/"
+        tables: tuple[dict[Any, Any], ...] = (self.admitted, self.timed_out, self.requeued, self.preempted, self.waits)
+        for table in tables:
+            gone = [key for key in table if key[0] == tree and (key[1] == path or key[1].startswith(below))]
+            for key in gone:
+                del table[key]
 
 
 TALLIES = Tallies()
@@ -141,7 +163,7 @@ def reset() -> None:
     one process; the tables are emptied in place: the instruments hold them)."""
     STATUS.clear()
     for table in (TALLIES.admitted, TALLIES.timed_out, TALLIES.requeued, TALLIES.preempted, TALLIES.rejected,
-                  TALLIES.waits, TALLIES.cycles):
+                  TALLIES.waits, TALLIES.cycles, TALLIES.latency):
         table.clear()
     STREAM.last_seq = None
     READING.at = float("-inf")
@@ -196,6 +218,17 @@ def cycle_took(service: str, seconds: float) -> None:
     if found is None:
         found = TALLIES.cycles[service] = Buckets(CYCLE_BOUNDS)
     found.observe(seconds)
+
+
+def decisions_stored(service: str, arrivals: Sequence[tuple[float, int]], now: float) -> None:
+    """Decisions of `service` are on the log at `now` (`time.perf_counter()`): per folded batch,
+    when it arrived at the service and how many decisions it made (`run_folder`, when `RECORDING`)."""
+    found = TALLIES.latency.get(service)
+    if found is None:
+        found = TALLIES.latency[service] = Buckets(LATENCY_BOUNDS)
+    for arrived, made in arrivals:
+        if made:
+            found.observe(max(0.0, now - arrived), made)
 
 
 @dataclass(slots=True)
@@ -511,23 +544,110 @@ def cardinality_limits() -> dict[type, int]:
     return {ObservableGauge: 1_000_000, ObservableCounter: 1_000_000}
 
 
+# The histograms: name, help, label names, and the table of `TALLIES` that holds their counts.
+HISTOGRAMS: tuple[tuple[str, str, tuple[str, ...], Callable[[], dict[Any, Buckets]]], ...] = (
+    ("poolwise_admission_wait_seconds", "log time from a gang's enqueue to its admission, per pool",
+     ("tree", "pool"), lambda: TALLIES.waits),
+    ("poolwise_cycle_duration_seconds", "wall time of one admission cycle (every due tree)", ("service",),
+     lambda: TALLIES.cycles),
+    ("poolwise_decision_latency_seconds", "wall time from an input's arrival at the service to its decisions "
+     "on the log", ("service",), lambda: TALLIES.latency),
+)
+
+
+def histogram_rows(table: Callable[[], dict[Any, Buckets]]) -> list[tuple[tuple[str, ...], Buckets]]:
+    """A histogram's (label values, buckets), read from another thread than the fold's (a dict that
+    changes size meanwhile is read again)."""
+    for _ in range(10):
+        try:
+            return [(key if isinstance(key, tuple) else (key,), found) for key, found in list(table().items())]
+        except RuntimeError:
+            continue
+    return []
+
+
 class _HistogramCollector:
-    """The two histograms, from `TALLIES`, as Prometheus histogram families."""
+    """The histograms, from `TALLIES`, as Prometheus histogram families."""
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import HistogramMetricFamily
 
-        waits = HistogramMetricFamily("poolwise_admission_wait_seconds",
-                                      "log time from a gang's enqueue to its admission, per pool",
-                                      labels=("tree", "pool"))
-        for (tree, pool), found in list(TALLIES.waits.items()):
-            waits.add_metric([tree, pool], found.cumulative(), found.sum)
-        yield waits
-        cycles = HistogramMetricFamily("poolwise_cycle_duration_seconds",
-                                       "wall time of one admission cycle (every due tree)", labels=("service",))
-        for service, found in list(TALLIES.cycles.items()):
-            cycles.add_metric([service], found.cumulative(), found.sum)
-        yield cycles
+        for name, text, names, table in HISTOGRAMS:
+            family = HistogramMetricFamily(name, text, labels=names)
+            for values, found in histogram_rows(table):
+                family.add_metric(list(values), found.cumulative(), found.sum)
+            yield family
+
+
+def histogram_metrics() -> list[Any]:
+    """The histograms as OTLP metrics (the SDK's data model; cumulative since each series began)."""
+    import dataclasses
+
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, Histogram, HistogramDataPoint, Metric
+
+    fields = {f.name for f in dataclasses.fields(HistogramDataPoint)}
+    exemplars: dict[str, Any] = {"exemplars": []} if "exemplars" in fields else {}  # (an SDK that has them)
+    now = time.time_ns()
+    out = []
+    for name, text, names, table in HISTOGRAMS:
+        points = []
+        for values, found in histogram_rows(table):
+            counts = list(found.counts)
+            points.append(HistogramDataPoint(attributes=dict(zip(names, values, strict=True)),
+                                             start_time_unix_nano=found.started, time_unix_nano=now,
+                                             count=sum(counts), sum=found.sum, bucket_counts=counts,
+                                             explicit_bounds=list(found.bounds), min=found.min, max=found.max,
+                                             **exemplars))
+        if points:
+            out.append(Metric(name=name, description=text, unit="s",
+                              data=Histogram(data_points=points,
+                                             aggregation_temporality=AggregationTemporality.CUMULATIVE)))
+    return out
+
+
+def with_histograms(data: Any) -> Any:
+    """`data` (one collection's `MetricsData`) with the histograms added to poolwise's scope."""
+    from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics, ScopeMetrics
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    extra = histogram_metrics()
+    if not extra or not data.resource_metrics:
+        return data
+    first = data.resource_metrics[0]
+    scopes = list(first.scope_metrics)
+    at = next((i for i, scope in enumerate(scopes) if scope.scope.name == "poolwise"), None)
+    if at is None:
+        scopes.append(ScopeMetrics(scope=InstrumentationScope("poolwise"), metrics=extra, schema_url=""))
+    else:
+        scopes[at] = ScopeMetrics(scope=scopes[at].scope, metrics=[*scopes[at].metrics, *extra],
+                                  schema_url=scopes[at].schema_url)
+    return MetricsData(resource_metrics=[ResourceMetrics(resource=first.resource, scope_metrics=scopes,
+                                                         schema_url=first.schema_url),
+                                         *data.resource_metrics[1:]])
+
+
+def histograms_exporter(inner: Any) -> Any:
+    """A metric exporter that sends `inner` every collection with the histograms added: the SDK has
+    no observable histogram, and its synchronous one costs tens of µs per observation, so the
+    bucket counts kept here join each export (the OTLP reader's)."""
+    from opentelemetry.sdk.metrics.export import MetricExporter
+
+    class WithHistograms(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(preferred_temporality=getattr(inner, "_preferred_temporality", None),
+                             preferred_aggregation=getattr(inner, "_preferred_aggregation", None))
+            self.inner = inner
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            return self.inner.export(with_histograms(metrics_data), timeout_millis=timeout_millis, **kwargs)
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return bool(self.inner.force_flush(timeout_millis=timeout_millis))
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    return WithHistograms()
 
 
 @dataclass
@@ -620,4 +740,5 @@ def otlp_readers() -> list[MetricReader]:
         return []
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    return [PeriodicExportingMetricReader(OTLPMetricExporter(), cardinality_limits=cardinality_limits())]
+    return [PeriodicExportingMetricReader(histograms_exporter(OTLPMetricExporter()),
+                                          cardinality_limits=cardinality_limits())]

@@ -3,10 +3,11 @@ applied at their triggers: `CycleOrder`), and a pass after each admission cycle.
 
 from __future__ import annotations
 
-from events import Envelope, at_seconds
+from events import Envelope, PoolDeleted, at_seconds
 from services.admission.domain.cycle_order import CycleOrder
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import seconds_of
+from services.common import metrics, tracing
 from services.common.folding import decision_envelope, rejection_of_fault
 from services.preemption.domain.state import SERVICE, PreemptionState
 
@@ -19,6 +20,7 @@ class PreemptionFolder:
     def __init__(self, state: PreemptionState | None = None) -> None:
         self.state = state or PreemptionState()
         self.order = CycleOrder(self._fold, self.state.admission.take_due)
+        self.traces = tracing.GangTraces()  # (the shell's: carried contexts, never read by a decision)
 
     @property
     def now(self) -> float:
@@ -37,7 +39,13 @@ class PreemptionFolder:
         self.order.load(state[1])
 
     def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
-        return self.order.feed(envelope, seq, last)
+        if type(envelope.event) is PoolDeleted:  # its counts go with it (services.common.metrics)
+            metrics.TALLIES.pool_deleted(envelope.event.tree, envelope.event.path)
+        if not tracing.ON:
+            return self.order.feed(envelope, seq, last)
+        self.traces.see(envelope)  # a gang's context: its enqueue's, then admission's decision's
+        out = self.order.feed(envelope, seq, last)
+        return tracing.preempted(out, self.traces) if out and tracing.LIVE else out
 
     def _fold(self, envelope: Envelope, seq: int) -> list[Envelope]:
         """One event, at the position admission's fold applies it (a pass runs on an admission

@@ -205,9 +205,11 @@ def check_size(envelope: Envelope, limit: int = MAX_PAYLOAD) -> None:
 
 
 def envelope(event: Event, *, source: str = "sdk", attempt: int | None = None,
-             time: datetime | None = None) -> Envelope:
-    """The event in its envelope: derived id, wall-clock time (unless given), `source`."""
-    return Envelope(id=event_id(event, attempt), time=time or datetime.now(UTC), source=source, event=event)
+             time: datetime | None = None, trace: dict[str, str] | None = None) -> Envelope:
+    """The event in its envelope: derived id (never from `trace`), wall-clock time (unless given),
+    `source`, and the W3C trace context to carry (`services.common.tracing`), if any."""
+    return Envelope(id=event_id(event, attempt), time=time or datetime.now(UTC), source=source, trace=trace,
+                    event=event)
 
 
 def check_tree(tree: str) -> None:

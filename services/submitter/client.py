@@ -27,6 +27,7 @@ from events import Envelope, subjects
 from services.common.connection import CONNECT_TIMEOUT, Auth, Tls, Urls, connect_nats, connect_options, shown
 from services.common.jetstream import JetStreamLog
 from services.common.log import Appended, AppendRefused, EventLog
+from services.common.tracing import producing
 from services.submitter.build import (
     MAX_PAYLOAD,
     SubmitError,
@@ -157,18 +158,24 @@ class Submitter:
                               job=job, user=user, priority=priority, preemptible=preemptible, revocable=revocable,
                               controller=controller, timeout=timeout, tree=tree or self.tree,
                               first_member=first_member)
-        (receipt,) = await self.publish([envelope(event, source=self.source)])
+        with producing("enqueue", **_about(event)) as carried:
+            (receipt,) = await self.publish([envelope(event, source=self.source, trace=carried)])
         return receipt
 
     async def enqueue_many(self, gangs: Iterable[Mapping[str, Any]]) -> list[Receipt]:
         """Several `enqueue`s (each a mapping of its keyword arguments), checked first, then
-        published together (all or none checked; each stored once)."""
-        envelopes = []
+        published together (all or none checked; each stored once). Traced: a span per gang (each
+        gang's trace starts at its enqueue), ended once all are stored."""
+        events = []
         for spec in gangs:
             options = dict(spec)
             options.setdefault("tree", self.tree)
-            envelopes.append(envelope(enqueue_event(**options), source=self.source))
-        return await self.publish(envelopes)
+            events.append(enqueue_event(**options))
+        with contextlib.ExitStack() as spans:
+            envelopes = [envelope(event, source=self.source,
+                                  trace=spans.enter_context(producing("enqueue", **_about(event))))
+                         for event in events]
+            return await self.publish(envelopes)
 
     async def task_state(self, task: str, gang: str, state: str, *, message: str | None = None,
                          attempt: int | None = None, tree: str | None = None) -> Receipt:
@@ -178,13 +185,15 @@ class Submitter:
         The same report sent twice is stored once; pass the gang's `attempt` (from its
         `GangAdmitted`) so that the same state in a later attempt is a new report."""
         event = task_state_event(task=task, gang=gang, state=state, message=message, tree=tree or self.tree)
-        (receipt,) = await self.publish([envelope(event, source=self.source, attempt=attempt)])
+        with producing("task state", **_about(event), **{"poolwise.task": task, "poolwise.state": state}) as carried:
+            (receipt,) = await self.publish([envelope(event, source=self.source, attempt=attempt, trace=carried)])
         return receipt
 
     async def cancel(self, gang: str, *, reason: str | None = None, tree: str | None = None) -> Receipt:
         """Cancel gang `gang`: its queued members leave the queues, its running tasks are killed."""
         event = cancel_event(gang=gang, reason=reason, tree=tree or self.tree)
-        (receipt,) = await self.publish([envelope(event, source=self.source)])
+        with producing("cancel", **_about(event)) as carried:
+            (receipt,) = await self.publish([envelope(event, source=self.source, trace=carried)])
         return receipt
 
     async def publish(self, envelopes: Sequence[Envelope]) -> list[Receipt]:
@@ -268,6 +277,15 @@ class Submitter:
                     f"keeps reconnecting in the background; retrying is safe: an event is stored once)")
         return (f"not acknowledged by NATS at {self._where()} within {self.timeout:g} s (it may have been "
                 f"stored; retrying is safe: an event is stored once)")
+
+
+def _about(event: Any) -> dict[str, str]:
+    """A submitter span's attributes: the tree and gang (and pool) the event is about."""
+    out = {"poolwise.tree": event.tree, "poolwise.gang": event.gang}
+    pool = getattr(event, "pool", None)
+    if pool is not None:
+        out["poolwise.pool"] = pool
+    return out
 
 
 class SyncSubmitter:

@@ -10,7 +10,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import anyio
-    from services.common.telemetry import configure, span
+    from services.common.tracing import configure, span
 
     configure("poolwise-admission")
     with span("fold batch", service="admission", events=3):

@@ -1,0 +1,336 @@
+"""Traces (OpenTelemetry): one gang's trace from its enqueue, through the admission cycle that
+decided it, to any preemption of its tasks.
+
+- **Submitters** (the SDK, and the CLI through it) start a span per call (`enqueue`,
+  `task state`, `cancel`) and carry its W3C context (`traceparent`, `tracestate`) in the
+  envelope's `trace` field and in the message's NATS headers (`producing`).
+- **Admission** remembers the context of each gang it folds (`GangTraces`, keyed by tree and
+  gang, dropped when the gang ends, never more than `GangTraces.LIMIT`). A cycle that decides
+  anything is one span (`admission cycle`, a child of the batch's `fold batch` span) with a link to
+  each sampled gang it decided; each such gang gets a short span in its own trace (`admission
+  GangAdmitted`, ...: a child of its enqueue span, linked to the cycle), and the decision's
+  envelope carries that span's context (`decided`).
+- **Preemption** remembers the gangs' contexts from their enqueue and from admission's
+  decisions; a `PreemptionRequested` gets a span in its gang's trace, and carries it (`preempted`).
+
+Cost: nothing unless a provider is configured (`ON` is False: one flag read per event). Spans are
+made only while a service folds a live batch (`LIVE`, set by `services.common.folding.run_folder`),
+not while it rebuilds or stands by, and only for gangs whose enqueue was sampled: the sampler
+(`OTEL_TRACES_SAMPLER`/`_ARG`, or `POOLWISE_TRACE_RATIO`) decides at the submitter, and the
+services follow (parent-based). An SDK span costs 25-60 µs on the 2-core machine, so there is
+one per cycle and one per sampled gang, none per unsampled one.
+
+Determinism: contexts are carried, never read by a decision. A decision's `trace` differs
+between the live run and a replay (a replay makes no spans); `poolwise replay --verify` ignores
+the field, and decision ids never include it. Domain code never sees any of this."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from time import time_ns
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from events import Envelope
+
+ON = False  # a provider of poolwise's records spans (`configure`, `install`): the folders remember contexts
+LIVE = False  # a service is folding a live batch (`run_folder`): spans are made only then
+_installed: trace.Tracer | None = None
+_configured = False
+
+
+# --- set-up ---------------------------------------------------------------------------------------
+
+
+def configure(service: str = "poolwise") -> None:
+    """Install a tracer provider once, if the environment asks for spans (called when `poolwise
+    serve` / `up --single-process` start their services, and by the CLI's submit commands):
+
+    - `POOLWISE_TRACE=console` or `OTEL_TRACES_EXPORTER=console`: spans printed (stdout);
+    - `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) set, or `OTEL_TRACES_EXPORTER=otlp`:
+      the OTLP/HTTP exporter (extra `poolwise[otlp]`; without it, one line on stderr);
+    - else, if the operator's own code installed an SDK provider before poolwise started, that one.
+
+    Sampling: the SDK's `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG`, or `POOLWISE_TRACE_RATIO`
+    (a fraction of new traces, parent-based). `service` names the process (`service.name`)."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    exporter = _exporter()
+    if exporter is None:
+        if _sdk_provider(trace.get_tracer_provider()):
+            install(trace.get_tracer_provider())
+        return
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}), sampler=_sampler())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    install(provider)
+
+
+def _exporter() -> Any:
+    wanted = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if os.environ.get("POOLWISE_TRACE", "").strip().lower() == "console" or wanted == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if wanted == "none":
+        return None
+    if wanted == "otlp" or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") \
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            print("poolwise: an OTLP endpoint is set but the OTLP exporter is not installed "
+                  "(pip install 'poolwise[otlp]'); no spans are exported", file=sys.stderr)
+            return None
+        return OTLPSpanExporter()
+    return None
+
+
+def _sampler() -> Any:
+    """`POOLWISE_TRACE_RATIO` as a parent-based ratio sampler; else None (the SDK reads
+    `OTEL_TRACES_SAMPLER`). A ratio that is not a number from 0 to 1 is said on stderr and ignored."""
+    text = os.environ.get("POOLWISE_TRACE_RATIO")
+    if text is None:
+        return None
+    try:
+        ratio = float(text)
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError
+    except ValueError:
+        print(f"poolwise: POOLWISE_TRACE_RATIO: a fraction from 0 to 1, got {text!r}; ignored", file=sys.stderr)
+        return None
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(ratio))
+
+
+def _sdk_provider(provider: Any) -> bool:
+    """Whether `provider` records (an SDK one), not the API's proxy or no-op."""
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def install(provider: Any) -> None:
+    """Make poolwise's spans on `provider` and turn remembering on (`configure`; a test's provider
+    with an in-memory exporter: not the process's global one, which can be set only once)."""
+    global ON, _installed
+    _installed = provider.get_tracer("poolwise")
+    ON = True
+
+
+def uninstall() -> None:
+    """Back to no spans (a test's end)."""
+    global ON, LIVE, _installed
+    _installed, ON, LIVE = None, False, False
+
+
+@cache
+def _global_tracer() -> trace.Tracer:
+    """The global tracer, looked up once: a proxy that follows whatever provider is installed,
+    before or after (looking it up per span read the environment each time)."""
+    return trace.get_tracer("poolwise")
+
+
+def tracer() -> trace.Tracer:
+    return _installed if _installed is not None else _global_tracer()
+
+
+def active() -> bool:
+    """Whether spans are recorded here: poolwise's provider, or an SDK provider the application
+    installed globally (the SDK's users configure OpenTelemetry themselves)."""
+    return ON or _sdk_provider(trace.get_tracer_provider())
+
+
+@contextmanager
+def span(name: str, **attributes: Any) -> Iterator[Span]:
+    """A span on the poolwise tracer (a no-op span when nothing records)."""
+    with tracer().start_as_current_span(name, attributes=attributes) as current:
+        yield current
+
+
+@contextmanager
+def live() -> Iterator[None]:
+    """A live batch is folded (`run_folder`): its cycles and preemptions make spans."""
+    global LIVE
+    LIVE = ON
+    try:
+        yield
+    finally:
+        LIVE = False
+
+
+# --- carrying a context ---------------------------------------------------------------------------
+
+
+def carrier_of(current: Span) -> dict[str, str] | None:
+    """`current`'s W3C context as an envelope's `trace` (`traceparent`, and `tracestate` if any);
+    None for an invalid span (nothing records)."""
+    found = current.get_span_context()
+    if not found.is_valid:
+        return None
+    out = {"traceparent": f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"}
+    if found.trace_state:
+        out["tracestate"] = found.trace_state.to_header()
+    return out
+
+
+_SAMPLED = frozenset("13579bdfBDF")  # the last hex digit of the flags, with bit 0 (sampled) set
+
+
+def context_of(carried: dict[str, str] | None) -> SpanContext | None:
+    """The sampled remote context an envelope's `trace` names (None: none, malformed, or not
+    sampled: nothing is recorded below it)."""
+    text = carried.get("traceparent") if carried else None
+    if not text or len(text) != 55 or text[54] not in _SAMPLED:  # 00-<32>-<16>-<flags>: the sampled bit set
+        return None
+    try:
+        version, trace_id, span_id, flags = text.split("-")
+        found = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
+                            trace_flags=TraceFlags(int(flags, 16)))
+    except ValueError:
+        return None
+    return found if found.is_valid and found.trace_flags.sampled and version != "ff" else None
+
+
+@contextmanager
+def producing(name: str, **attributes: Any) -> Iterator[dict[str, str] | None]:
+    """A submitter's span (kind producer, a child of the caller's current span, not made current:
+    the spans of several gangs published together are siblings) around one call; yields the context
+    to carry (None when nothing records: no span is made, the envelope carries nothing). An
+    exception ends it with an error status."""
+    if not active():
+        yield None
+        return
+    made = tracer().start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
+    try:
+        yield carrier_of(made)
+    except BaseException as exc:
+        made.record_exception(exc)
+        made.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        made.end()
+
+
+def with_trace(envelope: Envelope, carried: dict[str, str] | None) -> Envelope:
+    """`envelope` carrying `carried` (a copy: envelopes are frozen)."""
+    return envelope.model_copy(update={"trace": carried})
+
+
+# --- remembering gangs' contexts (the services' folds) --------------------------------------------
+
+STARTS = frozenset({"GangEnqueued", "GangAdmitted"})  # their envelope's context is the gang's from then on
+ENDS = frozenset({"GangFinished", "GangTimedOut"})
+DECIDED = frozenset({"GangAdmitted", "GangTimedOut", "GangRequeued", "GangMovedToQueue"})  # a cycle's, per gang
+
+
+class GangTraces:
+    """The carried context of each gang a fold holds, keyed by (tree, gang): from its enqueue (and,
+    in preemption's fold, from admission's decision), dropped when the gang ends. At most `LIMIT`
+    (the oldest go first): it never grows with the history. Not in snapshots: after a restart,
+    gangs enqueued before it are decided without a link to their trace."""
+
+    LIMIT = 100_000
+    __slots__ = ("found",)
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], dict[str, str]] = {}
+
+    def see(self, envelope: Envelope) -> None:
+        """Fold one envelope (an input, or a decision): remember or forget its gang's context."""
+        event: Any = envelope.event
+        kind = event.type
+        if kind in STARTS:
+            if envelope.trace:
+                found = self.found
+                found.pop((event.tree, event.gang), None)  # (re-inserted last: the newest)
+                found[(event.tree, event.gang)] = envelope.trace
+                if len(found) > self.LIMIT:
+                    del found[next(iter(found))]
+        elif kind in ENDS:
+            self.found.pop((event.tree, event.gang), None)
+
+    def see_all(self, envelopes: Sequence[Envelope]) -> None:
+        for envelope in envelopes:
+            self.see(envelope)
+
+    def context(self, tree: str, gang: str) -> SpanContext | None:
+        return context_of(self.found.get((tree, gang)))
+
+
+def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[Envelope]:
+    """An admission cycle's decisions (`took` seconds of wall time, ending now), while `LIVE`: the
+    cycle's span, linked to each sampled gang it decided; a span per such gang in the gang's trace
+    (linked to the cycle), whose context the decision then carries. Returns the envelopes (those
+    of traced gangs copied with their context)."""
+    end = time_ns()
+    start = end - int(took * 1e9)
+    parents: list[tuple[int, SpanContext]] = []
+    count = 0
+    for index, envelope in enumerate(envelopes):
+        event: Any = envelope.event
+        if event.type in DECIDED:
+            count += 1
+            found = gangs.context(event.tree, event.gang)
+            if found is not None:
+                parents.append((index, found))
+    use = tracer()
+    first: Any = envelopes[0].event if envelopes else None
+    cycle = use.start_span("admission cycle", start_time=start, links=[Link(c) for _, c in parents],
+                           attributes={"poolwise.decisions": len(envelopes), "poolwise.gangs_decided": count,
+                                       "poolwise.gangs_traced": len(parents),
+                                       "poolwise.basis": envelopes[0].basis or 0 if envelopes else 0,
+                                       "poolwise.tree": getattr(first, "tree", None) or ""})
+    cycle.end(end_time=end)
+    if not parents:
+        return envelopes
+    back = [Link(cycle.get_span_context())]
+    out = list(envelopes)
+    for index, parent in parents:
+        envelope = out[index]
+        event = envelope.event
+        made = use.start_span(f"admission {event.type}", context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                              start_time=start, links=back, attributes=_gang_attributes(envelope))
+        made.end(end_time=end)
+        out[index] = with_trace(envelope, carrier_of(made))
+    gangs.see_all(out)
+    return out
+
+
+def preempted(envelopes: list[Envelope], gangs: GangTraces) -> list[Envelope]:
+    """Preemption's decisions, while `LIVE`: a span in the gang's trace for each
+    `PreemptionRequested` of a sampled gang, whose context the decision carries."""
+    out = envelopes
+    for index, envelope in enumerate(envelopes):
+        event: Any = envelope.event
+        if event.type != "PreemptionRequested":
+            continue
+        parent = gangs.context(event.tree, event.gang)
+        if parent is None:
+            continue
+        attributes = {**_gang_attributes(envelope), "poolwise.tasks": len(event.tasks),
+                      "poolwise.reason": event.reason}
+        made = tracer().start_span("preemption requested", context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                                   attributes=attributes)
+        made.end()
+        if out is envelopes:
+            out = list(envelopes)
+        out[index] = with_trace(envelope, carrier_of(made))
+    return out
+
+
+def _gang_attributes(envelope: Envelope) -> dict[str, Any]:
+    event: Any = envelope.event
+    return {"poolwise.tree": event.tree, "poolwise.gang": event.gang, "poolwise.pool": event.pool,
+            "poolwise.decision": envelope.id, "poolwise.basis": envelope.basis or 0}
