@@ -1,11 +1,16 @@
-"""`poolwise demo`: the Peloton user guide example gives back 11.67 from RP2 and RP3 each."""
+"""`poolwise demo`: the command as a person runs it (the README's line), its refusals, and the
+Peloton user guide example (`--workload peloton`) giving back 11.67 from RP2 and RP3 each."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
+import pytest
 
 from services.demo.story import scenario
 from services.scenario.runner import run_file
+from tests.cli.helpers import one_error_line, run, run_here
 
 
 def test_demo_story_matches_the_guide() -> None:
@@ -16,3 +21,33 @@ def test_demo_story_matches_the_guide() -> None:
     assert over == {"/RP1": -0.33, "/RP2": 11.67, "/RP3": 11.67}
     preempted = [d.pool for d in at60.decisions if d.kind == "preempt"]
     assert preempted.count("/RP2") == 12 and preempted.count("/RP3") == 12
+
+
+@pytest.mark.nats
+def test_the_readme_demo_ends_with_replay_verified(tmp_path: Path) -> None:
+    """`poolwise demo` as the README runs it (shorter), off a terminal: plain lines, the summary,
+    the replay's verdict, exit 0."""
+    result = run("demo", "--duration", "5", cwd=tmp_path, timeout=120)
+    assert result.code == 0, result.err
+    out = result.out
+    assert out.startswith("poolwise demo: three teams on 8 machines")
+    assert "(poolwise apply)" in out and "\nlog time " in out
+    assert "cluster usage: " in out and "/production/etl" in out
+    assert "ok: all " in out and "recorded decisions re-derived identically" in out
+    assert not any(tmp_path.iterdir())  # its temporary data dir is gone (and it wrote none here)
+
+
+def test_demo_peloton_is_still_told(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_here(capfd, monkeypatch, "demo", "--workload", "peloton", "--bus", "memory")
+    assert result.code == 0, result.err
+    assert "as in the Peloton user guide" in result.out
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--workload", "slurm"), "--workload must be one of teams, kueue-baseline, peloton, not 'slurm'"),
+    (("--workload", "kueue-baseline", "--scale", "0"), "--scale: a fraction above 0 and at most 1, got 0"),
+    (("--duration", "-1"), "--duration: wall seconds above 0, got -1"),
+])
+def test_demo_refuses_bad_options(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                  args: tuple[str, ...], said: str) -> None:
+    assert one_error_line(run_here(capfd, monkeypatch, "demo", *args)) == f"error: {said}"

@@ -73,6 +73,10 @@ class Recorder:
             per_pool.setdefault(self.pools.get(gang, "?"), []).append(wait)
             per_class.setdefault(self.classes.get(gang, "other"), []).append(wait)
         pools = sorted(set(per_pool) | set(self.admissions) | set(self.preempted_gangs))
+        per_top: dict[str, list[float]] = {}
+        for pool, waits in per_pool.items():
+            per_top.setdefault(_top(pool), []).extend(waits)
+        tops = sorted({_top(p) for p in pools})
         order = [c for c in class_order if c in per_class] + sorted(set(per_class) - set(class_order))
         return {
             "enqueued": len(self.enqueued),
@@ -86,8 +90,16 @@ class Recorder:
             "usage": round(self.used / (capacity * span), 4) if capacity > 0 and span > 0 else 0.0,
             "pools": [{"pool": p, "admissions": self.admissions[p], "preempted": self.preempted_gangs[p],
                        **_waits(per_pool.get(p, []))} for p in pools],
+            "top_pools": [{"pool": t, "admissions": sum(n for p, n in self.admissions.items() if _top(p) == t),
+                           "preempted": sum(n for p, n in self.preempted_gangs.items() if _top(p) == t),
+                           **_waits(per_top.get(t, []))} for t in tops],
             "classes": [{"class": c, **_waits(per_class[c])} for c in order],
         }
+
+
+def _top(path: str) -> str:
+    """The top-level pool of a pool's path (`/cohort-3/cq-1` -> `/cohort-3`)."""
+    return "/" + path.strip("/").split("/", 1)[0]
 
 
 def _waits(values: list[float]) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from typing import Any
 
 from services.demo.driver import DemoResult
 
+MANY_POOLS = 12  # more leaf pools than this: the summary's table is per top-level pool
+
 
 def result_document(result: DemoResult) -> dict[str, Any]:
     """The run as one JSON-ready document (`poolwise demo --json`)."""
@@ -31,7 +33,11 @@ def print_summary(result: DemoResult, echo: Callable[[str], None]) -> None:
          f"preemption); preempted {doc['preempted_gangs']:,} gangs ({doc['preempted_tasks']:,} tasks); "
          f"refused: {refused}; finished: {finished}")
     echo(f"cluster usage: {doc['usage']:.1%} of the cpu over the run")
-    _table(echo, "pool", [(p["pool"], p) for p in doc["pools"]], with_counts=True)
+    if len(doc["pools"]) > MANY_POOLS:
+        echo(f"per top-level pool (each of the {len(doc['pools'])} pools in --json):")
+        _table(echo, "pool", [(p["pool"], p) for p in doc["top_pools"]], with_counts=True)
+    else:
+        _table(echo, "pool", [(p["pool"], p) for p in doc["pools"]], with_counts=True)
     _table(echo, "class", [(c["class"], c) for c in doc["classes"]], with_counts=False)
     echo(f"took {doc['wall_seconds']:.1f} s of wall time, {doc['cpu_seconds']:.1f} CPU seconds (this process and "
          "nats-server)")
