@@ -1,0 +1,188 @@
+"""The parts of tracing and metrics that need no server: what a carried context is taken for, that
+unsampled gangs cost no span, that the gang contexts a fold keeps are bounded, that a message
+header never carries a line break, and that a deleted pool's counts go with it (admission's fold,
+the tallies of the decisions it published)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from bench.workload import envelope
+from events import (
+    ClockTicked,
+    GangEnqueued,
+    HostRegistered,
+    PoolConfig,
+    PoolConfigChanged,
+    PoolDeleted,
+    TaskSpec,
+    TreeConfigured,
+    TreeOptions,
+)
+from events.config import GangTimeoutOptions
+from services.admission.folder import AdmissionFolder
+from services.common import metrics, tracing
+from services.common.jetstream import trace_headers
+from services.submitter.build import enqueue_event
+from services.submitter.build import envelope as sdk_envelope
+
+T0 = 1_767_225_600.0
+TREE = "t"
+SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    yield exporter
+    tracing.uninstall()
+
+
+@pytest.fixture
+def recording() -> Iterator[None]:
+    metrics.reset()
+    metrics.RECORDING = True
+    yield
+    metrics.reset()
+    metrics.RECORDING = False
+
+
+def test_a_context_is_taken_only_when_well_formed_and_sampled() -> None:
+    found = tracing.context_of({"traceparent": SAMPLED})
+    assert found is not None and (found.trace_id, found.span_id) == (0x0af7651916cd43dd8448eb211c80319c,
+                                                                     0xb7ad6b7169203331)
+    assert found.is_remote
+    assert tracing.context_of({"traceparent": SAMPLED[:-2] + "03"}) is not None  # (sampled and random)
+    for text in (UNSAMPLED, SAMPLED[:-2] + "02", "00-" + "0" * 32 + "-b7ad6b7169203331-01",
+                 "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01", "ff" + SAMPLED[2:],
+                 "00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-01", SAMPLED + "x", "", "garbage"):
+        assert tracing.context_of({"traceparent": text}) is None, text
+    assert tracing.context_of(None) is None
+    assert tracing.context_of({"other": SAMPLED}) is None
+
+
+def _fold(folder: AdmissionFolder, *events: Any, trace: dict[str, str] | None = None) -> list[Any]:
+    out = []
+    for event in events:
+        _fold.seq += 1  # type: ignore[attr-defined]
+        sent = envelope(event, f"e{_fold.seq}", T0 + _fold.seq)  # type: ignore[attr-defined]
+        if trace is not None and event.type == "GangEnqueued":
+            sent = tracing.with_trace(sent, trace)
+        out += folder.step(sent, _fold.seq)  # type: ignore[attr-defined]
+    return out
+
+
+_fold.seq = 0  # type: ignore[attr-defined]
+
+
+def _tree() -> list[Any]:
+    return [TreeConfigured(tree=TREE, options=TreeOptions(
+                gang_timeout=GangTimeoutOptions(default=3600.0, limit=3600.0, jitter=0.0))),
+            PoolConfigChanged(tree=TREE, path="/a", created=True, config=PoolConfig()),
+            PoolConfigChanged(tree=TREE, path="/b", created=True, config=PoolConfig()),
+            HostRegistered(host="h1", resources={"cpu": 100.0})]
+
+
+def _gang(name: str, pool: str) -> GangEnqueued:
+    return GangEnqueued(tree=TREE, gang=name, pool=pool, job=name, size=1,
+                        tasks=[TaskSpec(id=f"{name}/0", resources={"cpu": 1.0})])
+
+
+def test_a_cycle_makes_spans_only_for_sampled_gangs_and_only_live(spans: InMemorySpanExporter) -> None:
+    folder = AdmissionFolder()
+    _fold(folder, *_tree())
+    _fold(folder, _gang("sampled", "/a"), trace={"traceparent": SAMPLED})
+    _fold(folder, _gang("unsampled", "/a"), trace={"traceparent": UNSAMPLED})
+    _fold(folder, _gang("bare", "/a"))
+    assert set(folder.traces.found) == {(TREE, "sampled"), (TREE, "unsampled")}
+    with tracing.live():
+        decided = _fold(folder, ClockTicked())
+    admitted = {e.event.gang: e for e in decided if e.type == "GangAdmitted"}
+    assert set(admitted) == {"sampled", "unsampled", "bare"}
+    names = sorted(s.name for s in spans.get_finished_spans())
+    assert names == ["admission GangAdmitted", "admission cycle"]  # one gang span: the sampled one's
+    cycle = next(s for s in spans.get_finished_spans() if s.name == "admission cycle")
+    assert [link.context.span_id for link in cycle.links] == [0xb7ad6b7169203331]
+    assert cycle.attributes is not None and cycle.attributes["poolwise.gangs_decided"] == 3
+    assert admitted["sampled"].trace is not None and admitted["unsampled"].trace is None
+    assert admitted["bare"].trace is None
+    # not live (a rebuild, a standby): no span, nothing carried
+    spans.clear()
+    _fold(folder, _gang("later", "/b"), trace={"traceparent": SAMPLED})
+    decided = _fold(folder, ClockTicked())
+    assert [e.trace for e in decided if e.type == "GangAdmitted"] == [None]
+    assert spans.get_finished_spans() == ()
+
+
+def test_nothing_is_remembered_or_carried_with_tracing_off() -> None:
+    assert not tracing.ON
+    folder = AdmissionFolder()
+    _fold(folder, *_tree())
+    _fold(folder, _gang("g", "/a"), trace={"traceparent": SAMPLED})
+    with tracing.live():
+        decided = _fold(folder, ClockTicked())
+    assert folder.traces.found == {}
+    assert [e.trace for e in decided if e.type == "GangAdmitted"] == [None]
+    # and the SDK carries nothing when no provider records
+    with tracing.producing("enqueue") as carried:
+        made = sdk_envelope(enqueue_event(gang="g", pool="/a", count=1, resources={"cpu": 1.0}), trace=carried)
+    assert carried is None and made.trace is None
+
+
+def test_the_gang_contexts_kept_are_bounded_and_dropped_when_gangs_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing.GangTraces, "LIMIT", 3)
+    kept = tracing.GangTraces()
+    for i in range(5):
+        kept.see(tracing.with_trace(envelope(_gang(f"g{i}", "/a"), f"e{i}", T0), {"traceparent": SAMPLED}))
+    assert list(kept.found) == [(TREE, "g2"), (TREE, "g3"), (TREE, "g4")]  # the oldest went first
+    from events import GangTimedOut
+
+    kept.see(envelope(GangTimedOut(tree=TREE, gang="g3", pool="/a", members=0, size=1, deadline=T0), "t", T0))
+    assert list(kept.found) == [(TREE, "g2"), (TREE, "g4")]
+
+
+def test_a_header_never_carries_a_line_break() -> None:
+    assert trace_headers("id", {"traceparent": SAMPLED, "tracestate": "a=1", "baggage": "x"}) == \
+        {"Nats-Msg-Id": "id", "traceparent": SAMPLED, "tracestate": "a=1"}
+    assert trace_headers("id", {"traceparent": SAMPLED + "\r\nNats-Msg-Id: other"}) == {"Nats-Msg-Id": "id"}
+    assert trace_headers("id", None) == {"Nats-Msg-Id": "id"}
+
+
+def test_a_bad_trace_ratio_is_said_and_ignored(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+                                              ) -> None:
+    monkeypatch.setenv("POOLWISE_TRACE_RATIO", "2")
+    assert tracing._sampler() is None
+    assert "POOLWISE_TRACE_RATIO: a fraction from 0 to 1, got '2'" in capsys.readouterr().err
+    monkeypatch.setenv("POOLWISE_TRACE_RATIO", "0.25")
+    assert "0.25" in tracing._sampler().get_description()
+
+
+def test_a_deleted_pools_counts_go_with_it(recording: None) -> None:
+    folder = AdmissionFolder()
+    _fold(folder, *_tree(), PoolConfigChanged(tree=TREE, path="/ab", created=True, config=PoolConfig()))
+    _fold(folder, _gang("a", "/a"), _gang("b", "/b"), _gang("ab", "/ab"))
+    decided = _fold(folder, ClockTicked())
+    metrics.published("admission", decided, folder)
+    keys = {(TREE, "/a"), (TREE, "/b"), (TREE, "/ab")}
+    assert set(metrics.TALLIES.admitted) == keys and set(metrics.TALLIES.waits) == keys
+    _fold(folder, PoolDeleted(tree=TREE, path="/a"))
+    assert metrics.TALLIES.admitted == {(TREE, "/b"): 1, (TREE, "/ab"): 1}  # (/ab is not below /a)
+    assert set(metrics.TALLIES.waits) == {(TREE, "/b"), (TREE, "/ab")}
+    # below a deleted pool too, in every table keyed by pool; other trees keep theirs
+    tallies = metrics.TALLIES
+    tallies.preempted[(TREE, "/b/x", "over_entitlement")] = 2
+    tallies.requeued[(TREE, "/b", "preempted")] = 1
+    tallies.timed_out[("other", "/b")] = 1
+    tallies.pool_deleted(TREE, "/b")
+    assert (tallies.admitted, tallies.preempted, tallies.requeued, tallies.timed_out) == \
+        ({(TREE, "/ab"): 1}, {}, {}, {("other", "/b"): 1})
