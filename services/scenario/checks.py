@@ -1,19 +1,78 @@
 """The rules of a scenario file that span several places: capacity or hosts, kinds in play,
-declared trees, pools parents first, steps in time order. Each raises `Problem` at its place."""
+declared trees, pools parents first, steps in time order. Each raises `Problem` at its place.
+
+The rules read a file through `ScenarioFile`, what they need of it: the format's `Scenario`
+(services/scenario/format.py, which calls them as it loads a file) is one, and so is a cluster
+file (services/scenario/cluster_file.py). The dependency points one way: format -> checks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
+from events import TreeOptions
 from events.subjects import TREE_NAME
 from services.scenario.errors import Loc, Problem
 
-if TYPE_CHECKING:
-    from services.scenario.format import Scenario
+
+class HostFields(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def resources(self) -> Mapping[str, float]: ...
+    @property
+    def revocable(self) -> Mapping[str, float]: ...
 
 
-def check_setup(s: Scenario) -> None:
+class TreeFields(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def resources(self) -> Sequence[str]: ...
+    @property
+    def model_fields_set(self) -> set[str]: ...  # the fields the file sets
+
+
+class PoolFields(Protocol):
+    @property
+    def tree(self) -> str | None: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def reservation(self) -> Mapping[str, float] | None: ...
+    @property
+    def limit(self) -> Mapping[str, float] | None: ...
+    @property
+    def share(self) -> float | Mapping[str, float] | None: ...
+
+
+class StepFields(Protocol):
+    @property
+    def at(self) -> float: ...
+
+
+class ScenarioFile(Protocol):
+    """What the rules read of a scenario (or cluster) file."""
+
+    @property
+    def resources(self) -> Sequence[str]: ...
+    @property
+    def capacity(self) -> Mapping[str, float] | None: ...
+    @property
+    def hosts(self) -> Sequence[HostFields] | None: ...
+    @property
+    def trees(self) -> Sequence[TreeFields] | None: ...
+    @property
+    def pools(self) -> Sequence[PoolFields]: ...
+    @property
+    def steps(self) -> Sequence[StepFields]: ...
+    @property
+    def default_tree(self) -> str: ...
+    def known_kinds(self) -> list[str]: ...
+    def tree_options(self) -> dict[str, TreeOptions]: ...
+
+
+def check_setup(s: ScenarioFile) -> None:
     """The rules that span several places of the file. Raises `Problem`."""
     check_header(s)
     _check_pools(s)
@@ -25,7 +84,7 @@ def check_setup(s: Scenario) -> None:
         previous = step.at
 
 
-def check_header(s: Scenario) -> None:
+def check_header(s: ScenarioFile) -> None:
     """The rules of capacity, hosts, kinds and trees (a cluster file's too: `poolwise apply`,
     which leaves the pools' rules to the tree service's, every broken one listed)."""
     if s.capacity is not None and s.hosts is not None:
@@ -44,7 +103,7 @@ def check_header(s: Scenario) -> None:
         _amounts(host.revocable, ("hosts", i, "revocable"), kinds)
 
 
-def _check_trees(s: Scenario) -> None:
+def _check_trees(s: ScenarioFile) -> None:
     seen: set[str] = set()
     for i, tree in enumerate(s.trees or []):
         if not TREE_NAME.match(tree.name):
@@ -56,7 +115,7 @@ def _check_trees(s: Scenario) -> None:
             _unique(tree.resources, ("trees", i, "resources"), "resource kind")
 
 
-def _check_pools(s: Scenario) -> None:
+def _check_pools(s: ScenarioFile) -> None:
     options = s.tree_options()
     declared: set[tuple[str, str]] = set()
     for i, pool in enumerate(s.pools):
@@ -85,7 +144,7 @@ def _check_pools(s: Scenario) -> None:
             _amounts(pool.share, ("pools", i, "share"), kinds)
 
 
-def _amounts(values: dict[str, float], loc: Loc, kinds: Sequence[str]) -> None:
+def _amounts(values: Mapping[str, float], loc: Loc, kinds: Sequence[str]) -> None:
     for kind, amount in values.items():
         if kind not in kinds:
             raise Problem((*loc, kind), f"unknown resource kind {kind!r} (kinds in play: {', '.join(kinds)})")
