@@ -165,12 +165,19 @@ def members_of(spec: dict[str, Any]) -> int:
 
 
 async def send(url: str, call: Callable[[Submitter], Awaitable[T]]) -> T:
-    """Run one SDK call on a connection of its own; its refusals become one-line input errors."""
+    """Run one SDK call on a connection of its own; its refusals become one-line input errors.
+    Traced when the environment asks for spans (`services.common.tracing.configure`): the SDK's span
+    of each event, its context carried to the services."""
+    from services.common import tracing
+
+    tracing.configure("poolwise-cli")
     try:
         async with Submitter(url, source=SOURCE) as client:
             return await call(client)
     except (SubmitError, PublishError) as exc:
         raise InputError(str(exc)) from None
+    finally:
+        tracing.flush()
 
 
 def read_gangs(file: str, tree: str = "default") -> list[dict[str, Any]]:

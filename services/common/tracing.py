@@ -42,6 +42,7 @@ from events import Envelope
 ON = False  # a provider of poolwise's records spans (`configure`, `install`): the folders remember contexts
 LIVE = False  # a service is folding a live batch (`run_folder`): spans are made only then
 _installed: trace.Tracer | None = None
+_provider: Any = None  # the provider `configure` made (flushed by `flush`)
 _configured = False
 
 
@@ -76,6 +77,14 @@ def configure(service: str = "poolwise") -> None:
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     install(provider)
+    global _provider
+    _provider = provider
+
+
+def flush(timeout: float = 5.0) -> None:
+    """Send the spans `configure`'s provider still holds (a short-lived process: the CLI)."""
+    if _provider is not None:
+        _provider.force_flush(int(timeout * 1000))
 
 
 def _exporter() -> Any:

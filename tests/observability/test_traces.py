@@ -7,6 +7,9 @@ log the traced run wrote."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -234,3 +237,24 @@ async def test_decision_latency_and_every_histogram_in_the_otlp_export(run: Run)
     assert latency[(("service", "preemption"),)].count == len(preemption) - run.uncounted["preemption"] > 0
     waits = found["poolwise_admission_wait_seconds"].data.data_points
     assert {(p.attributes["pool"], p.count) for p in waits} == {("/a", 1), ("/b", 1)}
+
+
+async def test_cli_submit_starts_the_gangs_trace(fresh_stream: str) -> None:
+    """`poolwise submit` with `POOLWISE_TRACE=console`: its process prints the enqueue span, and the
+    stored gang carries that span's context (a child interpreter: a process sets its provider once)."""
+    env = {**os.environ, "NATS_URL": fresh_stream, "POOLWISE_TRACE": "console"}
+    done = await anyio.run_process([sys.executable, "-m", "services.cli.main", "submit", "--gang", "cli-g",
+                                    "--pool", "/a", "--resources", "cpu=1"], env=env, check=False)
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    printed = json.loads(out[out.index("{"):out.rindex("}") + 1])
+    assert printed["name"] == "enqueue" and printed["kind"] == "SpanKind.PRODUCER"
+    assert printed["attributes"]["poolwise.gang"] == "cli-g"
+    log = await JetStreamLog.connect(fresh_stream)
+    try:
+        (stored,) = [e for m in await log.read() for e in decode_all(m.data)]
+    finally:
+        await log.close()
+    trace_id, span_id = parent_of(stored.trace)
+    assert (f"0x{trace_id:032x}", f"0x{span_id:016x}") == (printed["context"]["trace_id"],
+                                                            printed["context"]["span_id"])
