@@ -32,6 +32,7 @@ import bisect
 import contextlib
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -40,6 +41,7 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from bench.workload import Workload, envelope, gang_events
+from events import derived_id
 from events.codec import pack_parts
 from events.subjects import STREAM, clock, command, decision
 from services.common.jetstream import JetStreamLog
@@ -144,6 +146,14 @@ async def _projected(nc: Any, last_seq: int, deadline: float) -> bool:
     return False
 
 
+def carried(index: int, ratio: float) -> dict[str, str]:
+    """The W3C context the SDK would carry for gang `index` under a ratio sampler: sampled for
+    `ratio` of the gangs (every 1/ratio-th), not sampled for the rest (`POOLWISE_BENCH_TRACED`)."""
+    ids = derived_id("bench-trace", index)
+    sampled = ratio > 0 and int(index * ratio) != int((index + 1) * ratio)
+    return {"traceparent": f"00-{ids}-{ids[:16]}-{'01' if sampled else '00'}"}
+
+
 async def submit(spec: dict[str, Any]) -> dict[str, Any]:
     w = Workload(**spec["workload"])
     prefix, start, count = spec["prefix"], int(spec["start"]), int(spec["count"])
@@ -151,6 +161,9 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
     now = time.time()
     events = list(gang_events(w, prefix=prefix, start=start, count=count))
     envelopes = [envelope(e, f"{prefix}-{start + i}", now, source="sdk:bench") for i, e in enumerate(events)]
+    if os.environ.get("POOLWISE_BENCH_TRACED"):  # (docs/performance.md, "Metrics on and off")
+        ratio = float(os.environ["POOLWISE_BENCH_TRACED"])
+        envelopes = [e.model_copy(update={"trace": carried(start + i, ratio)}) for i, e in enumerate(envelopes)]
     ids = [e.gang for e in events]
     nc = new_client()  # as the submitter SDK connects (services.common.connection)
     await nc.connect(spec["url"], name="poolwise-bench-submitter")

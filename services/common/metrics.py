@@ -4,9 +4,9 @@ Two halves, so that the pipeline pays next to nothing:
 
 - **Recording** (on the hot path): the services' shells write plain Python numbers here (the fold's
   position, events and decisions counted per batch, decisions published counted per type, tree and
-  pool into dicts, histogram buckets of admission waits and cycle durations). An OpenTelemetry
-  `Counter.add` or `Histogram.record` costs 25-60 µs here (attributes hashed and cleaned on every
-  call; measured on the 2-core machine, loaded) against about 0.5 µs for a dict increment, and a
+  pool into dicts, histogram buckets of admission waits, cycle durations and decision latencies).
+  An OpenTelemetry `Counter.add` or `Histogram.record` costs 25-60 µs here (attributes hashed and
+  cleaned on every call; measured on the 2-core machine, loaded) against about 0.5 µs for a dict increment, and a
   gang's whole admission costs about 120 µs: so nothing of the SDK runs per decision. Until
   `install` turns recording on, the per-decision tallies are skipped (one flag per batch).
 - **Reading** (at scrape time): `install` makes an OpenTelemetry `MeterProvider` whose observable
@@ -19,10 +19,14 @@ Two halves, so that the pipeline pays next to nothing:
   time; what is summed up the tree is summed by the same function `poolwise explain` and the
   scenario reports use.
 
-The two histograms (`poolwise_admission_wait_seconds`, `poolwise_cycle_duration_seconds`) are kept
-as bucket counts here and exposed by a Prometheus collector of our own on the same registry: the
-SDK has no observable histogram, and its synchronous one costs the 35-50 µs per admitted gang
-above. So they are on `/metrics`, not in the OTLP export (docs/observability.md).
+The histograms (`HISTOGRAMS`: `poolwise_admission_wait_seconds`, `poolwise_cycle_duration_seconds`,
+`poolwise_decision_latency_seconds`) are kept as bucket counts here: the SDK has no observable
+histogram, and its synchronous one costs the 35-50 µs per admitted gang above. A Prometheus
+collector of our own puts them on `/metrics` (the same registry), and the OTLP reader's exporter is
+wrapped so that every export carries them too (`histograms_exporter`).
+
+A pool's counts (keyed by tree and pool) are dropped when the pool is deleted (`Tallies.pool_deleted`,
+called by admission's and preemption's folders): what is kept is bounded by the pools that exist.
 
 Every series names its `service` where two processes could both export it, so that `poolwise up`
 can merge its children's pages without a clash (`services.common.exposition`)."""
