@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -43,6 +44,7 @@ def demo(
     bus: Annotated[str, typer.Option("--bus", help="peloton only: nats (embedded JetStream) or memory.")] = "nats",
 ) -> None:
     """Run poolwise on a workload and watch it decide; ends with a summary and `replay --verify`."""
+    started = time.monotonic()
     if workload not in WORKLOADS:
         raise InputError(f"--workload must be one of {', '.join(WORKLOADS)}, not {workload!r}")
     if workload == "peloton":
@@ -72,10 +74,10 @@ def demo(
     if not as_json:
         typer.echo(f"poolwise demo: {chosen.description}")
     where = data_dir or Path(tempfile.mkdtemp(prefix="poolwise-demo-"))
-    # the teams demo keeps a part of --duration for its summary and replay; kueue-baseline runs whole
-    budget = duration - max(1.5, 0.08 * duration) if workload == "teams" else None
+    # the teams demo keeps a part of --duration for its replay and summary; kueue-baseline runs whole
+    deadline = started + duration - max(2.5, 0.1 * duration) if workload == "teams" else None
     try:
-        result = anyio.run(lambda: run_demo(chosen, where, watcher, budget=budget))  # type: ignore[arg-type]
+        result = anyio.run(lambda: run_demo(chosen, where, watcher, deadline=deadline))  # type: ignore[arg-type]
     finally:
         if data_dir is None:
             shutil.rmtree(where, ignore_errors=True)

@@ -62,9 +62,10 @@ class DemoResult:
     stopped_early: bool  # the wall-clock budget ended the workload before its last job
 
 
-async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *, budget: float | None = None) -> DemoResult:
-    """Run `workload` on a new system in `data_dir` (a fresh directory); `budget`: wall seconds
-    after which no more steps are taken (the replay and summary still run)."""
+async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *,
+                   deadline: float | None = None) -> DemoResult:
+    """Run `workload` on a new system in `data_dir` (a fresh directory); `deadline`: the
+    `time.monotonic()` after which no more steps are taken (the replay and summary still run)."""
     from services.launcher import run_system
 
     started, cpu0 = time.monotonic(), _cpu()
@@ -83,7 +84,7 @@ async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *, budg
         watcher.applied(await apply_cluster(url, workload, data_dir))
         drive = Drive(workload, await JetStreamLog.connect(url, name="poolwise-demo"), url, watcher)
         try:
-            await drive.run(None if budget is None else started + budget)
+            await drive.run(deadline)
         finally:
             with anyio.CancelScope(shield=True):
                 await drive.close()
@@ -194,7 +195,8 @@ class Drive:
         rt = self.reader.state.trees.get("default")
         if rt is None:
             return 0.0
-        return sum(ledger.allocation.get("cpu", 0.0) + ledger.slack.get("cpu", 0.0) for ledger in rt.ledgers.values())
+        # non-revocable tasks: revocable ones run on the machines' spare cpu, beyond the capacity
+        return sum(ledger.allocation.get("cpu", 0.0) for ledger in rt.ledgers.values())
 
     def _next_time(self, now_ms: int | None) -> int | None:
         """When something happens next: a job arrives, ends or is cancelled; None when nothing

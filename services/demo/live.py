@@ -50,8 +50,8 @@ def headline(now_ms: int, recorder: Recorder) -> str:
 
 
 def pool_table(reader: LogReader, title: str, max_rows: int = 40) -> Table:
-    table = Table("pool", "reserved", "limit", "entitled", "holds", "waits for", "running", "waiting",
-                  title=title, title_justify="left")
+    table = Table("pool", "resv", "limit", "entitled", "holds", "wants", "run", "wait", title=title,
+                  title_justify="left")
     numbers = pool_numbers(reader.state, TREE) if TREE in reader.state.config.trees else {}
     counts = gang_counts(reader)
     for path, pool in list(numbers.items())[:max_rows]:

@@ -1,9 +1,10 @@
 """What the demo counts while it runs, from the events of the log as admission's fold applies them.
 
 Waits are in log time: from a gang's enqueue to its first admission (`GangAdmitted` is stamped with
-its cycle's trigger, the tick at which it was decided). Usage is the cpu the pools hold (their
-allocation: admitted tasks until they report that they stopped), integrated over log time, as a
-share of the cluster's cpu.
+its cycle's trigger, the tick at which it was decided). Usage is the cpu the pools hold for
+non-revocable tasks (their allocation: admitted tasks until they report that they stopped; revocable
+ones run on the machines' spare cpu, beyond the capacity), integrated over log time, as a share of
+the cluster's cpu.
 """
 
 from __future__ import annotations
