@@ -9,7 +9,7 @@ import pytest
 from events import Event, PoolConfig
 from services.tree.domain import RULES, Accepted
 from services.tree.domain.decide import ConfigCommand
-from services.tree.domain.validation import check_no_cycle, check_no_reparent
+from services.tree.domain.validation.position import check_no_cycle, check_no_reparent
 from tests.tree.builders import (
     ORG,
     add_host,

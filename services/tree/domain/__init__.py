@@ -77,14 +77,10 @@ from services.tree.domain.effective import (
 from services.tree.domain.placement import Placement, place_gang
 from services.tree.domain.state import TreeState
 from services.tree.domain.tree import DEFAULT_TREE, Host, Pool, Tree, UnfinishedGang
-from services.tree.domain.validation import (
-    RULES,
-    Refusal,
-    check_path,
-    validate_delete,
-    validate_tree_options,
-    validate_upsert,
-)
+from services.tree.domain.validation.commands import validate_delete, validate_upsert
+from services.tree.domain.validation.names import check_path
+from services.tree.domain.validation.refusal import RULES, Refusal
+from services.tree.domain.validation.tree_options import validate_tree_options
 from services.tree.domain.views import list_hosts, list_pools, list_trees, pool_view
 
 __all__ = [

@@ -26,16 +26,10 @@ from events.commands import CommandError, HostAdd, HostRemove, PoolDelete, PoolU
 from services.tree.domain import paths
 from services.tree.domain.state import TreeState
 from services.tree.domain.tree import Host, Tree
-from services.tree.domain.validation import (
-    Refusal,
-    check_path,
-    check_tree_name,
-    first,
-    validate_delete,
-    validate_host,
-    validate_tree_options,
-    validate_upsert,
-)
+from services.tree.domain.validation.commands import validate_delete, validate_host, validate_upsert
+from services.tree.domain.validation.names import check_path, check_tree_name
+from services.tree.domain.validation.refusal import Refusal, first
+from services.tree.domain.validation.tree_options import validate_tree_options
 
 ConfigCommand = PoolUpsert | PoolDelete | TreeConfigure | HostAdd | HostRemove
 

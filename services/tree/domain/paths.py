@@ -1,6 +1,6 @@
 """Pool paths: `/` is the root, `/ATG/AVMaps` a pool named `AVMaps` under the top-level `/ATG`.
 
-Pure string operations; whether a path is *valid* is a validation rule (`validation.py`).
+Pure string operations; whether a path is *valid* is a validation rule (`validation/names.py`).
 A path names its parent, so a pool cannot move (re-parenting is a different path, that is, a
 different pool) and a path-addressed tree cannot hold a cycle.
 """

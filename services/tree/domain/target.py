@@ -19,15 +19,11 @@ from services.tree.domain import paths
 from services.tree.domain.cluster import ClusterConfig, PoolKey
 from services.tree.domain.state import TreeState
 from services.tree.domain.tree import Pool, Tree
-from services.tree.domain.validation import (
-    Refusal,
-    check_parent_not_ephemeral,
-    check_path,
-    check_tree_name,
-    option_checks,
-    pool_checks,
-    validate_host,
-)
+from services.tree.domain.validation.commands import validate_host
+from services.tree.domain.validation.names import check_path, check_tree_name
+from services.tree.domain.validation.position import check_parent_not_ephemeral
+from services.tree.domain.validation.refusal import Refusal
+from services.tree.domain.validation.tree_options import option_checks, pool_checks
 
 
 @dataclass(frozen=True, slots=True)
