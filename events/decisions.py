@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from pydantic import Field
 
@@ -25,22 +24,54 @@ class PoolEntitlement(Frozen):
     dominant_kind: str | None = None
 
 
+class LentPool(Frozen):
+    """A pool's own part of step 3 of `per_resource` (v3): `given` (what steps 1 and 2 gave it),
+    `share` and `limit` (the kinds it has one of; none: no cap), per kind of its entitlement.
+    Its entitlement is `max(given, min(given + factor * share, limit))` with its sibling group's
+    `factor` (`events.lending`)."""
+
+    path: str
+    given: Resources
+    share: Resources
+    limit: Resources = Field(default_factory=dict)
+
+
+class LendingFactor(Frozen):
+    """What step 3 of `per_resource` lends per unit of share among the children of `group` (a
+    pool's path), per kind: the unclaimed rest of the parent's entitlement over the sum of its
+    children's shares (v3)."""
+
+    group: str
+    factor: Resources
+
+
 class EntitlementsComputed(Event):
     """One admission cycle's entitlements of a tree, or a part of them.
 
     Readers keep each tree's entitlement map (path -> `PoolEntitlement`) and fold every event
     into it with `fold_entitlements`: `replace` empties the map first; then the paths in
-    `removed` leave it and the `pools` are set. A computation that fits one message is written
-    whole, as one event with `replace` (what v1 always was: v1 events read as v2 with the
-    defaults). A larger tree's is written as the pools whose (rounded) numbers changed since the
-    tree's previous computation and the paths gone since, in `parts` events of at most
-    `ENTITLEMENT_PART_POOLS` pools and well under 512 KiB each (`part` counts from 1; `alerts` in
-    the first; only a first part may `replace`). The cycle's decisions are applied at its
-    trigger, so readers see the map of a whole computation (docs/architecture.md). v2 added
-    `removed`, `replace`, `part` and `parts`."""
+    `removed` leave it, the `factors` are set (per sibling group), the `pools` are set and the
+    `lent` pools get their lending part. A computation that fits one message is written whole,
+    as one event with `replace` (what v1 always was: v1 events read as v2 with the defaults). A
+    larger tree's is written as the pools whose (rounded) numbers changed since the tree's
+    previous computation and the paths gone since, in `parts` events of at most
+    `ENTITLEMENT_PART_POOLS` pools and well under 512 KiB each (`part` counts from 1; `alerts`
+    and `factors` in the first; only a first part may `replace`). The cycle's decisions are
+    applied at its trigger, so readers see the map of a whole computation
+    (docs/architecture.md). v2 added `removed`, `replace`, `part` and `parts`.
+
+    v3 added `factors` and `lent` (None when empty, so a small tree's whole event reads as
+    before). Under `per_resource`, step 3 (the unclaimed rest of a parent, lent by share, capped
+    at the limit) moves every pool's entitlement when one leaf's demand changes; so a pool in
+    `lent` carries its own part of it (`LentPool`), and from then on, until it is written
+    again, its `entitlement`, `non_slack_entitlement` and `fair_share` are computed from that
+    part, its sibling group's latest factor (`factors`: written when it changes) and the map's
+    latest `capacity`, exactly as the engine computed them (`events.lending.lent_pool`); its
+    other numbers stay as written. The writer lends a pool only where that computation gives
+    the engine's numbers to the bit, so every reader rebuilds the same map."""
 
     type: Literal["EntitlementsComputed"] = "EntitlementsComputed"
-    version: Literal[2] = 2
+    version: Literal[3] = 3
     tree: str
     capacity: Resources
     slack_capacity: Resources = Field(default_factory=dict)
@@ -50,53 +81,16 @@ class EntitlementsComputed(Event):
     replace: bool = True
     part: int = Field(default=1, ge=1)
     parts: int = Field(default=1, ge=1)
+    factors: list[LendingFactor] | None = None
+    lent: list[LentPool] | None = None
 
 
 ENTITLEMENT_PART_POOLS = 1000
 """At most this many pools (and removed paths) in one `EntitlementsComputed`."""
 
-
-class _Folded(Protocol):
-    """What `fold_entitlements` reads of an event: the model's fields (or its view's)."""
-
-    @property
-    def pools(self) -> Sequence[PoolEntitlement]: ...
-
-    @property
-    def removed(self) -> Sequence[str]: ...
-
-    @property
-    def replace(self) -> bool: ...
-
-
-class EntitlementMap(dict[str, PoolEntitlement]):
-    """A tree's entitlement map as `fold_entitlements` keeps it: `last` is the last event folded
-    into it (a writer that knows that event knows the whole map without reading it)."""
-
-    __slots__ = ("last",)
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.last: object = None
-
-
-def fold_entitlements(current: Mapping[str, PoolEntitlement], event: _Folded) -> EntitlementMap:
-    """The entitlement map after `event` (see `EntitlementsComputed`): `current` itself, changed
-    in place, when it is an `EntitlementMap` and the event does not replace it; a new map
-    otherwise. Costs what the event holds, not what the map holds."""
-    if event.replace:
-        found = EntitlementMap()
-    elif type(current) is EntitlementMap:
-        found = current
-    else:
-        found = EntitlementMap(current)
-    for path in event.removed:
-        found.pop(path, None)
-    for pool in event.pools:
-        found[pool.path] = pool
-    found.last = event
-    return found
-
+ENTITLEMENT_DIGITS = 9
+"""Digits an `EntitlementsComputed` keeps of each number (`round(x, 9)`): enough for 0.0009
+tolerance, stable across platforms. A lent pool's numbers are rounded so too."""
 
 class GangAdmitted(Event):
     type: Literal["GangAdmitted"] = "GangAdmitted"

@@ -55,7 +55,7 @@ from typing import Any, Final
 import msgspec
 
 from events.base import Event, Frozen
-from events.decisions import GangAdmitted, PoolEntitlement, PoolStarvationChanged
+from events.decisions import GangAdmitted, LendingFactor, LentPool, PoolEntitlement, PoolStarvationChanged
 from events.envelope import EVENT_TYPES, Envelope
 from events.inputs import GangEnqueued, TaskSpec
 
@@ -69,6 +69,8 @@ _EXPECTED: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "PoolEntitlement": (("path", "str"), ("entitlement", "floats"), ("non_slack_entitlement", "floats"),
                         ("slack_entitlement", "floats"), ("fair_share", "float"), ("usage_share", "float"),
                         ("demand_share", "float"), ("dominant_kind", "str?")),
+    "LentPool": (("path", "str"), ("given", "floats"), ("share", "floats"), ("limit", "floats")),
+    "LendingFactor": (("group", "str"), ("factor", "floats")),
     "Envelope": (("id", "str"), ("time", "datetime"), ("source", "str"), ("causation", "str?"), ("basis", "int?"),
                  ("trace", "strmap?"), ("event", "event")),
     # inputs
@@ -87,7 +89,8 @@ _EXPECTED: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     # decisions
     "EntitlementsComputed": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("capacity", "floats"),
                              ("slack_capacity", "floats"), ("pools", "list:PoolEntitlement"), ("alerts", "strs"),
-                             ("removed", "strs"), ("replace", "bool"), ("part", "int"), ("parts", "int")),
+                             ("removed", "strs"), ("replace", "bool"), ("part", "int"), ("parts", "int"),
+                             ("factors", "list:LendingFactor?"), ("lent", "list:LentPool?")),
     "CycleCompleted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("service", "str"),
                        ("trigger_seq", "int"), ("decisions", "int")),
     "GangAdmitted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
@@ -113,6 +116,7 @@ _EXPECTED: Final[dict[str, tuple[tuple[str, str], ...]]] = {
 }
 
 _MODELS: Final[dict[str, type[Frozen]]] = {"TaskSpec": TaskSpec, "PoolEntitlement": PoolEntitlement,
+                                           "LentPool": LentPool, "LendingFactor": LendingFactor,
                                            "Envelope": Envelope, **EVENT_TYPES}
 
 # floats strictly inside (-_LIMIT, _LIMIT) are written alike by pydantic (serde/ryu) and msgspec

@@ -24,6 +24,9 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     # v2 may hold a part of a computation, or only the pools that changed (`removed`, `replace`,
     # `part`, `parts`); a v1 event was always the whole map of its tree: it replaces the map.
     ("EntitlementsComputed", 1): lambda d: {**d, "version": 2, "replace": True, "part": 1, "parts": 1},
+    # v3 may lend pools their share of what their parent left (`factors`, `lent`); a v2 event
+    # lent none: every pool it wrote holds its numbers as written.
+    ("EntitlementsComputed", 2): lambda d: {**d, "version": 3},
 }
 
 

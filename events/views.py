@@ -58,7 +58,14 @@ from msgspec import Meta, Struct
 
 from events.base import Event, Frozen
 from events.codec import PACKABLE, decode
-from events.decisions import EntitlementsComputed, GangAdmitted, GangMovedToQueue, PoolEntitlement
+from events.decisions import (
+    EntitlementsComputed,
+    GangAdmitted,
+    GangMovedToQueue,
+    LendingFactor,
+    LentPool,
+    PoolEntitlement,
+)
 from events.envelope import EPOCH, Envelope
 from events.inputs import GangEnqueued, TaskSpec, TaskState, TaskStateChanged
 
@@ -161,10 +168,24 @@ class PoolEntitlementView(_View, frozen=True, kw_only=True):
     dominant_kind: str | None = None
 
 
+class LentPoolView(_View, frozen=True, kw_only=True):
+    model = LentPool
+    path: str
+    given: dict[str, Finite]
+    share: dict[str, Finite]
+    limit: dict[str, Finite] = msgspec.field(default_factory=dict)
+
+
+class LendingFactorView(_View, frozen=True, kw_only=True):
+    model = LendingFactor
+    group: str
+    factor: dict[str, Finite]
+
+
 class EntitlementsComputedView(_EventView, tag="EntitlementsComputed", frozen=True, kw_only=True):
     model = EntitlementsComputed
     type = "EntitlementsComputed"
-    version: Literal[2] = 2
+    version: Literal[3] = 3
     tree: str
     capacity: dict[str, Finite]
     slack_capacity: dict[str, Finite] = msgspec.field(default_factory=dict)
@@ -174,6 +195,8 @@ class EntitlementsComputedView(_EventView, tag="EntitlementsComputed", frozen=Tr
     replace: bool = True
     part: Annotated[int, Meta(ge=1)] = 1
     parts: Annotated[int, Meta(ge=1)] = 1
+    factors: list[LendingFactorView] | None = None
+    lent: list[LentPoolView] | None = None
 
 
 class TaskStateChangedView(_EventView, tag="TaskStateChanged", frozen=True, kw_only=True):
@@ -407,14 +430,22 @@ _POSITIVE_EXPONENT = re.compile(rb"\de\d")  # how msgspec writes a float from 1e
 
 
 def _entitlements_body(event: EntitlementsComputedView) -> bytes | None:
-    """An `EntitlementsComputed` as pydantic writes it: its one field that may be None
-    (`dominant_kind`, last of a pool's fields) left out where None; None when a float of it is
-    from 1e16 up (pydantic writes `1e+16`), or anything in it reads as one (a name like `l1e2`:
-    written by pydantic then, the rare slow way)."""
+    """An `EntitlementsComputed` as pydantic writes it: its fields that may be None
+    (`dominant_kind`, last of a pool's fields; `factors` and `lent`, the event's last two) left
+    out where None (a string of it cannot hold these bytes: its quotes are escaped); None when a
+    float of it is from 1e16 up (pydantic writes `1e+16`), or anything in it reads as one (a name
+    like `l1e2`: written by pydantic then, the rare slow way)."""
     data = _encode(event)
     if _POSITIVE_EXPONENT.search(data) is not None:
         return None
+    if event.lent is None:
+        data = data[:-len(_NO_LENT)] + b"}"
+    if event.factors is None:
+        data = data.replace(b',"factors":null', b"", 1)
     return data.replace(b',"dominant_kind":null}', b"}")
+
+
+_NO_LENT = b',"lent":null}'
 
 
 __all__ = [

@@ -4,7 +4,8 @@ Tables:
 
     pool_entitlements(tree, path, kind, entitlement, non_slack_entitlement, slack_entitlement,
                       capacity, fair_share, usage_share, demand_share, dominant_kind,
-                      computed_seq, computed_at)
+                      computed_seq, computed_at, lent_given, lent_share, lent_limit)
+    lending_factors(tree, grp, kind, factor)
     entitlement_history(tree, path, seq, computed_at, entitlement MAP, non_slack_entitlement MAP,
                         slack_entitlement MAP, fair_share, usage_share, demand_share, dominant_kind)
     pool_starvation(tree, pool, status, previous, since, below_since, kinds[], usage MAP,
@@ -16,7 +17,10 @@ removed, in parts), one row per pool and kind (every kind of the tree's capacity
 computation gives none); `capacity` is the tree's capacity of that kind then. The shares are
 fractions of the tree's capacity, per pool (the same on each of its kind rows), with the kind that
 dominates. `computed_seq` and `computed_at` are those of the event that last wrote the pool (a
-capacity change writes every pool).
+capacity change writes every pool), or, for a lent pool (`EntitlementsComputed` v3), that last
+changed its sibling group's factor: a lent pool's numbers are computed from its part (`lent_given`,
+`lent_share`, `lent_limit`: NULL when not lent; no limit: NULL) and its group's factor
+(`lending_factors`, per parent path `grp` and kind), which the projection keeps to read them back.
 
 `entitlement_history` samples each pool's entitlement once per second of log time (`HISTORY_WINDOW`;
 windows aligned to whole epoch seconds of the computations' envelope time). For each second in
@@ -68,6 +72,8 @@ from typing import Any, cast
 import pyarrow as pa
 
 from events import EntitlementsComputed, PoolDeleted, PoolEntitlement, PoolStarvationChanged, at_seconds, event_class
+from events.decisions import LentPool
+from events.entitlement_map import EntitlementMap, fold_entitlements, group_of
 from projections.base import (
     Connection,
     Item,
@@ -100,8 +106,12 @@ POOL_ENTITLEMENTS = pa.schema(
         ("dominant_kind", _STR),
         ("computed_seq", pa.int64()),
         ("computed_at", _TIME),
+        ("lent_given", pa.float64()),
+        ("lent_share", pa.float64()),
+        ("lent_limit", pa.float64()),
     ]
 )
+LENDING_FACTORS = pa.schema([("tree", _STR), ("grp", _STR), ("kind", _STR), ("factor", pa.float64())])
 ENTITLEMENT_HISTORY = pa.schema(
     [
         ("tree", _STR),
@@ -139,7 +149,11 @@ _DDL = (
         tree VARCHAR NOT NULL, path VARCHAR NOT NULL, kind VARCHAR NOT NULL, entitlement DOUBLE,
         non_slack_entitlement DOUBLE, slack_entitlement DOUBLE, capacity DOUBLE, fair_share DOUBLE,
         usage_share DOUBLE, demand_share DOUBLE, dominant_kind VARCHAR, computed_seq BIGINT NOT NULL,
-        computed_at TIMESTAMPTZ, PRIMARY KEY (tree, path, kind))""",
+        computed_at TIMESTAMPTZ, lent_given DOUBLE, lent_share DOUBLE, lent_limit DOUBLE,
+        PRIMARY KEY (tree, path, kind))""",
+    """CREATE TABLE lending_factors (
+        tree VARCHAR NOT NULL, grp VARCHAR NOT NULL, kind VARCHAR NOT NULL, factor DOUBLE,
+        PRIMARY KEY (tree, grp, kind))""",
     """CREATE TABLE entitlement_history (
         tree VARCHAR USING COMPRESSION uncompressed NOT NULL, path VARCHAR USING COMPRESSION uncompressed NOT NULL,
         seq BIGINT NOT NULL, computed_at TIMESTAMPTZ,
@@ -164,8 +178,10 @@ class PoolStatusProjection(Projection):
     """`pool_entitlements`, `entitlement_history` and `pool_starvation`."""
 
     name = "pool_status"
-    schema_version = 3  # 2: entitlement_history sampled per second of log time; 3: its keys uncompressed
-    tables = ("pool_entitlements", "entitlement_history", "pool_starvation")
+    # 2: entitlement_history sampled per second of log time; 3: its keys uncompressed; 4: lent pools
+    # (`EntitlementsComputed` v3: `lent_*` columns, `lending_factors`)
+    schema_version = 4
+    tables = ("pool_entitlements", "entitlement_history", "pool_starvation", "lending_factors")
 
     def __init__(self) -> None:
         # Each tree's open window (its latest computation); None: not read back yet (after a start
@@ -175,6 +191,9 @@ class PoolStatusProjection(Projection):
         # Each tree's map: path -> (seq, time, values) of the event that last wrote it (read back
         # with `_open`).
         self._maps: dict[str, dict[str, _Pool]] = {}
+        # Each tree's map as `fold_entitlements` keeps it (what a lent pool is computed from),
+        # read back with `_open`.
+        self._lending: dict[str, EntitlementMap] = {}
         # Per tree, once it closed a window: each pool's values as its last history row has them
         # (a pool whose last row is NULL, or that has none: absent). The store is the only writer.
         self._rows: dict[str, dict[str, Values]] = {}
@@ -189,15 +208,17 @@ class PoolStatusProjection(Projection):
         self._due = None
         self._rows = {}
         self._maps = {}
+        self._lending = {}
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         windows = self._open
         if windows is None:
-            windows, self._maps = _latest_stored(conn)
+            windows, self._maps, self._lending = _latest_stored(conn)
             self._open = windows
             self._due = min((window.end for window in windows.values()), default=None)
         history: list[tuple[Any, ...]] = []
         written: dict[str, set[str] | None] = {}  # per tree, the paths to write again (None: all)
+        groups: dict[str, set[str] | None] = {}  # per tree, the lending factors to write again (None: all)
         starvation: dict[tuple[str, str], Row | None] = {}  # None: the pool was deleted
         for item in items:
             envelope = item.event
@@ -222,6 +243,7 @@ class PoolStatusProjection(Projection):
                         self._due = window.end
                 window.seq, window.time = item.seq, time
                 touched = self._fold(event, item.seq, time)
+                _note_groups(groups, event)
                 if touched is None:
                     window.dirty = None
                     written[tree] = None
@@ -241,6 +263,8 @@ class PoolStatusProjection(Projection):
         insert_rows(conn, "entitlement_history", ENTITLEMENT_HISTORY, history)
         if written:
             self._entitlements(conn, written)
+        if groups:
+            self._factors(conn, groups)
         if starvation:
             keys = list(starvation)
             delete_keys(conn, "pool_starvation", pa.table({"tree": [k[0] for k in keys], "pool": [k[1] for k in keys]}))
@@ -293,10 +317,11 @@ class PoolStatusProjection(Projection):
         self._due = min((window.end for window in windows.values()), default=None)
 
     def _fold(self, event: EntitlementsComputed, seq: int, time: datetime) -> set[str] | None:
-        """Fold one computation into its tree's map (`events.decisions.fold_entitlements`, with
-        each pool as `pool_entitlements` holds it): the paths it wrote or removed (None: all of
-        the tree's, a `replace`)."""
+        """Fold one computation into its tree's map (`events.entitlement_map.fold_entitlements`,
+        with each pool as `pool_entitlements` holds it): the paths it wrote or removed, and the lent
+        pools of the groups whose factor it changed (None: all of the tree's, a `replace`)."""
         tree = event.tree
+        lending = self._lending[tree] = fold_entitlements(self._lending.get(tree, {}), event)
         pools = self._maps.get(tree)
         if pools is None or event.replace:
             pools = self._maps[tree] = {}
@@ -304,16 +329,37 @@ class PoolStatusProjection(Projection):
         for path in event.removed:
             pools.pop(path, None)
         capacity = dict(event.capacity)
-        found = _values(event)
-        for pool in event.pools:
-            path = pool.path
+        paths = {pool.path for pool in event.pools}
+        if event.factors:
+            moved = {factor.group for factor in event.factors}
+            paths.update(path for path in lending.lent if group_of(path) in moved)
+        for path in paths:
             touched.add(path)
-            values = found.get(path)
+            values = _pool_values(capacity, lending[path])
             if values is None:  # no kind at all: no row
                 pools.pop(path, None)
             else:
-                pools[path] = (seq, time, values, capacity)
+                pools[path] = (seq, time, values, capacity, lending.lent.get(path))
         return None if event.replace else touched
+
+    def _factors(self, conn: Connection, groups: dict[str, set[str] | None]) -> None:
+        """The `lending_factors` rows of the groups written (all of a tree's: None)."""
+        trees = sorted(tree for tree, names in groups.items() if names is None)
+        if trees:
+            conn.execute(f"DELETE FROM lending_factors WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
+        keys = [(tree, name) for tree, names in sorted(groups.items(), key=lambda kv: kv[0]) if names is not None
+                for name in sorted(names)]
+        if keys:
+            delete_keys(conn, "lending_factors", pa.table({"tree": [k[0] for k in keys], "grp": [k[1] for k in keys]}))
+        rows: list[tuple[Any, ...]] = []
+        for tree in sorted(groups):
+            factors = self._lending[tree].factors if tree in self._lending else {}
+            names = groups[tree]
+            for name in sorted(factors) if names is None else sorted(names):
+                found = factors.get(name)
+                if found is not None:
+                    rows += [(tree, name, kind, float(value)) for kind, value in sorted(found.items())]
+        insert_rows(conn, "lending_factors", LENDING_FACTORS, rows)
 
     def _entitlements(self, conn: Connection, written: dict[str, set[str] | None]) -> None:
         """The `pool_entitlements` rows of the pools written: all of a tree's (None), or those paths'."""
@@ -343,9 +389,10 @@ class PoolStatusProjection(Projection):
 # (maps), fair_share, usage_share, demand_share, dominant_kind.
 Values = tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float], float | None, float | None,
                float | None, str | None]
-# A pool of a tree's map: the seq and time of the event that wrote it, its values (each map with
-# every kind of its `pool_entitlements` rows), and the tree's capacity in that event.
-_Pool = tuple[int, datetime, Values, Mapping[str, float]]
+# A pool of a tree's map: the seq and time of the event that wrote it (or its group's factor), its
+# values (each map with every kind of its `pool_entitlements` rows), the tree's capacity in that
+# event, and its lent part (None: not lent).
+_Pool = tuple[int, datetime, Values, Mapping[str, float], LentPool | None]
 
 
 @dataclass(slots=True)
@@ -361,24 +408,35 @@ class _Open:
     dirty: set[str] | None
 
 
-def _values(event: EntitlementsComputed) -> dict[str, Values]:
-    """The pools of `event` as `pool_entitlements` holds them: each map with every kind of the
-    pool's rows (the tree's capacity and the map's kinds, 0 where missing); a pool with no kind
-    (no capacity and empty maps) has no row there, and is left out."""
-    capacity = event.capacity
-    found: dict[str, Values] = {}
-    for pool in event.pools:
-        maps, kinds = _maps_and_kinds(capacity, pool)
-        if kinds:
-            entitlement, non_slack, slack = ({kind: float(values.get(kind, 0.0)) for kind in kinds} for values in maps)
-            found[pool.path] = (entitlement, non_slack, slack, pool.fair_share, pool.usage_share, pool.demand_share,
-                                pool.dominant_kind)
-    return found
+def _pool_values(capacity: Mapping[str, float], pool: PoolEntitlement) -> Values | None:
+    """A pool as `pool_entitlements` holds it: each map with every kind of the pool's rows (the
+    tree's capacity and the map's kinds, 0 where missing); None for a pool with no kind (no
+    capacity and empty maps: it has no row there)."""
+    maps, kinds = _maps_and_kinds(capacity, pool)
+    if not kinds:
+        return None
+    entitlement, non_slack, slack = ({kind: float(values.get(kind, 0.0)) for kind in kinds} for values in maps)
+    return (entitlement, non_slack, slack, pool.fair_share, pool.usage_share, pool.demand_share, pool.dominant_kind)
 
 
-def _latest_stored(conn: Connection) -> tuple[dict[str, _Open], dict[str, dict[str, _Pool]]]:
-    """Each tree's map as `pool_entitlements` holds it, and its latest computation as an open
-    window (it may have been closed already: closing it again writes nothing)."""
+def _note_groups(groups: dict[str, set[str] | None], event: EntitlementsComputed) -> None:
+    """Mark the lending factors `event` changed (all of its tree's after a `replace`; a removed
+    pool's, if it had one) to be written again."""
+    tree = event.tree
+    if event.replace:
+        groups[tree] = None
+        return
+    names = groups.setdefault(tree, set())
+    if names is not None:
+        names.update(event.removed)
+        names.update(factor.group for factor in event.factors or ())
+
+
+def _latest_stored(conn: Connection) -> tuple[dict[str, _Open], dict[str, dict[str, _Pool]],
+                                               dict[str, EntitlementMap]]:
+    """Each tree's map as `pool_entitlements` holds it, its latest computation as an open window
+    (it may have been closed already: closing it again writes nothing), and its map as
+    `fold_entitlements` keeps it (the lent pools' parts and the factors: `lending_factors`)."""
     found: dict[str, _Open] = {}
     maps: dict[str, dict[str, _Pool]] = {}
     rows_of: dict[tuple[str, str], list[Row]] = {}
@@ -400,8 +458,44 @@ def _latest_stored(conn: Connection) -> tuple[dict[str, _Open], dict[str, dict[s
         first = rows[0]
         values_of: Values = (*kinds, first["fair_share"], first["usage_share"], first["demand_share"],
                              first["dominant_kind"])
-        maps.setdefault(tree, {})[path] = (first["computed_seq"], first["computed_at"], values_of, capacity)
-    return found, maps
+        lent = _stored_lent(path, rows)
+        maps.setdefault(tree, {})[path] = (first["computed_seq"], first["computed_at"], values_of, capacity, lent)
+    return found, maps, _stored_lending(conn, found, maps)
+
+
+def _stored_lent(path: str, rows: list[Row]) -> LentPool | None:
+    """A pool's lent part as its `pool_entitlements` rows hold it (None: not lent)."""
+    if rows[0]["lent_given"] is None:
+        return None
+    return LentPool.model_construct(path=path, given={row["kind"]: row["lent_given"] for row in rows},
+                                    share={row["kind"]: row["lent_share"] for row in rows},
+                                    limit={row["kind"]: row["lent_limit"] for row in rows
+                                           if row["lent_limit"] is not None})
+
+
+def _stored_lending(conn: Connection, windows: dict[str, _Open], maps: dict[str, dict[str, _Pool]]
+                    ) -> dict[str, EntitlementMap]:
+    """Each tree's `EntitlementMap` as the stored rows make it: every pool (a lent one with its
+    part), the latest computation's capacity and the factors."""
+    out: dict[str, EntitlementMap] = {}
+    for tree, pools in maps.items():
+        found = out[tree] = EntitlementMap()
+        latest = windows[tree].seq
+        for path, (seq, _, values, capacity, lent) in pools.items():
+            found.rows[path] = PoolEntitlement.model_construct(
+                path=path, entitlement=dict(values[0]), non_slack_entitlement=dict(values[1]),
+                slack_entitlement=dict(values[2]), fair_share=values[3] or 0.0, usage_share=values[4] or 0.0,
+                demand_share=values[5] or 0.0, dominant_kind=values[6])
+            if lent is not None:
+                found.lent[path] = lent
+            if seq == latest:
+                found.capacity = dict(capacity)
+    for row in fetch_rows(conn, "SELECT * FROM lending_factors ORDER BY tree, grp, kind"):
+        map_ = out.get(row["tree"])
+        if map_ is not None:
+            factor = map_.factors.setdefault(row["grp"], {})
+            factor[row["kind"]] = row["factor"]  # type: ignore[index]
+    return out
 
 
 def _last_rows(conn: Connection, trees: list[str]) -> dict[str, dict[str, Values]]:
@@ -437,11 +531,11 @@ def _maps_and_kinds(capacity: Mapping[str, float], pool: PoolEntitlement
 
 
 def _kind_columns(columns: list[list[Any]], tree: str, path: str, seq: int, time: datetime, values: Values,
-                  capacity: Mapping[str, float]) -> None:
+                  capacity: Mapping[str, float], lent: LentPool | None) -> None:
     """Append the `pool_entitlements` rows of one pool to `columns` (one list per column of
     `POOL_ENTITLEMENTS`, in its order): a row per kind of its maps."""
     (trees, paths, kinds_, entitlements, non_slacks, slacks, capacities, fairs, usages, demands, dominants, seqs,
-     times) = columns
+     times, given, share, limit) = columns
     maps = values[:3]
     kinds = sorted(maps[0])
     n = len(kinds)
@@ -457,6 +551,14 @@ def _kind_columns(columns: list[list[Any]], tree: str, path: str, seq: int, time
     dominants.extend([values[6]] * n)
     seqs.extend([seq] * n)
     times.extend([time] * n)
+    if lent is None:
+        given.extend([None] * n)
+        share.extend([None] * n)
+        limit.extend([None] * n)
+    else:
+        given.extend([lent.given.get(kind) for kind in kinds])
+        share.extend([lent.share.get(kind) for kind in kinds])
+        limit.extend([lent.limit.get(kind) for kind in kinds])
 
 
 def _starvation_row(event: PoolStarvationChanged, seq: int, time: datetime) -> Row:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from events import EntitlementsComputed, Envelope, PoolEntitlement, at_seconds, decode, encode
-from events.decisions import EntitlementMap, fold_entitlements
+from events.entitlement_map import EntitlementMap, fold_entitlements
 from events.views import read_envelope
 from services.admission.domain.state import AdmissionState
 
@@ -25,12 +25,12 @@ def _v1(seq: int, *pools: dict[str, object]) -> bytes:
                                  "slack_capacity": {}, "pools": list(pools), "alerts": []}}).encode()
 
 
-def test_a_v1_event_reads_as_a_v2_event_that_replaces_the_map() -> None:
+def test_a_v1_event_reads_as_a_v3_event_that_replaces_the_map() -> None:
     data = _v1(3, _pool("/a", 60.0), _pool("/b", 40.0))
     for read in (decode(data), read_envelope(data)):
         event = read.event
         assert isinstance(event, EntitlementsComputed)  # the view does not take v1: pydantic upcasts
-        assert (event.version, event.replace, event.part, event.parts, event.removed) == (2, True, 1, 1, [])
+        assert (event.version, event.replace, event.part, event.parts, event.removed) == (3, True, 1, 1, [])
         assert [p.path for p in event.pools] == ["/a", "/b"]
 
 

@@ -41,7 +41,7 @@ from events import (
     encode,
 )
 from events.config import GangTimeoutOptions
-from events.decisions import fold_entitlements
+from events.entitlement_map import fold_entitlements
 from events.views import read_envelope
 from services.admission.domain import entitle
 from services.admission.domain.decide import run_cycles

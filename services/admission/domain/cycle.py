@@ -25,6 +25,7 @@ at the cycle's trigger (`decide.run_cycles` applies them with `AdmissionState.ap
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -94,7 +95,7 @@ class Verdict:
     movable: bool = True  # False: job limits hold the gang; it neither moves nor blocks
 
 
-def decide_cycle(state: AdmissionState, tree: str, entitlements: dict[str, PoolEntitlement]) -> list[Outcome]:
+def decide_cycle(state: AdmissionState, tree: str, entitlements: Mapping[str, PoolEntitlement]) -> list[Outcome]:
     rt = state.runtime(tree)
     pools = effective_pools(state.config, tree)
     preemption_on = state.config.tree(tree).options.preemption.enabled
@@ -136,7 +137,7 @@ def _run_queue(state: AdmissionState, rt: TreeRuntime, view: EffectivePool, name
                                             reason=f"{verdict.check}: {verdict.detail}"), f"moved:{gang.id}"))
 
 
-def take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitlements: dict[str, PoolEntitlement],
+def take_waiting_jobs(rt: TreeRuntime, pools: dict[str, EffectivePool], entitlements: Mapping[str, PoolEntitlement],
                        preemption_on: bool, scratch: Scratch, out: list[Outcome]) -> None:
     """Gangs of jobs waiting for a running-job slot, first, by their job's arrival (DOMAIN §4 d)."""
     waiting = [g for g in map(rt.gangs.__getitem__, rt.slot_waiters)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from math import inf
 from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from events import EntitlementsComputed, PoolEntitlement
-from events.decisions import ENTITLEMENT_PART_POOLS
+from events.decisions import ENTITLEMENT_DIGITS, ENTITLEMENT_PART_POOLS, LendingFactor, LentPool
+from events.entitlement_map import CPU, EntitlementMap, FoldedOver, fold_entitlements, group_of
 from services.admission.domain.entitlement import EntitlementEngine
 from services.admission.domain.entitlement.arrays import positive_amounts
 from services.admission.domain.entitlement.model import (
@@ -23,18 +25,20 @@ from services.admission.domain.entitlement.model import (
     IntArray,
     JobDemand,
     LeafUsage,
+    Lending,
     PoolInput,
+    TreeEntitlements,
     TreeInput,
 )
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.rounding import round_matrix
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.state import AdmissionState
-from services.admission.domain.trusted import entitlements_computed, pool_entitlement
+from services.admission.domain.trusted import entitlements_computed, lending_factor, lent_pool, pool_entitlement
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain.effective import capacity, effective_pools
 
-ROUND = 9  # digits kept on the wire: enough for 0.0009 tolerance, stable across platforms
+ROUND = ENTITLEMENT_DIGITS  # digits kept on the wire: enough for 0.0009 tolerance, stable across platforms
 
 
 def _usage(rt: TreeRuntime, path: str, jobs: dict[str, dict[str, Vector]] | None) -> LeafUsage:
@@ -80,6 +84,7 @@ class _Prepared:
     held_count: int = -1  # len(rt.ledgers) when `held` was listed (ledgers are only ever added)
     published: _Published | None = None  # the numbers of the last parts `compute_cycle` gave
     rank: list[int] | None = None  # each engine row's place in path order
+    groups: tuple[list[str], list[int]] | None = None  # the sibling groups in path order, a child row of each
 
 
 def _engine(state: AdmissionState, tree: str) -> _Prepared:
@@ -261,6 +266,8 @@ PART_POOLS = ENTITLEMENT_PART_POOLS  # pools (and removed paths) per event at mo
 WHOLE_POOLS = ENTITLEMENT_PART_POOLS  # a tree of at most this many pools is written whole, in one event
 PART_BYTES = 256 * 1024  # about this many bytes of pools per event at most (NATS: 1 MiB a message)
 
+BoolArray = npt.NDArray[np.bool_]
+
 
 @dataclass(slots=True)
 class CycleEntitlements:
@@ -269,19 +276,25 @@ class CycleEntitlements:
     decides on)."""
 
     events: list[EntitlementsComputed]
-    entitlements: dict[str, PoolEntitlement]
+    entitlements: Mapping[str, PoolEntitlement]
 
 
 @dataclass(slots=True, eq=False)
 class _Published:
     """The numbers of the parts `compute_cycle` gave last, in the engine's row order: the raw
     matrices (entitlement, non-slack, slack per kind, the three shares), the rounded numbers as
-    published (those four side by side) and the dominant kinds. They are the tree's entitlement
-    map while that map is the one those parts made (`EntitlementMap.last` is their last part)."""
+    published (those four side by side; a lent pool's entitlement, non-slack entitlement and fair
+    share as of its last write), the dominant kinds, which rows are lent and the `given` of each
+    (as lent), and each sibling group's factor (`_groups` order; `(0, kinds)` under a policy that
+    lends nothing). They are the tree's entitlement map while that map is the one those parts made
+    (`EntitlementMap.last` is their last part)."""
 
     raw: tuple[FloatArray, ...]
     rounded: FloatArray
     dominant: IntArray
+    lent: BoolArray
+    given: FloatArray | None
+    factors: FloatArray
     token: object = None
 
 
@@ -289,16 +302,26 @@ def compute_cycle(state: AdmissionState, tree: str) -> CycleEntitlements:
     """The entitlements one admission cycle publishes for `tree`, and the map it decides on.
 
     A tree of at most `WHOLE_POOLS` pools gets one event with its whole map (`compute_for`: as v1
-    did). A larger one gets the pools whose rounded numbers differ from the tree's entitlement
-    map as the fold holds it (`TreeRuntime.entitlements`) and the paths that left it, split into
-    parts; every pool (`replace`) when every pool changed, the map is empty, or the capacity
-    changed since its last computation (a pool's `pool_entitlements` rows name the capacity).
-    Folding the parts into the map gives the whole computation, whatever the map held.
+    did, nothing lent). A larger one gets what differs from the tree's entitlement map as the
+    fold holds it (`TreeRuntime.entitlements`, an `EntitlementMap`), split into parts: the
+    sibling groups whose lending factor changed (`factors`), and the pools whose numbers as the
+    map gives them would differ from the engine's, or whose own part of step 3 changed. Under
+    `per_resource` a pool other than the root is lent (`lent`: written with its given, share and
+    limit, its numbers computed by readers from its group's factor) wherever that computation
+    gives the engine's numbers to the bit: the capacity is its rounded self and the pool has no
+    slack but cpu's (then `events.entitlement_map.lent_numbers` is the engine's arithmetic,
+    operation for operation); elsewhere, and under the other policies, a pool is written with
+    its numbers when they change (v2). So one leaf's demand changing writes a factor per group
+    and the pools on its path, not every pool step 3 moved. Every pool and factor (`replace`)
+    when every pool is written, the map is empty, or the capacity changed since its last
+    computation. Folding the parts into the map gives the whole computation, whatever the map
+    held.
 
     Cost: while the map is the one this function's previous parts made (the usual case: a cycle's
     decisions are applied at once), the previous numbers are kept as matrices, so a cycle
     compares the engine's raw numbers in one vectorised pass, rounds only the rows that moved,
-    and builds models only for those; otherwise every pool is compared with the map."""
+    and builds models only for those; otherwise every pool is compared with the map (the same
+    parts, by construction)."""
     prepared = _engine(state, tree)
     if len(prepared.engine.paths) <= WHOLE_POOLS:  # the root `/` is one of the event's pools
         whole = compute_for(state, tree)
@@ -315,59 +338,188 @@ def compute_cycle(state: AdmissionState, tree: str) -> CycleEntitlements:
     capacity, slack_capacity = _r(dict(given.capacity)), _r(dict(given.revocable_capacity))
     alerts = [str(a) for a in result.alerts]
     build = _row_builder(kinds)
+    lending = result.lending
+    ok = _lendable(result, capacity)
+    group_paths, child_rows = _groups(prepared, paths) if lending is not None else ([], [])
+    factors_now = lending.per_share[child_rows] if lending is not None else np.zeros((0, len(kinds)))
     previous = prepared.published
     last = getattr(current, "last", None)
-    pools: list[PoolEntitlement]
+    rows: list[int]
     removed: list[str] = []
     if previous is not None and last is previous.token and _same_shapes(raw, previous.raw):
         # the map is what the previous parts made: compare matrices
-        moved = np.flatnonzero(_rows_differ(raw, previous.raw) | (dominant != previous.dominant))
-        rounded = previous.rounded
-        pools = []
-        if moved.size:
-            fresh = np.asarray(round_matrix(np.hstack([m[moved] for m in raw]), ROUND),
-                               dtype=np.float64).reshape(moved.size, rounded.shape[1])
-            differs = (fresh != rounded[moved]).any(axis=1) | (dominant[moved] != previous.dominant[moved])
-            rounded[moved] = fresh
-            rows = moved[differs].tolist()
-            if rows:
-                rank = _rank(prepared, paths)
-                rows.sort(key=rank.__getitem__)
-                values = rounded[rows].tolist()
-                dom = dominant[rows].tolist()
-                pools = [build(paths[row], value, kinds[d] if d >= 0 else None)
-                         for row, value, d in zip(rows, values, dom, strict=True)]
-        replace = len(pools) == len(paths)
-        previous.raw, previous.dominant = raw, dominant
+        rows = _moved_rows(previous, raw, dominant, ok, None if lending is None else lending.given, len(kinds))
+        if rows:
+            rank = _rank(prepared, paths)
+            rows.sort(key=rank.__getitem__)
+        replace = len(rows) == len(paths)
+        moved_groups = np.flatnonzero(_rows_differ((factors_now,), (previous.factors,))).tolist() \
+            if factors_now.shape == previous.factors.shape else list(range(len(group_paths)))
+        previous.raw, previous.dominant, previous.lent = raw, dominant, ok
+        previous.given, previous.factors = None if lending is None else lending.given, factors_now
     else:
         side_by_side = np.hstack(raw)
-        every_value = round_matrix(side_by_side, ROUND)
-        rounded = np.array(every_value, dtype=np.float64).reshape(side_by_side.shape)
-        every_dom: list[int] = dominant.tolist()
-        every = [build(paths[row], every_value[row], kinds[every_dom[row]] if every_dom[row] >= 0 else None)
-                 for row in _path_order(prepared, paths)]
+        rounded = np.array(round_matrix(side_by_side, ROUND), dtype=np.float64).reshape(side_by_side.shape)
+        order = _path_order(prepared, paths)
         same_capacity = (isinstance(last, _HasCapacity) and dict(last.capacity) == capacity
                          and dict(last.slack_capacity) == slack_capacity)
         if not current or not same_capacity:
-            pools = every
+            rows = order
         else:
-            pools = [pool for pool in every if not _same_pool(current.get(pool.path), pool)]
-            added = sum(1 for pool in pools if pool.path not in current)
-            if len(current) + added > len(every):  # some of the map is gone from the tree
-                names = {pool.path for pool in every}
+            rows = _differing_rows(current, order, paths, rounded, dominant, ok, lending, kinds)
+            added = sum(1 for row in rows if paths[row] not in current)
+            if len(current) + added > len(paths):  # some of the map is gone from the tree
+                names = set(paths)
                 removed = sorted(path for path in current if path not in names)
-        replace = len(pools) == len(every)
-        if replace:
-            removed = []
-        previous = prepared.published = _Published(raw, rounded, dominant)
-    events = _parts(tree, capacity, slack_capacity, pools, removed, replace, alerts, len(kinds))
+        replace = len(rows) == len(paths)
+        known: Mapping[str, Mapping[str, float]] = {}
+        if isinstance(current, EntitlementMap) and not replace:
+            known = current.factors
+        moved_groups = [g for g, group in enumerate(group_paths)
+                        if known.get(group) != dict(zip(kinds, factors_now[g].tolist(), strict=True))]
+        previous = prepared.published = _Published(raw, rounded, dominant, ok,
+                                                   None if lending is None else lending.given, factors_now)
+    if replace:
+        removed = []
+        moved_groups = list(range(len(group_paths)))
+    pools, lent = _written(previous, rows, paths, kinds, build, ok, lending)
+    factors = [lending_factor(group_paths[g], dict(zip(kinds, factors_now[g].tolist(), strict=True)))
+               for g in moved_groups]
+    events = _parts(tree, capacity, slack_capacity, pools, lent, factors, removed, replace, alerts, len(kinds))
     previous.token = events[-1]
-    entitlements: dict[str, PoolEntitlement] = {} if replace else dict(current)
-    for path in removed:
-        del entitlements[path]
-    for pool in pools:
-        entitlements[pool.path] = pool
+    if isinstance(current, EntitlementMap) and not replace:
+        return CycleEntitlements(events, FoldedOver(current, events))
+    entitlements = EntitlementMap() if replace else EntitlementMap(current)
+    for event in events:
+        entitlements = fold_entitlements(entitlements, event)
     return CycleEntitlements(events, entitlements)
+
+
+def _lendable(result: TreeEntitlements, capacity: dict[str, float]) -> BoolArray:
+    """The rows a reader may compute (see `compute_cycle`): none under a policy that does not
+    lend, or when the capacity is not its rounded self; else every row but the root's with no
+    slack but cpu's (and its step 3 terms finite) that step 3 gives something (a pool it gives
+    nothing, say one at its limit, changes only when its own numbers do: written so, as in v2,
+    it costs nothing more than its row)."""
+    n = len(result.paths)
+    lending = result.lending
+    if lending is None or any(capacity.get(kind, 0.0) != amount for kind, amount in result.capacity.items()):
+        return np.zeros(n, dtype=np.bool_)
+    ok = np.ones(n, dtype=np.bool_)
+    ok[0] = False
+    slack = result.slack_matrix
+    for column, kind in enumerate(result.kinds):
+        if kind != CPU:
+            ok &= slack[:, column] == 0.0
+        ok &= np.isfinite(lending.given[:, column]) & np.isfinite(lending.per_share[:, column])
+        ok &= np.isfinite(lending.share[:, column])
+    return ok & _rows_differ((result.entitlement_matrix,), (lending.given,))
+
+
+def _moved_rows(previous: _Published, raw: tuple[FloatArray, ...], dominant: IntArray, ok: BoolArray,
+                given: FloatArray | None, k: int) -> list[int]:
+    """The rows to write, the map being what `previous` made (in engine order; its `rounded`
+    updated): a pool lent now and before whose given moved, or whose other numbers (slack,
+    usage and demand shares, dominant kind) differ once rounded; a pool lent now or before but
+    not both; a pool lent neither time whose rounded numbers differ."""
+    was = previous.lent
+    before = previous.raw
+    other = _rows_differ((raw[2], raw[3][:, 1:]), (before[2], before[3][:, 1:])) | (dominant != previous.dominant)
+    stay = was & ok
+    must = was != ok
+    if given is not None and previous.given is not None and stay.any():
+        must |= stay & _rows_differ((given,), (previous.given,))
+    full = other | _rows_differ((raw[0], raw[1], raw[3][:, :1]), (before[0], before[1], before[3][:, :1]))
+    check = np.where(stay, other, full) & ~must
+    look = np.flatnonzero(must | check)
+    if not look.size:
+        return []
+    rounded = previous.rounded
+    fresh = np.asarray(round_matrix(np.hstack([m[look] for m in raw]), ROUND),
+                       dtype=np.float64).reshape(look.size, rounded.shape[1])
+    old = rounded[look]
+    kept = np.r_[2 * k:3 * k, 3 * k + 1:3 * k + 3]  # slack, usage and demand shares: never computed by readers
+    differs = np.where(stay[look], (fresh[:, kept] != old[:, kept]).any(axis=1), (fresh != old).any(axis=1))
+    differs |= dominant[look] != previous.dominant[look]
+    rounded[look] = fresh
+    return look[must[look] | differs].tolist()  # type: ignore[no-any-return]
+
+
+def _differing_rows(current: Mapping[str, PoolEntitlement], order: list[int], paths: tuple[str, ...],
+                    rounded: FloatArray, dominant: IntArray, ok: BoolArray, lending: Lending | None,
+                    kinds: tuple[str, ...]) -> list[int]:
+    """The rows (in `order`) whose pool the map `current` holds otherwise than the engine gives it:
+    missing; lent now and not in the map, or with another given, share or limit, or other
+    numbers that readers do not compute; not lent now but lent in the map, or with other numbers."""
+    rows_of = current.rows if isinstance(current, EntitlementMap) else current
+    lent_of = current.lent if isinstance(current, EntitlementMap) else {}
+    k = len(kinds)
+    out: list[int] = []
+    values = rounded.tolist()
+    dom = dominant.tolist()
+    for row in order:
+        path = paths[row]
+        old = rows_of.get(path)
+        if old is None:
+            out.append(row)
+            continue
+        value = values[row]
+        kind = kinds[dom[row]] if dom[row] >= 0 else None
+        same_other = (dict(old.slack_entitlement) == dict(zip(kinds, value[2 * k:3 * k], strict=True))
+                      and old.usage_share == value[3 * k + 1] and old.demand_share == value[3 * k + 2]
+                      and old.dominant_kind == kind)
+        was = lent_of.get(path)
+        if ok[row]:
+            assert lending is not None
+            part = _lent_part(path, row, kinds, lending)
+            if (was is None or not same_other or dict(was.given) != part.given or dict(was.share) != part.share
+                    or dict(was.limit) != part.limit):
+                out.append(row)
+        elif was is not None or not same_other or not _same_numbers(old, value, kinds):
+            out.append(row)
+    return out
+
+
+def _same_numbers(old: PoolEntitlement, value: list[float], kinds: tuple[str, ...]) -> bool:
+    k = len(kinds)
+    return (dict(old.entitlement) == dict(zip(kinds, value[:k], strict=True))
+            and dict(old.non_slack_entitlement) == dict(zip(kinds, value[k:2 * k], strict=True))
+            and old.fair_share == value[3 * k])
+
+
+def _lent_part(path: str, row: int, kinds: tuple[str, ...], lending: Lending) -> LentPool:
+    """A lent pool's own part of step 3 (its limit: the kinds it has a finite one of)."""
+    limits = lending.limit[row].tolist()
+    return lent_pool(path, dict(zip(kinds, lending.given[row].tolist(), strict=True)),
+                     dict(zip(kinds, lending.share[row].tolist(), strict=True)),
+                     {kind: value for kind, value in zip(kinds, limits, strict=True) if value != inf})
+
+
+def _written(published: _Published, rows: list[int], paths: tuple[str, ...], kinds: tuple[str, ...],
+             build: _RowBuilder, ok: BoolArray, lending: Lending | None) -> tuple[list[PoolEntitlement],
+                                                                                  list[LentPool]]:
+    """The pools of `rows` (in that order) as published, and the lent ones' parts."""
+    if not rows:
+        return [], []
+    values = published.rounded[rows].tolist()
+    dom = published.dominant[rows].tolist()
+    pools = [build(paths[row], value, kinds[d] if d >= 0 else None) for row, value, d in zip(rows, values, dom,
+                                                                                              strict=True)]
+    lent = [] if lending is None else [_lent_part(paths[row], row, kinds, lending) for row in rows if ok[row]]
+    return pools, lent
+
+
+def _groups(prepared: _Prepared, paths: tuple[str, ...]) -> tuple[list[str], list[int]]:
+    """The tree's sibling groups (their parents' paths) in path order, and a row of a child of
+    each (made once per engine)."""
+    found = prepared.groups
+    if found is None:
+        first: dict[str, int] = {}
+        for row in range(1, len(paths)):
+            first.setdefault(group_of(paths[row]), row)
+        names = sorted(first)
+        found = prepared.groups = (names, [first[name] for name in names])
+    return found
 
 
 def _same_shapes(now: tuple[FloatArray, ...], before: tuple[FloatArray, ...]) -> bool:
@@ -393,15 +545,6 @@ class _HasCapacity(Protocol):
     def slack_capacity(self) -> Mapping[str, float]: ...
 
 
-def _same_pool(old: PoolEntitlement | None, new: PoolEntitlement) -> bool:
-    """The same numbers (`old` may be a view of one: events.views)."""
-    return (old is not None and old.entitlement == new.entitlement
-            and old.non_slack_entitlement == new.non_slack_entitlement
-            and old.slack_entitlement == new.slack_entitlement and old.fair_share == new.fair_share
-            and old.usage_share == new.usage_share and old.demand_share == new.demand_share
-            and old.dominant_kind == new.dominant_kind)
-
-
 def _path_order(prepared: _Prepared, paths: tuple[str, ...]) -> list[int]:
     """The engine's rows (the root `/` first) in path order, as the whole event lists them."""
     order = prepared.order
@@ -422,32 +565,40 @@ def _rank(prepared: _Prepared, paths: tuple[str, ...]) -> list[int]:
 
 
 def _parts(tree: str, capacity: dict[str, float], slack_capacity: dict[str, float], pools: list[PoolEntitlement],
-           removed: list[str], replace: bool, alerts: list[str], kinds: int) -> list[EntitlementsComputed]:
-    """The events of one computation: the removed paths, then the pools, in parts of at most
-    `PART_POOLS` of them and about `PART_BYTES` (at least one part; `replace` and the alerts
-    in the first)."""
-    cuts: list[tuple[list[str], list[PoolEntitlement]]] = []
+           lent: list[LentPool], factors: list[LendingFactor], removed: list[str], replace: bool, alerts: list[str],
+           kinds: int) -> list[EntitlementsComputed]:
+    """The events of one computation: the factors (in the first), the removed paths, then the
+    pools (each lent one's part beside it), in parts of at most `PART_POOLS` pools and removed
+    paths and about `PART_BYTES` (at least one part; `replace` and the alerts in the first)."""
+    cuts: list[tuple[list[str], list[PoolEntitlement], list[LentPool]]] = []
     gone: list[str] = []
     kept: list[PoolEntitlement] = []
-    count = size = 0
+    kept_lent: list[LentPool] = []
+    lent_of = {part.path: part for part in lent}
+    count = 0
+    size = sum(len(factor.group) + 40 + kinds * 40 for factor in factors)
     per_pool = 200 + 3 * kinds * 40  # bytes of a pool beside its path, generously
     for path in removed:
         if count == PART_POOLS or size + len(path) + 4 > PART_BYTES:
-            cuts.append((gone, kept))
-            gone, kept, count, size = [], [], 0, 0
+            cuts.append((gone, kept, kept_lent))
+            gone, kept, kept_lent, count, size = [], [], [], 0, 0
         gone.append(path)
         count += 1
         size += len(path) + 4
     for pool in pools:
-        cost = per_pool + len(pool.path)
+        part = lent_of.get(pool.path)
+        cost = per_pool + len(pool.path) + (0 if part is None else 60 + 3 * kinds * 40 + len(pool.path))
         if count == PART_POOLS or (count and size + cost > PART_BYTES):
-            cuts.append((gone, kept))
-            gone, kept, count, size = [], [], 0, 0
+            cuts.append((gone, kept, kept_lent))
+            gone, kept, kept_lent, count, size = [], [], [], 0, 0
         kept.append(pool)
+        if part is not None:
+            kept_lent.append(part)
         count += 1
         size += cost
-    cuts.append((gone, kept))
+    cuts.append((gone, kept, kept_lent))
     total = len(cuts)
     return [entitlements_computed(tree, capacity, slack_capacity, kept, alerts if part == 1 else [], gone,
-                                  replace and part == 1, part, total)
-            for part, (gone, kept) in enumerate(cuts, start=1)]
+                                  replace and part == 1, part, total, (factors or None) if part == 1 else None,
+                                  kept_lent or None)
+            for part, (gone, kept, kept_lent) in enumerate(cuts, start=1)]

@@ -4,6 +4,7 @@ own module so that the rules (which `state.py` calls) read it without importing 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from events import PoolEntitlement, TreeOptions
@@ -30,7 +31,7 @@ class TreeRuntime:
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     running: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> job -> admitted gangs
     jobs: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> job -> unfinished gangs
-    entitlements: dict[str, PoolEntitlement] = field(default_factory=dict)
+    entitlements: Mapping[str, PoolEntitlement] = field(default_factory=dict)  # an `EntitlementMap` once folded
     entitlement_seq: int = 0
     requeues: int = 0
     slot_waiters: set[str] = field(default_factory=set)  # gangs marked with a `slot_wait` (some may be stale)

@@ -50,7 +50,7 @@ from events import (
     fault_text,
     with_views,
 )
-from events.decisions import fold_entitlements
+from events.entitlement_map import fold_entitlements
 from services.admission.domain import rules
 from services.admission.domain.chains import pool_chain
 from services.admission.domain.facts import running_limit

@@ -18,6 +18,7 @@ from typing import Any
 
 from events import EntitlementsComputed, GangAdmitted, PoolEntitlement, TaskSpec
 from events.base import Frozen
+from events.decisions import LendingFactor, LentPool
 
 _new = object.__new__
 _set = object.__setattr__
@@ -90,9 +91,10 @@ def pool_entitlement(path: str, entitlement: dict[str, float], non_slack_entitle
     return model
 
 
-expect_plain(EntitlementsComputed, {"type": "EntitlementsComputed", "version": 2, "tree": REQUIRED,
+expect_plain(EntitlementsComputed, {"type": "EntitlementsComputed", "version": 3, "tree": REQUIRED,
                                     "capacity": REQUIRED, "slack_capacity": FACTORY, "pools": REQUIRED,
-                                    "alerts": FACTORY, "removed": FACTORY, "replace": True, "part": 1, "parts": 1})
+                                    "alerts": FACTORY, "removed": FACTORY, "replace": True, "part": 1, "parts": 1,
+                                    "factors": None, "lent": None})
 _ENTITLEMENTS_COMPUTED_SET = frozenset({"tree", "capacity", "slack_capacity", "pools", "alerts"})
 _ENTITLEMENTS_PART_SET = frozenset({"tree", "capacity", "slack_capacity", "pools", "alerts", "removed", "replace",
                                     "part", "parts"})
@@ -100,20 +102,54 @@ _ENTITLEMENTS_PART_SET = frozenset({"tree", "capacity", "slack_capacity", "pools
 
 def entitlements_computed(tree: str, capacity: dict[str, float], slack_capacity: dict[str, float],
                           pools: list[PoolEntitlement], alerts: list[str], removed: list[str] | None = None,
-                          replace: bool = True, part: int = 1, parts: int = 1) -> EntitlementsComputed:
+                          replace: bool = True, part: int = 1, parts: int = 1,
+                          factors: list[LendingFactor] | None = None,
+                          lent: list[LentPool] | None = None) -> EntitlementsComputed:
     """`EntitlementsComputed.model_validate({...})` of every field given, for values of the
-    declared types (floats, not ints, in the maps; the pools made by `pool_entitlement`; `part`
-    and `parts` from 1; all taken over: do not change them afterwards). An admission cycle makes
-    one per tree, or one per part of a large tree's. Without `removed`, the fields set are those
-    of the whole-map event as validating the v1 fields gives them (with `replace`, `part` and
-    `parts` left at their defaults)."""
+    declared types (floats, not ints, in the maps; the pools made by `pool_entitlement`, the
+    lent ones by `lent_pool`, the factors by `lending_factor`; `part` and `parts` from 1; all
+    taken over: do not change them afterwards). An admission cycle makes one per tree, or one
+    per part of a large tree's. Without `removed`, the fields set are those of the whole-map
+    event as validating the v1 fields gives them (with `replace`, `part` and `parts` left at
+    their defaults); `factors` and `lent` count as set when given (not None)."""
     model = _new(EntitlementsComputed)
-    _set(model, "__dict__", {"type": "EntitlementsComputed", "version": 2, "tree": tree, "capacity": capacity,
+    _set(model, "__dict__", {"type": "EntitlementsComputed", "version": 3, "tree": tree, "capacity": capacity,
                              "slack_capacity": slack_capacity, "pools": pools, "alerts": alerts,
                              "removed": [] if removed is None else removed, "replace": replace, "part": part,
-                             "parts": parts})
+                             "parts": parts, "factors": factors, "lent": lent})
     whole = removed is None and replace and part == 1 and parts == 1
-    _set(model, "__pydantic_fields_set__", set(_ENTITLEMENTS_COMPUTED_SET if whole else _ENTITLEMENTS_PART_SET))
+    fields = set(_ENTITLEMENTS_COMPUTED_SET if whole else _ENTITLEMENTS_PART_SET)
+    if factors is not None:
+        fields.add("factors")
+    if lent is not None:
+        fields.add("lent")
+    _set(model, "__pydantic_fields_set__", fields)
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
+
+
+expect_plain(LentPool, {"path": REQUIRED, "given": REQUIRED, "share": REQUIRED, "limit": FACTORY})
+expect_plain(LendingFactor, {"group": REQUIRED, "factor": REQUIRED})
+_LENT_POOL_SET = frozenset({"path", "given", "share", "limit"})
+_LENDING_FACTOR_SET = frozenset({"group", "factor"})
+
+
+def lent_pool(path: str, given: dict[str, float], share: dict[str, float], limit: dict[str, float]) -> LentPool:
+    """`LentPool.model_validate({...})` of every field, for finite floats (the maps taken over)."""
+    model = _new(LentPool)
+    _set(model, "__dict__", {"path": path, "given": given, "share": share, "limit": limit})
+    _set(model, "__pydantic_fields_set__", set(_LENT_POOL_SET))
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
+
+
+def lending_factor(group: str, factor: dict[str, float]) -> LendingFactor:
+    """`LendingFactor.model_validate({"group": group, "factor": factor})`, for finite floats."""
+    model = _new(LendingFactor)
+    _set(model, "__dict__", {"group": group, "factor": factor})
+    _set(model, "__pydantic_fields_set__", set(_LENDING_FACTOR_SET))
     _set(model, "__pydantic_extra__", None)
     _set(model, "__pydantic_private__", None)
     return model

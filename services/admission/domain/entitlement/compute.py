@@ -26,6 +26,7 @@ from services.admission.domain.entitlement.model import (
     FloatArray,
     IntArray,
     LeafUsage,
+    Lending,
     TreeEntitlements,
     TreeInput,
     amount,
@@ -137,6 +138,7 @@ def _compute(arr: TreeArrays) -> TreeEntitlements:
     requirement, non_revocable = per_resource.leaf_requirements(arr)
     alerts = _capacity_alerts(arr)
     stops: Mapping[str, tuple[Stop, ...]] = {}
+    lending: Lending | None = None
     if arr.policy == "dominant":
         entitlement, requirement, more = dominant_entitlements(arr)
     elif arr.policy == "hdrf":
@@ -144,7 +146,8 @@ def _compute(arr: TreeArrays) -> TreeEntitlements:
         entitlement, requirement, more, stops = hdrf.entitlement, hdrf.requirement, hdrf.alerts, hdrf.stops
     else:
         per_resource.aggregate(arr, requirement)
-        entitlement, more = per_resource.divide(arr, requirement)
+        entitlement, more, given, per_share = per_resource.divide(arr, requirement)
+        lending = Lending(given, per_share, arr.share, arr.limit)
     alerts += more
     slack_total = slack.total_slack_cpu(arr)
     slack_cpu = slack.divide_slack_cpu(arr, slack_total)
@@ -182,4 +185,5 @@ def _compute(arr: TreeArrays) -> TreeEntitlements:
         dominant=dominant,
         alerts=tuple(alerts),
         stops=stops,
+        lending=lending,
     )

@@ -144,6 +144,19 @@ class PoolEntitlement:
     dominant_kind: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Lending:
+    """Step 3 of `per_resource` (the unclaimed rest of a parent, lent by share, capped at the
+    limit), as `(pools, kinds)` matrices in row order: each row's `given` (steps 1 and 2), its
+    sibling group's `per_share`, its `share` and its `limit` (inf: none). The entitlement matrix
+    is `max(given, min(given + per_share * share, limit))`, element by element."""
+
+    given: FloatArray
+    per_share: FloatArray
+    share: FloatArray
+    limit: FloatArray
+
+
 class StopLike(Protocol):
     """`hdrf.Stop`: a kind that stopped some job of a pool, used up at pool `at` (`/`: the tree)."""
 
@@ -168,6 +181,7 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         "capacity",
         "entitlement_matrix",
         "kinds",
+        "lending",
         "non_slack_matrix",
         "paths",
         "policy",
@@ -194,6 +208,7 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         dominant: IntArray,
         alerts: tuple[Alert, ...],
         stops: Mapping[str, tuple[StopLike, ...]] | None = None,
+        lending: Lending | None = None,
     ) -> None:
         self.policy: Policy = policy
         self.kinds = kinds
@@ -211,6 +226,7 @@ class TreeEntitlements(Mapping[str, PoolEntitlement]):
         self.stops: Mapping[str, tuple[StopLike, ...]] = stops or {}
         """Under `hdrf`: per pool path, the kinds that stopped some of its jobs and where they were
         used up (`hdrf.Stop`); a pool whose jobs all had their demand met is not listed."""
+        self.lending = lending  # `per_resource`'s step 3 (`Lending`); None under the other policies
         self._lists: tuple[list[list[float]], ...] | None = None
 
     def row_of(self, path: str) -> int:

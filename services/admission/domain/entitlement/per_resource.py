@@ -86,11 +86,18 @@ def scale_alerts(
     return out
 
 
-def divide(arr: TreeArrays, requirement: FloatArray) -> tuple[FloatArray, list[Alert]]:
-    """Entitlement of every row under `per_resource`, and the alerts of step 1."""
+def divide(arr: TreeArrays, requirement: FloatArray) -> tuple[FloatArray, list[Alert], FloatArray, FloatArray]:
+    """Entitlement of every row under `per_resource`, the alerts of step 1, and step 3's terms:
+    each row's `given` (steps 1 and 2) and its sibling group's `per_share` (what is left of the
+    parent, per unit of share; the root's row 0 of both is its capacity and 0). A row's
+    entitlement is exactly `max(given, min(given + per_share * share, limit))`, element by
+    element in float64: what `EntitlementsComputed` v3's readers compute (`events.lending`)."""
     n, k = requirement.shape
     ent = np.zeros((n, k))
     ent[0] = arr.capacity
+    given_all = np.zeros((n, k))
+    given_all[0] = arr.capacity
+    factor_all = np.zeros((n, k))
     alerts: list[Alert] = []
     for lv in arr.levels:
         rows = slice(lv.start, lv.stop)
@@ -124,5 +131,8 @@ def divide(arr: TreeArrays, requirement: FloatArray) -> tuple[FloatArray, list[A
         left = np.maximum(rest - np.add.reduceat(extra, gs, axis=0), 0.0)
         share_sum = np.add.reduceat(share, gs, axis=0)
         per_share = np.divide(left, share_sum, out=np.zeros_like(left), where=share_sum > 0)
-        ent[rows] = np.maximum(given, np.minimum(given + per_share[gid] * share, limit))
-    return ent, alerts
+        factor = per_share[gid]
+        ent[rows] = np.maximum(given, np.minimum(given + factor * share, limit))
+        given_all[rows] = given
+        factor_all[rows] = factor
+    return ent, alerts, given_all, factor_all
