@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from services.cli.args import InputError
+from services.cli.args import InputError, ServiceError
 from services.common.natsserver import resolve_nats_url
 
 HOLDER = "tree"  # the service that holds the read models
@@ -52,11 +52,11 @@ class Service(Source):
         return True
 
     def ask(self, sql: str, max_rows: int, params: Sequence[object] | None = None) -> Answer:
+        import anyio
         from pydantic import BaseModel
 
         from projections.answers import from_ipc, unb64
         from services.cli.client import request
-        from services.cli.errors import run_async
 
         class SqlRequest(BaseModel):
             op: str = "sql"
@@ -71,7 +71,10 @@ class Service(Source):
             data: dict[str, Any] = reply.data
             return data
 
-        data = run_async(ask)
+        try:
+            data = anyio.run(ask)
+        except ServiceError as exc:  # the service's refusal of the query: as a stopped data dir says it
+            raise InputError(f"sql: {exc} [{exc.rule}]") from None
         if "arrow" not in data:
             raise InputError("the tree service answers SQL without Arrow: it runs an older poolwise; restart it")
         return Answer(from_ipc(unb64(data["arrow"])), bool(data.get("cut")))

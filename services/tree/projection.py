@@ -15,10 +15,11 @@ import json
 from typing import Any
 
 import anyio
+import duckdb
 
 from events.commands import Reply
 from projections.answers import b64, fit
-from projections.store import ProjectionStore
+from projections.store import NotReadOnly, ProjectionStore
 from services.common.requests import REPLY_ROOM, error_reply
 
 MAX_ROWS = 1_000_000  # the most rows one request may ask for (an answer is built whole in memory)
@@ -42,6 +43,8 @@ async def answer_sql(store: ProjectionStore | None, data: bytes, max_payload: in
             page = await anyio.to_thread.run_sync(fit, table, room)
             return Reply(ok=True, data={"arrow": b64(page.data), "rows": page.rows, "cut": page.cut})
         columns, rows = await anyio.to_thread.run_sync(lambda: store.query(sql, params, max_rows=cap))
-    except Exception as exc:  # a bad query is the asker's problem, reported, never a crash
+    except (duckdb.Error, NotReadOnly) as exc:  # a bad query is the asker's problem, reported
+        return error_reply("sql", str(exc))
+    except Exception as exc:  # and nothing else crashes the service either
         return error_reply("sql", f"{exc.__class__.__name__}: {exc}")
     return Reply(ok=True, data={"columns": list(columns), "rows": [list(r) for r in rows]})
