@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,11 +43,11 @@ class Board:
         except urllib.error.HTTPError as answer:
             return answer.code, answer.headers["Content-Type"], answer.read()
 
-    def json(self, path: str, status: int = 200) -> dict[str, object]:
+    def json(self, path: str, status: int = 200) -> Any:
+        """The JSON body of GET `path`, once its status is `status`."""
         got, kind, body = self.fetch(path)
         assert (got, kind) == (status, "application/json"), (path, got, kind, body[:300])
-        found: dict[str, object] = json.loads(body)
-        return found
+        return json.loads(body)
 
     def cli(self, *args: str) -> None:
         done = self.up.cli(*args)

@@ -28,7 +28,7 @@ def pool(tree: dict[str, Any], path: str) -> dict[str, Any]:
 def test_the_pools_and_queues_of_a_running_system(board: Board) -> None:
     overview = board.json("/api/overview")
     assert overview["errors"] == {}
-    trees: list[dict[str, Any]] = overview["trees"]  # type: ignore[assignment]
+    trees: list[dict[str, Any]] = overview["trees"]
     assert [t["tree"] for t in trees] == ["default"]
     tree = trees[0]
     assert tree["capacity"]["cpu"] == 1000.0 and tree["policy"] == "per_resource"
@@ -54,7 +54,7 @@ def test_the_pools_and_queues_of_a_running_system(board: Board) -> None:
     assert g2["why"]["findings"][0] == "entitlement"
     assert g2["why"]["summary"] == "entitlement: needs cpu 20, pool /ATG/Sim has 10 of 30 left"
 
-    admitted = [e for e in overview["timeline"] if e["type"] == "GangAdmitted" and e["gang"] == "g1"]  # type: ignore
+    admitted = [e for e in overview["timeline"] if e["type"] == "GangAdmitted" and e["gang"] == "g1"]
     assert len(admitted) == 1 and admitted[0]["pool"] == "/ATG/Sim"
     assert admitted[0]["text"] == "gang g1 admitted to /ATG/Sim from queue pending (4 tasks)"
     assert isinstance(overview["log_seq"], int) and overview["log_seq"] >= admitted[0]["seq"]
@@ -63,22 +63,22 @@ def test_the_pools_and_queues_of_a_running_system(board: Board) -> None:
 
 def test_one_tree_one_pool_and_the_list(board: Board) -> None:
     listed = board.json("/api/trees")["trees"]
-    assert [(t["tree"], t["pools"], t["hosts"]) for t in listed] == [("default", 4, 1)]  # type: ignore[union-attr]
+    assert [(t["tree"], t["pools"], t["hosts"]) for t in listed] == [("default", 4, 1)]
     whole = board.json("/api/trees/default")
-    assert [p["path"] for p in whole["pools"]] == ["/ATG", "/ATG/Sim", "/W", "/W/L"]  # type: ignore[union-attr]
+    assert [p["path"] for p in whole["pools"]] == ["/ATG", "/ATG/Sim", "/W", "/W/L"]
     one = board.json("/api/trees/default/pools/ATG/Sim")
-    assert one["path"] == "/ATG/Sim" and one["kinds"]["cpu"]["demand"] == 20.0  # type: ignore[index]
-    assert one["queues"]["pending"]["gangs"][0]["gang"] == "g2"  # type: ignore[index]
+    assert one["path"] == "/ATG/Sim" and one["kinds"]["cpu"]["demand"] == 20.0
+    assert one["queues"]["pending"]["gangs"][0]["gang"] == "g2"
     assert board.json("/api/trees/default/pools/ATG")["queues"] is None  # a parent has no queues
     index = board.json("/api/")
-    assert "/api/overview" in index["endpoints"]  # type: ignore[operator]
+    assert "/api/overview" in index["endpoints"]
 
 
 def test_a_gangs_explain(board: Board) -> None:
     g2 = board.json("/api/gangs/g2")
     assert (g2["gang"], g2["state"], g2["pool"], g2["queue"], g2["position"]) == ("g2", "pending", "/ATG/Sim",
                                                                                   "pending", 1)
-    assert g2["findings"][0]["check"] == "entitlement"  # type: ignore[index]
+    assert g2["findings"][0]["check"] == "entitlement"
     g1 = board.json("/api/gangs/g1?tree=default")
     assert g1["state"] == "admitted"
 
@@ -87,8 +87,8 @@ def test_the_preemptions_and_the_timeline_filtered(board: Board) -> None:
     found = board.json("/api/preemptions?tree=default&pool=/ATG&limit=5")
     assert found["preemptions"] == [] and found["starvation"] == []
     timeline = board.json("/api/timeline?limit=2")["timeline"]
-    assert len(timeline) == 2  # type: ignore[arg-type]
-    seqs = [e["seq"] for e in board.json("/api/timeline")["timeline"]]  # type: ignore[union-attr]
+    assert len(timeline) == 2
+    seqs = [e["seq"] for e in board.json("/api/timeline")["timeline"]]
     assert seqs == sorted(seqs, reverse=True)  # newest first
 
 

@@ -30,7 +30,7 @@ function depth(path) {
   return path === "/" ? 0 : path.split("/").length - 1;
 }
 
-// One kind of one pool: a bar per number, scaled to `scale` (the tree's capacity of that kind).
+// One kind of one pool: a bar per number, scaled to `scale` (the largest of the pool's numbers of that kind).
 function kindBars(pool, kind, values, scale) {
   const rows = el("div", {class: "bars"});
   rows.append(el("div", {class: "kind"}, kind));
@@ -58,7 +58,7 @@ function poolRow(tree, pool, capacity) {
   const kinds = el("div", {class: "kinds"});
   for (const [kind, values] of Object.entries(pool.kinds)) {
     if (!capacity[kind] && NUMBERS.every((n) => !values[n])) continue;  // a kind no host has and nobody uses
-    kinds.append(kindBars(pool, kind, values, capacity[kind] || Math.max(...Object.values(values).filter(isFinite))));
+    kinds.append(kindBars(pool, kind, values, Math.max(...NUMBERS.map((n) => values[n] || 0))));
   }
   row.append(kinds);
   return row;
