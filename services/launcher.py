@@ -39,15 +39,9 @@ import anyio
 
 from services.common.input_error import InputError
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import (
-    BUCKET,
-    OnChange,
-    connector,
-    lease_key,
-    open_leases,
-    run_as_leader,
-    servers_of,
-)
+from services.common.leadership import OnChange, run_as_leader
+from services.common.lease_bucket import BUCKET, lease_key, open_leases
+from services.common.lease_renewer import connector, servers_of
 from services.common.log import EventLog
 from services.common.natsserver import (
     EmbeddedNats,

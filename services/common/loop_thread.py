@@ -1,6 +1,6 @@
 """A coroutine run on a thread of its own, on an event loop of its own: what keeps leases renewed
 while the service's own loop is busy (a long fold, rebuild or cycle: seconds at scale), in
-`services.common.leadership` (one lease) and `services.common.tree_leases` (a lease per tree)."""
+`services.common.lease_renewer` (one lease) and `services.common.tree_leases` (a lease per tree)."""
 
 from __future__ import annotations
 

@@ -74,8 +74,8 @@ def parse_replicas(value: object, *, option: str = OPTION) -> int:
 async def prepare(log: Any, replicas: int = 1, say: Callable[[str], None] | None = None) -> None:
     """The stream, the lease bucket and (`replicas` > 1) the snapshot store of `log` (a
     `JetStreamLog`), each with at least `replicas` replicas (see the module's doc)."""
-    from services.common.leadership import BUCKET as LEASES
-    from services.common.leadership import open_leases
+    from services.common.lease_bucket import BUCKET as LEASES
+    from services.common.lease_bucket import open_leases
     from services.common.snapshots import BUCKET as SNAPSHOTS
     from services.common.snapshots import ObjectStoreSnapshots
 

@@ -41,7 +41,8 @@ from events import Envelope
 from events.subjects import NO_TREE
 from services.common.folding import ids_in
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import Connect, LeaseLost, new_holder_id
+from services.common.lease import LeaseLost, new_holder_id
+from services.common.lease_renewer import Connect
 from services.common.log import Appended, BatchHandler, Stored
 from services.common.memlog import envelope_subject, subject_filter
 from services.common.tree_leases import TreeLeases, consumer_name, tree_of

@@ -24,7 +24,7 @@ holds the leases, all in the bucket of the service-wide ones (`poolwise_leases`)
   instance. Trees are tried in an order of the instance's own (rendezvous hashing), so that
   instances starting together seldom race for the same key; a race is settled by the bucket's
   compare-and-set.
-- **Renewals** run on a thread of their own, on a connection of their own (as `_Renewer` does
+- **Renewals** run on a thread of their own, on a connection of their own (as `LeaseRenewer` does
   for the service-wide lease): a busy fold does not cost the leases. A tree whose renewal is
   refused, or not confirmed before its validity ends, is lost at once (its decisions are kept
   back from then on).
@@ -57,7 +57,9 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from events.subjects import NO_TREE, TREE_NAME
-from services.common.leadership import POLL, Connect, Lease, bucket_ttl, lease_key
+from services.common.lease import POLL, Lease
+from services.common.lease_bucket import bucket_ttl, lease_key
+from services.common.lease_renewer import Connect
 from services.common.loop_thread import STOP_RETRY, LoopThread
 
 __all__ = ["MODES", "PER_TREE", "SERVICE_WIDE", "Plan", "TreeLeases", "leases_mode", "per_tree_instances", "plan",

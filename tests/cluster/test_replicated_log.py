@@ -29,7 +29,7 @@ from services.cli.args import InputError
 from services.cli.client import request
 from services.common.connection import connect_nats
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import open_leases
+from services.common.lease_bucket import open_leases
 from services.common.replicas import ReplicasError, prepare, stream_replicas
 from services.submitter import Submitter
 from services.submitter.client import PublishError

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 from nats.js.kv import KeyValue
 
-from services.common.leadership import open_leases
+from services.common.lease_bucket import open_leases
 
 TEST_BUCKET = "poolwise_leases_test"
 TEST_TTL = 2.0  # seconds: short, so that waiting out an abandoned lease keeps the tests quick

@@ -13,7 +13,8 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from services.common.leadership import Lease, LeaseLost, TermConnection, new_holder_id
+from services.common.lease import Lease, LeaseLost, new_holder_id
+from services.common.term_connection import TermConnection
 from tests.leadership.helpers import TEST_TTL, WAIT, eventually, lease_bucket, unique_key, until
 
 pytestmark = pytest.mark.anyio
@@ -152,7 +153,7 @@ async def test_the_fence_waits_while_in_doubt_and_drops_once_lost(kv: KeyValue, 
 
         await kv.delete(a.name)
         assert await a.renew() is False
-        a._lose()
+        a.lose()
         await term.publish("leadership.test.fence", b"after loss")  # dropped
         with pytest.raises(LeaseLost):
             await term.request("leadership.test.fence", b"?", timeout=1.0)
@@ -191,7 +192,7 @@ async def test_stopping_the_renewals_survives_a_lost_cancellation() -> None:
     import threading
     from typing import Any, cast
 
-    from services.common.leadership import _Renewer
+    from services.common.lease_renewer import LeaseRenewer
 
     entered = threading.Event()
     cancelled: list[int] = []
@@ -206,7 +207,7 @@ async def test_stopping_the_renewals_survives_a_lost_cancellation() -> None:
         raise asyncio.CancelledError
 
     lease = Lease(cast(KeyValue, None), "lost-cancel", new_holder_id())
-    renewer = _Renewer(lease, connect, "bucket", lambda: None, lambda: True)
+    renewer = LeaseRenewer(lease, connect, "bucket", lambda: None, lambda: True)
     renewer.start()
     with anyio.fail_after(WAIT):
         while not entered.is_set():  # set from the renewals' thread

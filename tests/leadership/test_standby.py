@@ -27,7 +27,10 @@ from events.commands import Reply, TreeList
 from events.config import GangTimeoutOptions
 from services.admission.service import serve_admission
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import Lease, StandingBy, connector, lease_key, run_as_leader
+from services.common.leadership import StandingBy, run_as_leader
+from services.common.lease import Lease
+from services.common.lease_bucket import lease_key
+from services.common.lease_renewer import connector
 from services.common.log import Appended
 from services.common.memlog import MemoryLog
 from services.launcher import SERVICES, start_services

@@ -16,7 +16,10 @@ from anyio.abc import TaskStatus
 from events import CycleCompleted, Envelope, at_seconds, decode_all
 from services.common.folding import decision_envelope
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import Lease, StandingBy, connector, lease_key, new_holder_id, run_as_leader, servers_of
+from services.common.leadership import StandingBy, run_as_leader
+from services.common.lease import Lease, new_holder_id
+from services.common.lease_bucket import lease_key
+from services.common.lease_renewer import connector, servers_of
 from services.common.tree_gate import TreeGate
 from services.common.tree_leases import TreeLeases, consumer_name, per_tree_instances
 from tests.leadership.helpers import TEST_BUCKET, TEST_TTL, WAIT, lease_bucket, until

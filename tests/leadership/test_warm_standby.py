@@ -18,7 +18,8 @@ from services.admission.queries import ExplainingFolder
 from services.admission.service import serve_admission
 from services.common.folding import Warm
 from services.common.jetstream import JetStreamLog
-from services.common.leadership import StandingBy, lease_key, run_as_leader
+from services.common.leadership import StandingBy, run_as_leader
+from services.common.lease_bucket import lease_key
 from services.launcher import STANDBYS
 from services.replay import verify
 from tests.admission.builders import host, pool, tree
