@@ -9,7 +9,8 @@ before any command is sent. Otherwise the commands go one by one, in the planned
 with the tree's version it was planned on (`expected_version`): a change made by someone else
 meanwhile stops the apply with what was done (run it again: it plans from what is live then).
 `--dry-run` sends nothing: it plans on admission's fold of the live log (`services.cli.dry_run`)
-and prints each pool's entitlement before and after, and what the next cycle would admit.
+and prints each pool's entitlement before and after, what the next cycle would admit, the pools
+then over their entitlement and the tasks preemption would pick.
 """
 
 from __future__ import annotations
@@ -27,14 +28,17 @@ from services.cli.options import DEFAULT_DATA_DIR, DataDir
 
 FileArg = Annotated[Path, typer.Option("--file", "-f", help="The cluster file (YAML or JSON): a scenario's "
                                                             "header, without steps.")]
+DryRunFile = Annotated[Path, typer.Option("--file", "-f", help="The change: a cluster file (YAML or JSON), or a "
+                                                               "scenario file whose steps run after it.")]
 Prune = Annotated[bool, typer.Option("--prune", help="Delete the pools and hosts the file does not name "
                                                      "(of the sections it has).")]
 Output = Annotated[str, typer.Option("--output", "-o", help="yaml (a cluster file) or json.")]
 OutcomeJson = Annotated[bool, typer.Option("--json", help="The outcome as one JSON document.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Append nothing: print the changes, each pool's "
-                                                        "entitlement per kind before and after and the gangs "
-                                                        "the next cycle would admit, computed on a copy of the "
-                                                        "live state.")]
+                                                        "entitlement per kind before and after, the gangs "
+                                                        "the next cycle would admit, the pools over their "
+                                                        "entitlement and the tasks preemption would pick, "
+                                                        "computed on a copy of the live state.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -56,23 +60,28 @@ def apply(file: FileArg, prune: Prune = False, dry_run: DryRun = False, as_json:
     from services.cli.client import find_url
 
     url = find_url(data_dir)
-    outcome = run_async(lambda: _dry_run(url, cluster, prune) if dry_run else _apply(url, cluster, prune))
+    outcome = run_async(lambda: dry_run_outcome(url, cluster, prune) if dry_run else _apply(url, cluster, prune))
+    shown(cluster, outcome, as_json, "nothing was applied")
+    if not as_json:
+        print_outcome(outcome)
+        if dry_run:
+            print_predictions(outcome)
+    if outcome.get("stopped"):
+        typer.echo(f"error: {one_line(outcome['stopped'])}", err=True)
+        raise typer.Exit(2)
+
+
+def shown(cluster: Any, outcome: dict[str, Any], as_json: bool, nothing: str) -> None:
+    """The outcome as JSON if asked for; a file that breaks rules: each rule broken, one line
+    each (unless as JSON), a last line saying `nothing` was done, and exit 2."""
     if as_json:
         sys.stdout.write(json.dumps(outcome, indent=2) + "\n")
     if outcome["violations"]:
         if not as_json:
             for violation in outcome["violations"]:
-                typer.echo(f"error: {_violation_line(cluster.file, violation)}", err=True)
+                typer.echo(f"error: {violation_line(cluster.file, violation)}", err=True)
         count = len(outcome["violations"])
-        typer.echo(f"error: {cluster.file}: {count} rule(s) broken; nothing was applied", err=True)
-        raise typer.Exit(2)
-    if not as_json:
-        _print_outcome(outcome)
-        if dry_run:
-            _print_entitlements(outcome["entitlement"])
-            _print_admissions(outcome["admitted"])
-    if outcome.get("stopped"):
-        typer.echo(f"error: {one_line(outcome['stopped'])}", err=True)
+        typer.echo(f"error: {cluster.file}: {count} rule(s) broken; {nothing}", err=True)
         raise typer.Exit(2)
 
 
@@ -123,17 +132,17 @@ def _violations(cluster: Any, violations: Any) -> list[dict[str, Any]]:
     return sorted(found, key=lambda v: (v["line"] is None, v["line"] or 0))
 
 
-async def _dry_run(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
+async def dry_run_outcome(url: str, cluster: Any, prune: bool, steps: Any = None) -> dict[str, Any]:
+    """What `apply --dry-run` (and `whatif`, with the file's `steps`) prints, as a document."""
     from services.cli.dry_run import live_state, what_if
 
     state = await live_state(url)
-    found = what_if(state, cluster.config, prune)
+    found = what_if(state, cluster.config, prune, steps)
     plan = found.plan
     return {"file": cluster.file, "dry_run": True, "applied": False,
             "changes": [c.to_dict() for c in plan.changes] if plan.ok else [],
             "left": [c.to_dict() for c in plan.left], "commands": len(plan.commands), "log_positions": [],
-            "violations": _violations(cluster, plan.violations), "entitlement": found.rows(),
-            "admitted": found.admissions()}
+            "violations": _violations(cluster, plan.violations), **found.to_dict()}
 
 
 async def _live_state(url: str) -> tuple[Any, dict[str, int]]:
@@ -177,7 +186,7 @@ def export_config(output: Output = "yaml", data_dir: DataDir = DEFAULT_DATA_DIR)
 # --- printing --------------------------------------------------------------------------------
 
 
-def _violation_line(file: str, violation: dict[str, Any]) -> str:
+def violation_line(file: str, violation: dict[str, Any]) -> str:
     where = violation["place"] or ""
     if violation["line"] is not None:
         where = f"{where} (line {violation['line']})" if where else f"line {violation['line']}"
@@ -210,7 +219,7 @@ def _change_line(change: dict[str, Any]) -> str:
     return f"{change['action']} {change['what']} {change['ref']}{tree}" + (f": {detail}" if detail else "")
 
 
-def _print_outcome(outcome: dict[str, Any]) -> None:
+def print_outcome(outcome: dict[str, Any]) -> None:
     if outcome.get("dry_run"):
         typer.echo(f"dry run of {outcome['file']}: nothing was appended")
     if not outcome["changes"]:
@@ -258,11 +267,48 @@ def _amount(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
 
 
+def print_predictions(outcome: dict[str, Any]) -> None:
+    """A what-if's predictions (`WhatIf.to_dict`): entitlements, admissions, pools over their
+    entitlement, preemption's picks."""
+    _print_entitlements(outcome["entitlement"])
+    _print_admissions(outcome["admitted"])
+    _print_over(outcome["over_entitlement"])
+    _print_picks(outcome["preemptions"])
+
+
+def _anyway(row: dict[str, Any]) -> str:
+    return " (without the change too)" if row["without_the_change"] else ""
+
+
 def _print_admissions(admitted: list[dict[str, Any]]) -> None:
     if not admitted:
         typer.echo("admission's next cycle would admit no gang")
         return
     typer.echo("admission's next cycle would admit:")
     for row in admitted:
-        anyway = " (without the change too)" if row["without_the_change"] else ""
-        typer.echo(f"  {row['gang']} in {row['pool']} (tree {row['tree']}){anyway}")
+        typer.echo(f"  {row['gang']} in {row['pool']} (tree {row['tree']}){_anyway(row)}")
+
+
+def _print_over(over: list[dict[str, Any]]) -> None:
+    if not over:
+        typer.echo("no pool would hold more than its entitlement")
+        return
+    typer.echo("pools that would hold more than their entitlement (held, entitled, over):")
+    for row in over:
+        kinds = ", ".join(f"{k} {_amount(row['allocation'][k])}, {_amount(row['entitlement'][k])}, "
+                          f"{_amount(row['excess'][k])}" for k in row["excess"])
+        gangs = ", ".join(row["gangs"]) or "none"
+        typer.echo(f"  {row['pool']} (tree {row['tree']}, {row['bucket'].replace('_', '-')}): {kinds}; "
+                   f"admitted gangs {gangs}{_anyway(row)}")
+
+
+def _print_picks(picks: list[dict[str, Any]]) -> None:
+    if not picks:
+        typer.echo("preemption would pick no task")
+        return
+    typer.echo("preemption would pick:")
+    for row in picks:
+        when = "at once" if row["after"] == 0 else f"after the grace period ({row['after']:g} s)"
+        cause = row["cause"].replace("_", " ")
+        typer.echo(f"  {row['gang']} in {row['pool']} (tree {row['tree']}), tasks {', '.join(row['tasks'])}: "
+                   f"{cause}, {when}{_anyway(row)}")

@@ -28,6 +28,8 @@ from services.cli.render import console
 
 Opt = typer.Option
 REQUEST_TIMEOUT = 10.0
+At = Annotated[str | None, Opt("--at", help="As the log had it then: a log position (SEQ) or an event time "
+                                            "(ISO 8601); answered from a fold in this process.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -41,10 +43,12 @@ def gangs(
                                                            f"{', '.join(GANG_STATES)}.")] = None,
     tree: Annotated[str | None, Opt("--tree", help="Only this pool tree.")] = None,
     limit: Annotated[int, Opt("--limit", min=1, help="At most this many (the most recent).")] = DEFAULT_LIMIT,
+    at: At = None,
     as_json: AsJson = False,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """List gangs: pool, state, queue, tasks, resources, priority, job, attempt."""
+    """List gangs: pool, state, queue, tasks, resources, priority, job, attempt (`--at`: as the
+    log had them then)."""
     states = parse_list(state)
     if states is not None:
         unknown = [s for s in states if s not in GANG_STATES]
@@ -55,19 +59,27 @@ def gangs(
     url = find_url(data_dir)
 
     async def go() -> None:
-        reply = await ask(url, query)
+        show(await ask(url, query))
+
+    def show(reply: Reply) -> None:
         data: dict[str, Any] = reply.data
         if as_json:
             typer.echo(json.dumps(data, indent=2, sort_keys=True))
             return
         console().print(gang_table(data["gangs"], data["total"], data["as_of"]))
 
-    run_async(go)
+    if at is not None:
+        from services.cli.state_cmd import answer_at
+
+        show(answer_at(url, at, "gangs", query))
+    else:
+        run_async(go)
 
 
 def explain(
     gang: Annotated[str, typer.Argument(help="Gang id.")],
     tree: Annotated[str | None, Opt("--tree", help="Its pool tree (default: the one that has it).")] = None,
+    at: At = None,
     as_json: AsJson = False,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
@@ -75,11 +87,13 @@ def explain(
 
     For a waiting or pending gang: the check it fails and by how much, the gang ahead of it
     (head of line), the pools on its path whose running-job limit is full, its members and
-    when it times out."""
+    when it times out. `--at`: as the log had it then."""
     url = find_url(data_dir)
 
     async def go() -> None:
-        reply = await ask(url, ExplainQuery(gang=gang, tree=tree))
+        show(await ask(url, ExplainQuery(gang=gang, tree=tree)))
+
+    def show(reply: Reply) -> None:
         data: dict[str, Any] = reply.data
         if as_json:
             typer.echo(json.dumps(data, indent=2, sort_keys=True))
@@ -88,7 +102,12 @@ def explain(
         else:
             typer.echo(data["text"])
 
-    run_async(go)
+    if at is not None:
+        from services.cli.state_cmd import answer_at
+
+        show(answer_at(url, at, "explain", ExplainQuery(gang=gang, tree=tree)))
+    else:
+        run_async(go)
 
 
 def gang_table(rows: list[dict[str, Any]], total: int, as_of: int) -> Table:

@@ -39,12 +39,13 @@ LAZY: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("events",), "services.cli.events_cmd", "app"),
     (("scenario",), "services.cli.scenario_cmd", "app"),
     (("apply", "export-config"), "services.cli.apply_cmd", "register"),
+    (("whatif",), "services.cli.whatif_cmd", "register"),
     (("state",), "services.cli.state_cmd", "register"),
 )
 # Where each name goes in help: its sub-apps last (`submit`'s `task` and `gang` after `scenario`).
 ORDER: tuple[str, ...] = ("up", "serve", "sql", "export", "bench", "replay", "demo", "preemptions", "submit",
-                          "cancel", "gangs", "explain", "state", "apply", "export-config", "pool", "host", "tree",
-                          "events", "scenario", "task", "gang")
+                          "cancel", "gangs", "explain", "state", "apply", "whatif", "export-config", "pool", "host",
+                          "tree", "events", "scenario", "task", "gang")
 
 SETTINGS: dict[str, Any] = {"pretty_exceptions_enable": False, "add_completion": False}
 

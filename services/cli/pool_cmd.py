@@ -168,14 +168,23 @@ def list_(tree: Annotated[str | None, Opt("--tree", help="Only this tree.")] = N
 
 @app.command("tree")
 def tree_(tree: Annotated[str | None, Opt("--tree", help="Only this tree.")] = None,
+          at: Annotated[str | None, Opt("--at", help="As the log had it then: a log position (SEQ) or an "
+                                                     "event time (ISO 8601).")] = None,
           data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
-    """Draw the pool tree(s) with reservation, limit and share."""
+    """Draw the pool tree(s) with reservation, limit and share (`--at`: as they were then)."""
     url = find_url(data_dir)
 
-    async def go() -> None:
-        reply = await request(url, "tree", PoolList(tree=tree))
+    def show(data: dict[str, Any]) -> None:
         out = console()
-        for t in reply.data["trees"]:
+        for t in data["trees"]:
             out.print(pool_tree(t["tree"], t["pools"], t.get("capacity")))
 
-    run_async(go)
+    async def go() -> None:
+        show((await request(url, "tree", PoolList(tree=tree))).data)
+
+    if at is not None:
+        from services.cli.state_cmd import pools_at
+
+        show(pools_at(url, at, tree))
+    else:
+        run_async(go)

@@ -65,14 +65,18 @@ class ClusterFile:
         return format_place(loc), self.source.line_of(loc) if loc else None
 
 
-def load_cluster(path: str | Path) -> ClusterFile:
-    """Read a cluster file (YAML; `.json` as JSON). Raises `ScenarioError` (file, place, problem)."""
+def load_cluster(path: str | Path, steps: bool = False) -> ClusterFile:
+    """Read a cluster file (YAML; `.json` as JSON). Raises `ScenarioError` (file, place, problem).
+    `steps`: a scenario's `steps` are let through, not read (`poolwise whatif` reads them as
+    `scenario run` does)."""
     source = read_source(str(path))
     data = source.data
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         raise ScenarioError(source.file, "", f"a cluster file is a mapping of {', '.join(HEADER_KEYS[2:])} "
                                              f"(the file is {what})", source.line_of(()))
+    if steps:
+        data = {k: v for k, v in data.items() if k != "steps"}
     if "steps" in data:
         raise ScenarioError(source.file, "steps", "a cluster file has no `steps`: it is the configuration "
                                                   "(resources, capacity or hosts, trees, pools); run a file "

@@ -245,3 +245,35 @@ def one_error_line(result: Result, code: int = 2) -> str:
     line = result.err_lines[0]
     assert line.startswith("error: "), line
     return line
+
+
+def last_seq(up: Up) -> int:
+    """The last position of the stream of `up`'s server."""
+    import anyio
+
+    from services.common.jetstream import JetStreamLog
+
+    url = (up.data_dir / "nats.url").read_text().strip()
+
+    async def read() -> int:
+        log = await JetStreamLog.connect(url)
+        try:
+            return await log.last_seq()
+        finally:
+            await log.close()
+
+    return anyio.run(read)
+
+
+def quiet_seq(up: Up, quiet: float = 1.5) -> int:
+    """The stream's last sequence once nothing was appended for `quiet` seconds (a config change
+    is followed by admission's tick and cycle)."""
+    last, since = last_seq(up), time.monotonic()
+    deadline = since + 30
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the stream never went quiet"
+        time.sleep(0.25)
+        now = last_seq(up)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last

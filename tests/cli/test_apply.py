@@ -12,11 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
-from services.common.jetstream import JetStreamLog
-from tests.cli.helpers import Result, Up, no_traceback, one_error_line, run_here, wait_for
+from tests.cli.helpers import Result, Up, last_seq, no_traceback, one_error_line, quiet_seq, run_here, wait_for
 
 CLUSTER = """\
 resources: [cpu, memory]
@@ -54,31 +52,6 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         yield up
 
 
-def _last_seq(up: Up) -> int:
-    url = (up.data_dir / "nats.url").read_text().strip()
-
-    async def read() -> int:
-        log = await JetStreamLog.connect(url)
-        try:
-            return await log.last_seq()
-        finally:
-            await log.close()
-
-    return anyio.run(read)
-
-
-def _quiet_seq(up: Up, quiet: float = 1.5) -> int:
-    """The stream's last sequence once nothing was appended for `quiet` seconds (a config change
-    is followed by admission's tick and cycle)."""
-    last, since = _last_seq(up), time.monotonic()
-    deadline = since + 30
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, "the stream never went quiet"
-        time.sleep(0.25)
-        now = _last_seq(up)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
 
 
 def _apply(up: Up, text: str, *args: str, name: str = "cluster.yaml") -> Result:
@@ -109,11 +82,11 @@ def test_a_file_of_nested_pools_hosts_and_tree_options_is_made_live(system: Up) 
 
 
 def test_the_same_file_again_appends_nothing(system: Up) -> None:
-    before = _quiet_seq(system)
+    before = quiet_seq(system)
     result = _apply(system, CLUSTER)
     assert result.code == 0 and result.out == "no change\n", result
     time.sleep(1.0)  # a tick would follow an appended change within this
-    assert _last_seq(system) == before
+    assert last_seq(system) == before
 
 
 def test_a_changed_limit_and_share_update_only_those(system: Up) -> None:
@@ -165,7 +138,7 @@ pools:
 
 
 def test_an_invalid_file_is_refused_whole_with_every_rule_and_nothing_appended(system: Up) -> None:
-    before = _quiet_seq(system)
+    before = quiet_seq(system)
     result = _apply(system, INVALID, name="invalid.yaml")
     assert result.code == 2 and result.out == "", result
     assert result.err_lines == [
@@ -187,7 +160,7 @@ def test_an_invalid_file_is_refused_whole_with_every_rule_and_nothing_appended(s
     dry = _apply(system, INVALID, "--dry-run", name="invalid.yaml")
     assert dry.code == 2 and dry.err_lines == result.err_lines, dry
     time.sleep(1.0)
-    assert _last_seq(system) == before
+    assert last_seq(system) == before
     assert system.pool_config("/ATG/Sim") == {"reservation": {"cpu": 20.0}, "limit": {"cpu": 30.0}}
 
 
@@ -195,11 +168,11 @@ def test_an_export_applied_changes_nothing_and_exports_the_same(system: Up) -> N
     exported = system.cli("export-config")
     assert exported.code == 0, exported
     assert "\n  policy: hdrf\n" in exported.out and "- path: /ATG/Maps/Tiles\n" in exported.out
-    before = _quiet_seq(system)
+    before = quiet_seq(system)
     again = _apply(system, exported.out, name="exported.yaml")
     assert again.code == 0 and again.out == "no change\n", again
     time.sleep(1.0)
-    assert _last_seq(system) == before
+    assert last_seq(system) == before
     assert system.cli("export-config").out == exported.out
     as_json = system.cli("export-config", "-o", "json")
     assert as_json.code == 0 and as_json.json()["pools"][0] == {
@@ -229,7 +202,7 @@ def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_
     wait_for(lambda: _gang_states(system).get("g-wide") == "pending", "g-wide pending")
     capped = CLUSTER.replace("    reservation: {cpu: 10}\n", "    reservation: {cpu: 10}\n    limit: {cpu: 40}\n")
     capped = capped.replace("limit: {cpu: 30}", "limit: {cpu: 40}")
-    before = _quiet_seq(system)
+    before = quiet_seq(system)
     dry = _apply(system, capped, "--dry-run", "--json", name="capped.yaml")
     assert dry.code == 0, dry
     predicted = dry.json()
@@ -249,9 +222,19 @@ def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_
         "  updated pool /ATG/Sim (tree default): limit cpu=30 -> cpu=40",
         "  updated pool /ATG/Maps/Tiles (tree default): limit - -> cpu=40"], text.out
     assert any(line.startswith("* /ATG/Maps/Tiles") and line.endswith("50 -> 40") for line in lines)
-    assert lines[-2:] == ["admission's next cycle would admit:", "  g-wide in /ATG/Sim (tree default)"]
+    assert lines[-5:] == [
+        "admission's next cycle would admit:", "  g-wide in /ATG/Sim (tree default)",
+        # 10 tasks of 5 cpu over a limit of 40: one gang, needed whole by no kind, and taking it
+        # would leave the pool below its reservation (10): preemption passes it over
+        "pools that would hold more than their entitlement (held, entitled, over):",
+        "  /ATG/Maps/Tiles (tree default, non-slack): cpu 50, 40, 10; admitted gangs g-tiles",
+        "preemption would pick no task"], text.out
+    assert predicted["over_entitlement"] == [{
+        "tree": "default", "pool": "/ATG/Maps/Tiles", "bucket": "non_slack", "allocation": {"cpu": 50.0},
+        "entitlement": {"cpu": 40.0}, "excess": {"cpu": 10.0}, "gangs": ["g-tiles"], "without_the_change": False}]
+    assert predicted["preemptions"] == []
     time.sleep(1.0)
-    assert _last_seq(system) == before  # nothing appended
+    assert last_seq(system) == before  # nothing appended
     applied = _apply(system, capped, "--json", name="capped.yaml")
     assert applied.code == 0, applied
     seq = applied.json()["log_positions"][-1]

@@ -40,11 +40,11 @@ async def test_the_dry_runs_fold_starts_from_admissions_snapshot(nats_url: str,
         await fold_until_quiet(log, ObjectStoreSnapshots(JetStreamContext(log.nc), log.stream), service)
         await log.append(inputs(1))  # a tail after the snapshot
         await anyio.sleep(0.2)
-        caplog.set_level(logging.INFO, logger="services.common.folding")
+        caplog.set_level(logging.INFO, logger="services.cli.folds")
         state = await live_state(nats_url)
     finally:
         await log.close()
-    assert "admission: started from its snapshot at" in caplog.text, caplog.text
+    assert "admission's fold started from its snapshot at" in caplog.text, caplog.text
     held = {r["gang"] for r in gang_rows(state, "default")}
     assert held >= {r["gang"] for r in gang_rows(service.state, "default")}  # the snapshot's gangs
     assert held >= {f"g1-{i}" for i in range(6)}  # and the tail's
