@@ -160,3 +160,38 @@ def test_limits_reached_on_bench_trees(pools: int, seed: int, factor: float, lim
     tree = _some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
     assert_same_as_the_filling(tree, taken=True)
     assert len({s.at for stops in hdrf_entitlements(build_arrays(tree)).stops.values() for s in stops} - {"/"}) >= 5
+
+
+@pytest.mark.parametrize(("factor", "limit"), [(0.15, 0.0), (0.1, 0.0), (0.15, 0.1)])
+def test_later_epochs_on_the_rows_still_growing_give_the_whole_trees_numbers(
+        factor: float, limit: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first epoch the functions are built on the rows with a job still growing below
+    them (`hdrf_runs.Live`), the others' shares folded into their parents' sums: the same numbers
+    (to the last bits) and stops as the epochs on the whole tree, with fewer rows each time."""
+    from bench.entitlement import _some_kinds, random_tree
+    from services.admission.domain.entitlement import hdrf_runs
+
+    base = random_tree(400, seed=4, policy="dominant")
+    cap = {k: v * factor for k, v in base.capacity.items()}
+    pools = tuple(dataclasses.replace(p, limit={k: cap[k] * limit for k in cap})
+                  if limit and p.path.count("/") == 1 else p for p in base.pools)
+    tree = _some_kinds(dataclasses.replace(base, pools=pools, policy="hdrf", capacity=cap), 4)
+    sizes: list[int] = []
+    real = hdrf_runs._live
+
+    def counted(arr: object, job_row: np.ndarray, open_: np.ndarray) -> hdrf_runs.Live | None:
+        found = real(arr, job_row, open_)  # type: ignore[arg-type]
+        sizes.append(len(job_row) if found is None else -found.rows.size)
+        return found
+
+    monkeypatch.setattr(hdrf_runs, "_live", counted)
+    got = hdrf_entitlements(build_arrays(tree))
+    assert len(sizes) >= 3 and all(s < 0 for s in sizes[1:])  # restricted after the first epoch
+    assert max(-s for s in sizes[1:]) < 400 // 2
+    monkeypatch.setattr(hdrf_runs, "_live", lambda *args: None)
+    whole = hdrf_entitlements(build_arrays(tree))
+    scale = np.array([tree.capacity[k] for k in tree.kinds])
+    assert np.abs(got.entitlement - whole.entitlement).max(initial=0.0) <= 1e-12 * scale.max()
+    assert np.abs(got.job_entitlement - whole.job_entitlement).max(initial=0.0) <= 1e-12 * scale.max()
+    assert dict(got.stops) == dict(whole.stops) and got.stops
+    assert not any(a.code == "hdrf_too_costly" for a in got.alerts)

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from services.admission.domain.entitlement.arrays import TreeArrays
+from services.admission.domain.entitlement.arrays import Level
 from services.admission.domain.entitlement.dominant import DrfInputs
 from services.admission.domain.entitlement.model import BoolArray, FloatArray, IntArray
 from services.admission.domain.entitlement.polylines import (
@@ -60,6 +61,15 @@ NONE = -1
 """`Inner.owner` of a vertex that ends no child's run segment."""
 FULL_SHARE = 1e-12
 """A share within this of a limit has reached it (`hdrf.FULL`)."""
+
+
+class Rows(Protocol):
+    """The rows an epoch's functions are built on: the whole tree (`TreeArrays`), or the rows
+    still growing taken as a tree of their own (`hdrf_runs.Live`)."""
+
+    parent: IntArray
+    levels: list[Level]
+    weight: FloatArray
 
 
 @dataclass(slots=True, eq=False)
@@ -250,11 +260,12 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     return Inner(off, x, v, owner, end)
 
 
-def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State, given: FloatArray,
-           growing: BoolArray) -> Curves:
+def curves(arr: Rows, drf: DrfInputs, job_share: FloatArray, state: State, given: FloatArray,
+           growing: BoolArray, base: FloatArray | None = None) -> Curves:
     """Every depth's `h` and `S`, bottom up, from `state` on (the module doc): jobs of share
     `job_share` (`(active kinds, jobs)`, their whole demand) holding `given` of it, those
-    `growing` from their leaf's argument on."""
+    `growing` from their leaf's argument on; `base` (`(active kinds, rows)`), what each row holds
+    besides (its children left out of `arr`, which no longer grow)."""
     g, lim, weight = drf.guarantee, drf.limit, arr.weight
     box = np.ascontiguousarray(np.where((weight > EPS)[:, None], lim, np.minimum(lim, g)).T)
     g_t = np.ascontiguousarray(g.T)
@@ -264,12 +275,12 @@ def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State,
     for depth in range(len(arr.levels) - 1, -1, -1):
         lv = arr.levels[depth]
         rows = lv.stop - lv.start
-        init = np.zeros((job_share.shape[0], rows))
+        init = np.zeros((job_share.shape[0], rows)) if base is None else base[:, lv.start : lv.stop].copy()
         parts: list[_Events] = []
         if below is not None:
             nxt = arr.levels[depth + 1]
             events, at0 = _run_events(below, nxt.group_parent[nxt.group_of_row] - lv.start, nxt.start)
-            init[:, nxt.group_parent - lv.start] = np.add.reduceat(at0, nxt.group_starts, axis=1)
+            init[:, nxt.group_parent - lv.start] += np.add.reduceat(at0, nxt.group_starts, axis=1)
             parts.append(events)
         lo, hi = np.searchsorted(drf.job_row, [lv.start, lv.stop])
         if hi > lo or not parts:
@@ -289,7 +300,10 @@ def curves(arr: TreeArrays, drf: DrfInputs, job_share: FloatArray, state: State,
     assert below is not None
     top = arr.levels[0]
     events, at0 = _run_events(below, np.zeros(top.stop - top.start, dtype=np.intp), top.start)
-    return Curves(hs, ss, sum_runs(1, at0.sum(axis=1, keepdims=True), events, state.t[:1]))
+    root_init = at0.sum(axis=1, keepdims=True)
+    if base is not None:
+        root_init += base[:, :1]
+    return Curves(hs, ss, sum_runs(1, root_init, events, state.t[:1]))
 
 
 def root_fit(c: Curves) -> float:
@@ -298,7 +312,7 @@ def root_fit(c: Curves) -> float:
     return float(fit(c.root.as_polylines())[1])
 
 
-def first_limit(arr: TreeArrays, c: Curves, box: FloatArray, held: FloatArray) -> float | None:
+def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> float | None:
     """The root's position where the first pool reaches a limit of a kind it had not reached in
     the state (`held`: every row's share there; `box`: every row's limits, as shares), None
     when none does, NaN when that point is not known (a pool of weight 0, or below its
@@ -356,11 +370,10 @@ def first_limit(arr: TreeArrays, c: Curves, box: FloatArray, held: FloatArray) -
     return float(found[0]) if 0 in found else None
 
 
-def positions(arr: TreeArrays, c: Curves, root_at: float) -> FloatArray:
+def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
     """Every row's real inner argument where the root is at position `root_at` of its `h`, top
     down (the module doc)."""
-    n = len(arr.paths)
-    t = np.zeros(n)
+    t = np.zeros(arr.parent.size)
     root = c.root
     pos = np.array([root_at])
     h_up = root
