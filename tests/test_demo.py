@@ -27,12 +27,13 @@ def test_demo_story_matches_the_guide() -> None:
 def test_the_readme_demo_ends_with_replay_verified(tmp_path: Path) -> None:
     """`poolwise demo` as the README runs it (shorter), off a terminal: plain lines, the summary,
     the replay's verdict, exit 0."""
-    result = run("demo", "--duration", "5", cwd=tmp_path, timeout=120)
+    result = run("demo", "--duration", "6", cwd=tmp_path, timeout=120)
     assert result.code == 0, result.err
     out = result.out
     assert out.startswith("poolwise demo: three teams on 8 machines")
-    assert "(poolwise apply)" in out and "\nlog time " in out
-    assert "cluster usage: " in out and "/production/etl" in out
+    # how far it gets before its deadline depends on the machine: at least its first tick
+    assert "(poolwise apply)" in out and "\nlog time 0.0 s | " in out
+    assert "cluster usage: " in out and "of log time (" in out
     assert "ok: all " in out and "recorded decisions re-derived identically" in out
     assert not any(tmp_path.iterdir())  # its temporary data dir is gone (and it wrote none here)
 

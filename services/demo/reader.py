@@ -9,6 +9,8 @@ admission cycle is closed: then every decision of the tick is in the state.
 
 from __future__ import annotations
 
+from typing import cast
+
 import anyio
 
 from events import (
@@ -19,6 +21,9 @@ from events import (
     GangEnqueued,
     PreemptionRequested,
     decode_all,
+    event_class,
+    read_envelope,
+    read_pack,
 )
 from services.admission.domain.cycle_order import CycleOrder
 from services.admission.domain.state import AdmissionState, trees_ticked
@@ -27,7 +32,8 @@ from services.common.log import EventLog
 from services.demo.record import Recorder
 
 SETTLE_TIMEOUT = 60.0  # seconds a tick's cycle and pass may take to be read back
-LOGGED = (GangEnqueued, GangAdmitted, PreemptionRequested)  # counted as read; the fold's own outcomes besides
+# counted as read (the gang events as msgspec views: events.views); the fold's own outcomes besides
+LOGGED = frozenset({GangEnqueued, GangAdmitted, PreemptionRequested})
 
 
 class NotSettled(Exception):
@@ -45,12 +51,13 @@ class LogReader:
         self._closed: set[tuple[str, int]] = set()  # (tree, trigger) of the preemption passes read
 
     def _fold(self, envelope: Envelope, seq: int) -> list[None]:
-        event = envelope.event
-        outcomes = self.state.apply(event, seq, seconds_of(envelope))
-        if isinstance(event, LOGGED):
-            self.recorder.event(event, envelope.seconds)
-            if not isinstance(event, GangEnqueued):
-                self.touched.add(event.gang)
+        event, at = envelope.event, seconds_of(envelope)
+        outcomes = self.state.apply(event, seq, at)
+        kind = event_class(event)
+        if kind in LOGGED:
+            self.recorder.event(event, at)
+            if kind is not GangEnqueued:
+                self.touched.add(cast(GangAdmitted, event).gang)  # (a request names its gang too)
         for outcome in outcomes:  # what the fold decides itself: refusals, finished gangs, requeues
             self.recorder.event(outcome.event, self.state.now)
         return []
@@ -61,14 +68,16 @@ class LogReader:
         for stored in batch:
             self.position = stored.seq
             try:
-                envelopes = decode_all(stored.data)
+                envelopes = decode_all(stored.data, read_envelope, read_pack)
             except DecodeError:
                 continue  # admission refuses it; nothing for the demo to fold
             end = len(envelopes) - 1
             for part, envelope in enumerate(envelopes):
                 event = envelope.event
-                if isinstance(event, CycleCompleted) and event.service == "preemption":
-                    self._closed.add((event.tree, event.trigger_seq))
+                if event_class(event) is CycleCompleted:
+                    closed = cast(CycleCompleted, event)
+                    if closed.service == "preemption":
+                        self._closed.add((closed.tree, closed.trigger_seq))
                 self.order.feed(envelope, stored.seq, part == end)
         return len(batch)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from events import Event, GangAdmitted, GangEnqueued, GangFinished, InputRejected, PreemptionRequested
+from events import Event, GangAdmitted, GangEnqueued, GangFinished, InputRejected, PreemptionRequested, event_class
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -42,22 +42,26 @@ class Recorder:
     _held: float = 0.0  # cpu held since `last`
 
     def event(self, event: Event, at: float) -> None:
-        """An event of the log (inputs, cycle and pass decisions) or of the fold (refusals,
-        finished gangs), at log time `at`."""
-        if isinstance(event, GangEnqueued):
-            self.enqueued.setdefault(event.gang, at)
-            self.pools.setdefault(event.gang, event.pool)
-        elif isinstance(event, GangAdmitted):
-            self.admissions[event.pool] += 1
-            if event.gang not in self.waits and event.gang in self.enqueued:
-                self.waits[event.gang] = at - self.enqueued[event.gang]
-        elif isinstance(event, PreemptionRequested):
-            self.preempted_gangs[event.pool] += 1
-            self.preempted_tasks[event.pool] += len(event.tasks)
-        elif isinstance(event, InputRejected):
-            self.rejected[event.rule] += 1
-        elif isinstance(event, GangFinished):
-            self.outcomes[event.outcome] += 1
+        """An event of the log (inputs, cycle and pass decisions; a gang event may be its view:
+        events.views) or of the fold (refusals, finished gangs), at log time `at`."""
+        kind = event_class(event)
+        if kind is GangEnqueued:
+            gang = cast(GangEnqueued, event)
+            self.enqueued.setdefault(gang.gang, at)
+            self.pools.setdefault(gang.gang, gang.pool)
+        elif kind is GangAdmitted:
+            admitted = cast(GangAdmitted, event)
+            self.admissions[admitted.pool] += 1
+            if admitted.gang not in self.waits and admitted.gang in self.enqueued:
+                self.waits[admitted.gang] = at - self.enqueued[admitted.gang]
+        elif kind is PreemptionRequested:
+            request = cast(PreemptionRequested, event)
+            self.preempted_gangs[request.pool] += 1
+            self.preempted_tasks[request.pool] += len(request.tasks)
+        elif kind is InputRejected:
+            self.rejected[cast(InputRejected, event).rule] += 1
+        elif kind is GangFinished:
+            self.outcomes[cast(GangFinished, event).outcome] += 1
 
     def hold(self, at: float, cpu: float) -> None:
         """From log time `at` on, the pools hold `cpu` (sampled after each step)."""
