@@ -51,17 +51,17 @@ def teams(duration: float, seed: int = 21) -> Workload:
     def seconds(low: int, high: int) -> int:
         return rng.randint(low, high) * 1000
 
-    for at in every(10):
-        add(at, "/research/vision", "training", size=rng.choice((2, 4)), runtime_ms=seconds(90, 240),
+    for at in every(20):
+        add(at, "/research/vision", "training", size=rng.choice((2, 4)), runtime_ms=seconds(60, 180),
             resources=(("cpu", 16.0), ("memory", 64.0), ("gpu", 1.0)), priority=rng.choice((5, 10)),
             user=rng.choice(("ana", "bo")))
-    for at in every(15):
+    for at in every(30):
         add(at, "/research/nlp", "finetune", size=2, runtime_ms=seconds(60, 120),
             resources=(("cpu", 8.0), ("memory", 64.0), ("gpu", 1.0)), priority=5, user="chen")
     for at in every(6):
         add(at, "/research/nlp", "sweep", runtime_ms=seconds(20, 40), resources=(("cpu", 4.0),), revocable=True,
             user="chen")
-    for at in every(25):
+    for at in every(60):
         add(at, "/production/serving", "service", size=rng.choice((2, 3, 4)), runtime_ms=seconds(200, 400),
             resources=(("cpu", 8.0), ("memory", 32.0)), priority=100, preemptible=False, user="ops")
     surge = (int(arrivals_s * 0.35), int(arrivals_s * 0.5))

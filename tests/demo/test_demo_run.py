@@ -28,7 +28,7 @@ def _run(workload, where: Path, lines: list[str]) -> DemoResult:  # type: ignore
 @pytest.fixture(scope="module")
 def teams_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoResult, list[str]]]:
     lines: list[str] = []
-    fast = dataclasses.replace(teams(8), speed=10_000.0)  # 60 s of log time, 76 jobs, unpaced
+    fast = dataclasses.replace(teams(10), speed=10_000.0)  # 75 s of log time, 92 jobs, unpaced
     yield _run(fast, tmp_path_factory.mktemp("teams"), lines), lines
 
 
@@ -41,7 +41,7 @@ def test_teams_demo_ends_with_replay_verified(teams_run: tuple[DemoResult, list[
     result, lines = teams_run
     assert result.replay.ok and not result.replay.findings
     assert sum(c.recorded for c in result.replay.counts.values()) > 100
-    assert result.steps == 61 and not result.stopped_early  # a tick every log second, 0 through 60
+    assert result.steps == 76 and not result.stopped_early  # a tick every log second, 0 through 75
     assert lines[0].startswith("applied ") and "9 change(s)" not in lines[0]  # hosts, tree and pools
     assert any(line.startswith("log time ") for line in lines[1:])
 
@@ -49,20 +49,20 @@ def test_teams_demo_ends_with_replay_verified(teams_run: tuple[DemoResult, list[
 def test_teams_summary_has_the_numbers(teams_run: tuple[DemoResult, list[str]]) -> None:
     result, _ = teams_run
     doc = result_document(result)
-    assert (doc["jobs"], doc["enqueued"], doc["admitted_gangs"], doc["admissions"]) == (76, 76, 72, 72)
-    assert doc["rejected"] == {"above_limit": 3}  # the too-big jobs: cpu 128 in /dev (limit 96)
-    assert doc["finished"] == {"done": 39, "rejected": 3}
-    assert (doc["preempted_gangs"], doc["preempted_tasks"]) == (2, 4)  # vision's training, during etl's surge
-    assert doc["usage"] == 0.5586 and doc["log_seconds"] == 60.0
+    assert (doc["jobs"], doc["enqueued"], doc["admitted_gangs"], doc["admissions"]) == (92, 92, 90, 91)
+    assert doc["rejected"] == {"above_limit": 2}  # the too-big jobs: cpu 128 in /dev (limit 96)
+    assert doc["finished"] == {"cancelled": 1, "done": 60, "rejected": 2}
+    assert (doc["preempted_gangs"], doc["preempted_tasks"]) == (1, 2)  # a fine-tuning pair, admitted again
+    assert doc["usage"] == 0.5601 and doc["log_seconds"] == 75.0
     pools = {p["pool"]: p for p in doc["pools"]}
     assert set(pools) == {"/dev/ci", "/production/etl", "/research/nlp", "/research/vision", "/spot"}
     assert (pools["/production/etl"]["admitted"], pools["/production/etl"]["mean_wait"],
-            pools["/production/etl"]["p50_wait"], pools["/production/etl"]["p95_wait"]) == (16, 1.062, 0.0, 8.0)
-    assert pools["/research/vision"]["preempted"] == 2
+            pools["/production/etl"]["p50_wait"], pools["/production/etl"]["p95_wait"]) == (20, 3.7, 0.0, 15.0)
+    assert (pools["/research/nlp"]["preempted"], pools["/research/nlp"]["admissions"]) == (1, 16)
     shown: list[str] = []
     print_summary(result, shown.append)
-    assert any("cluster usage: 55.9% of the cpu" in line for line in shown)
-    assert any(line.split()[:2] == ["/production/etl", "16"] for line in shown)
+    assert any("cluster usage: 56.0% of the cpu" in line for line in shown)
+    assert any(line.split()[:2] == ["/production/etl", "20"] for line in shown)
 
 
 def test_kueue_baseline_small_admits_every_job(kueue_run: DemoResult) -> None:
