@@ -19,6 +19,7 @@ Event times come from the driver, never from a clock: the same workload gives th
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class DemoResult:
     replay: Any  # services.replay.Report
     wall_seconds: float
     cpu_seconds: float  # this process (services, driver, reader) and its children (nats-server, replay's)
+    cpu_run: float  # this process from its start to the last step (services, driver, executor, reader)
+    cpu_nats: float | None  # the nats-server, over its life (None where /proc does not say)
+    cpu_replay: float  # the replay (in this process, and its verifier's process on a long log)
     steps: int
     log_positions: int
     stopped_early: bool  # the wall-clock budget ended the workload before its last job
@@ -92,18 +96,31 @@ async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *,
         watcher.finished()
         from services.replay.reader import verify_url
 
+        cpu_run = _cpu() - cpu0
         report = await verify_url(url)
+        cpu_replay = _cpu() - cpu0 - cpu_run
+        cpu_nats = _server_cpu(data_dir)
         positions = drive.reader.position
         tg.cancel_scope.cancel()
     summary = drive.recorder.summary(workload.capacity(), workload.classes)
-    return DemoResult(workload, summary, report, time.monotonic() - started, _cpu() - cpu0, drive.steps,
-                      positions, drive.stopped_early)
+    return DemoResult(workload, summary, report, time.monotonic() - started, _cpu() - cpu0, cpu_run, cpu_nats,
+                      cpu_replay, drive.steps, positions, drive.stopped_early)
 
 
 def _cpu() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # reaped ones: the server once stopped
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _server_cpu(data_dir: Path) -> float | None:
+    """The CPU seconds of the embedded nats-server so far (its pid file, then /proc), or None."""
+    try:
+        pid = int((data_dir / "nats" / "nats.pid").read_text().strip())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def apply_cluster(url: str, workload: Workload, data_dir: Path) -> dict[str, Any]:

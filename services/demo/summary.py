@@ -18,6 +18,8 @@ def result_document(result: DemoResult) -> dict[str, Any]:
     return {"workload": result.workload.name, "jobs": len(result.workload.jobs), **result.summary,
             "steps": result.steps, "log_positions": result.log_positions, "stopped_early": result.stopped_early,
             "wall_seconds": round(result.wall_seconds, 2), "cpu_seconds": round(result.cpu_seconds, 2),
+            "cpu_run": round(result.cpu_run, 2), "cpu_replay": round(result.cpu_replay, 2),
+            "cpu_nats": None if result.cpu_nats is None else round(result.cpu_nats, 2),
             "replay": {"ok": report.ok, "decisions": recorded, "findings": len(report.findings)}}
 
 
@@ -39,8 +41,10 @@ def print_summary(result: DemoResult, echo: Callable[[str], None]) -> None:
     else:
         _table(echo, "pool", [(p["pool"], p) for p in doc["pools"]], with_counts=True)
     _table(echo, "class", [(c["class"], c) for c in doc["classes"]], with_counts=False)
-    echo(f"took {doc['wall_seconds']:.1f} s of wall time, {doc['cpu_seconds']:.1f} CPU seconds (this process and "
-         "nats-server)")
+    nats = "" if doc["cpu_nats"] is None else f", nats-server {doc['cpu_nats']:.1f} s"
+    echo(f"took {doc['wall_seconds']:.1f} s of wall time, {doc['cpu_seconds']:.1f} CPU seconds: the run "
+         f"{doc['cpu_run']:.1f} s (services, driver, executor, reader: one process){nats}, the replay "
+         f"{doc['cpu_replay']:.1f} s")
 
 
 def _table(echo: Callable[[str], None], what: str, rows: list[tuple[str, dict[str, Any]]], *,
