@@ -42,7 +42,7 @@ from typing import Any, cast
 import pyarrow as pa
 
 from events import EntitlementsComputed, Envelope, InputRejected, PreemptionRequested, event_class
-from projections.base import Connection, Item, Malformed, Projection, delete_older, insert_arrow
+from projections.base import Connection, Item, Malformed, Projection, delete_older, insert_arrow, insert_rows
 
 Row = dict[str, Any]
 
@@ -68,6 +68,7 @@ PREEMPTIONS = pa.schema(
         ("for_pools", pa.list_(_STR)),
     ]
 )
+WANTS = pa.schema([("tree", _STR), ("path", _STR)])
 REJECTIONS = pa.schema(
     [
         ("seq", pa.int64()),
@@ -158,8 +159,7 @@ class PreemptionsProjection(Projection):
             trees = sorted(changed)
             conn.execute(f"DELETE FROM preemption_wants WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
             wants = [(tree, path) for tree in trees for path, want in sorted(wanting.get(tree, {}).items()) if want]
-            if wants:
-                conn.executemany("INSERT INTO preemption_wants VALUES (?, ?)", wants)
+            insert_rows(conn, "preemption_wants", WANTS, wants)
 
     def prune(self, conn: Connection, horizon: datetime) -> int:
         return delete_older(conn, "preemptions", "requested_at", horizon, "requested_seq, task", self.prune_rows)

@@ -95,7 +95,7 @@ def _export(source: Any, table: str, path: Path) -> int:
             writer = writer or pq.ParquetWriter(path, page.schema)
             if page.num_rows:
                 writer.write_table(page)
-            written += page.num_rows
+            written += int(page.num_rows)
             if page.num_rows < PAGE_ROWS and not answer.cut:
                 return written
             if key:
