@@ -276,8 +276,8 @@ class _Fold:
             if event.type == "EntitlementsComputed":
                 ents += 1
                 pools += len(event.pools)  # type: ignore[attr-defined]
-                lent += len(event.lent or [])  # type: ignore[attr-defined]
-                factors += len(event.factors or [])  # type: ignore[attr-defined]
+                lent += len(getattr(event, "lent", None) or [])
+                factors += len(getattr(event, "factors", None) or [])
         return Cycle(seconds, len(decided), ents, pools, size, cpu, lent, factors)
 
 

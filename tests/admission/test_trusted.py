@@ -24,6 +24,7 @@ from events import (
     encode,
 )
 from events.base import Frozen
+from events.decisions import LendingFactor, LentPool
 from services.admission.domain.state import Outcome
 from services.admission.domain.trusted import (
     FACTORY,
@@ -31,6 +32,8 @@ from services.admission.domain.trusted import (
     entitlements_computed,
     expect_plain,
     gang_admitted,
+    lending_factor,
+    lent_pool,
     pool_entitlement,
 )
 from services.admission.envelopes import decision_envelope, decision_envelopes
@@ -74,6 +77,25 @@ def test_entitlements_computed_is_what_validation_builds(alerts: list[str]) -> N
                               "pools": pools, "alerts": alerts}
     built = entitlements_computed("t", {"cpu": 4.0}, {"cpu": 0.5}, list(pools), list(alerts))
     _same(built, EntitlementsComputed.model_validate(values))
+
+
+def test_a_v3_part_and_its_lent_pools_and_factors_are_what_validation_builds() -> None:
+    """A large tree's part (`EntitlementsComputed` v3): its lent pools' parts and its factors."""
+    pool = PoolEntitlement(path="/a/b", entitlement={"cpu": 1.5}, non_slack_entitlement={"cpu": 1.5},
+                           slack_entitlement={"cpu": 0.0}, fair_share=0.375, dominant_kind="cpu")
+    part = lent_pool("/a/b", {"cpu": 0.5, "gpu": 0.0}, {"cpu": 2.0, "gpu": 1.0}, {"cpu": 3.0})
+    _same(part, LentPool.model_validate({"path": "/a/b", "given": {"cpu": 0.5, "gpu": 0.0},
+                                         "share": {"cpu": 2.0, "gpu": 1.0}, "limit": {"cpu": 3.0}}))
+    factor = lending_factor("/a", {"cpu": 0.5, "gpu": 0.0})
+    _same(factor, LendingFactor.model_validate({"group": "/a", "factor": {"cpu": 0.5, "gpu": 0.0}}))
+    values: dict[str, Any] = {"tree": "t", "capacity": {"cpu": 4.0}, "slack_capacity": {}, "pools": [pool],
+                              "alerts": [], "removed": ["/x"], "replace": False, "part": 1, "parts": 2,
+                              "factors": [factor], "lent": [part]}
+    built = entitlements_computed("t", {"cpu": 4.0}, {}, [pool], [], ["/x"], False, 1, 2, [factor], [part])
+    _same(built, EntitlementsComputed.model_validate(values))
+    later = entitlements_computed("t", {"cpu": 4.0}, {}, [pool], [], [], False, 2, 2, None, [part])
+    _same(later, EntitlementsComputed.model_validate({**{k: v for k, v in values.items() if k != "factors"},
+                                                      "removed": [], "part": 2}))
 
 
 EVENTS: list[Event] = [
@@ -122,9 +144,9 @@ def test_a_model_of_another_shape_is_refused() -> None:
         expect_plain(GangAdmitted, {k: v for k, v in fields.items() if k != "queue"})
     with pytest.raises(TypeError):
         expect_plain(GangAdmitted, dict(reversed(fields.items())))
-    computed = {"type": "EntitlementsComputed", "version": 2, "tree": REQUIRED, "capacity": REQUIRED,
+    computed = {"type": "EntitlementsComputed", "version": 3, "tree": REQUIRED, "capacity": REQUIRED,
                 "slack_capacity": FACTORY, "pools": REQUIRED, "alerts": FACTORY, "removed": FACTORY, "replace": True,
-                "part": 1, "parts": 1}
+                "part": 1, "parts": 1, "factors": None, "lent": None}
     expect_plain(EntitlementsComputed, computed)
     with pytest.raises(TypeError):  # a default factory is not a default value
         expect_plain(EntitlementsComputed, {**computed, "alerts": []})
