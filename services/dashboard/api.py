@@ -45,8 +45,12 @@ def dashboard(source: Source) -> Handler:
     async def _overview(request: Request, rest: list[str]) -> Response:
         _params(request, ())
         view = await source.current()
-        return json_response(200, {**_head(view), "trees": [_tree(view, t) for t in _tree_names(view)],
-                                   "preemptions": view.preemptions[-20:][::-1], "timeline": view.timeline})
+        found: Response | None = view.rendered.get("overview")  # every browser's poll: made once per refresh
+        if found is None:
+            found = view.rendered["overview"] = json_response(200, {
+                **_head(view), "trees": [_tree(view, t) for t in _tree_names(view)],
+                "preemptions": view.preemptions[-20:][::-1], "timeline": view.timeline})
+        return found
 
     async def _trees(request: Request, rest: list[str]) -> Response:
         _params(request, ())
