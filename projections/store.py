@@ -76,6 +76,10 @@ class NotReadOnly(ValueError):
     """`query` was given SQL that is not a single read-only statement."""
 
 
+class QueryTimeout(ValueError):
+    """A query ran past its `timeout` and was stopped."""
+
+
 READ_ONLY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 
 _CHECKPOINTS_DDL = """
@@ -382,12 +386,18 @@ class ProjectionStore:
         params: Sequence[object] | Mapping[str, object] | None = None,
         *,
         max_rows: int | None = None,
+        timeout: float | None = None,
     ) -> pa.Table:
         """Run one read-only statement (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)
-        on a fresh cursor inside a transaction that is rolled back; at most `max_rows` rows."""
+        on a fresh cursor inside a transaction that is rolled back; at most `max_rows` rows.
+        `timeout` (seconds): a query still running then is stopped (`QueryTimeout`)."""
         _check_read_only(sql)
         cursor = self._reader()
+        timer = None if timeout is None else threading.Timer(timeout, cursor.interrupt)
         try:
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             cursor.begin()
             try:
                 relation = cursor.sql(sql, params=params)
@@ -398,7 +408,12 @@ class ProjectionStore:
                 return _to_arrow(relation)
             finally:
                 cursor.rollback()
+        except duckdb.InterruptException:
+            raise QueryTimeout(f"the query ran {timeout:g} s and was stopped: ask for less (an aggregate, fewer "
+                               "rows or columns) or export the tables") from None
         finally:
+            if timer is not None:
+                timer.cancel()
             cursor.close()
 
     def query_batches(self, sql: str, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
@@ -425,9 +440,10 @@ class ProjectionStore:
         params: Sequence[object] | Mapping[str, object] | None = None,
         *,
         max_rows: int | None = None,
+        timeout: float | None = None,
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """`query_arrow` as (column names, rows of Python values) for `poolwise sql`."""
-        table = self.query_arrow(sql, params, max_rows=max_rows)
+        """`query_arrow` as (column names, rows of Python values)."""
+        table = self.query_arrow(sql, params, max_rows=max_rows, timeout=timeout)
         columns = [column.to_pylist(maps_as_pydicts="strict") for column in table.columns]
         rows = list(zip(*columns, strict=True)) if columns else []
         return list(table.column_names), rows

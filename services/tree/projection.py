@@ -19,13 +19,17 @@ import duckdb
 
 from events.commands import Reply
 from projections.answers import b64, fit
-from projections.store import NotReadOnly, ProjectionStore
+from projections.store import NotReadOnly, ProjectionStore, QueryTimeout
 from services.common.requests import REPLY_ROOM, error_reply
 
 MAX_ROWS = 1_000_000  # the most rows one request may ask for (an answer is built whole in memory)
+# Seconds a query may run: one that runs longer is stopped (its worker thread and a core are the
+# tree service's, which projects the log meanwhile).
+SQL_TIMEOUT = 30.0
 
 
-async def answer_sql(store: ProjectionStore | None, data: bytes, max_payload: int | None) -> Reply:
+async def answer_sql(store: ProjectionStore | None, data: bytes, max_payload: int | None,
+                     timeout: float = SQL_TIMEOUT) -> Reply:
     if store is None:
         return error_reply("no_store", "this tree service keeps no projections")
     try:
@@ -39,11 +43,13 @@ async def answer_sql(store: ProjectionStore | None, data: bytes, max_payload: in
             return error_reply("invalid_command", "params: a list of values", "params")
         if request.get("format", "rows") == "arrow":
             room = None if max_payload is None else (max_payload - REPLY_ROOM - 256) * 3 // 4  # base64: 4/3
-            table = await anyio.to_thread.run_sync(lambda: store.query_arrow(sql, params, max_rows=cap))
+            table = await anyio.to_thread.run_sync(lambda: store.query_arrow(sql, params, max_rows=cap,
+                                                                             timeout=timeout))
             page = await anyio.to_thread.run_sync(fit, table, room)
             return Reply(ok=True, data={"arrow": b64(page.data), "rows": page.rows, "cut": page.cut})
-        columns, rows = await anyio.to_thread.run_sync(lambda: store.query(sql, params, max_rows=cap))
-    except (duckdb.Error, NotReadOnly) as exc:  # a bad query is the asker's problem, reported
+        columns, rows = await anyio.to_thread.run_sync(lambda: store.query(sql, params, max_rows=cap,
+                                                                           timeout=timeout))
+    except (duckdb.Error, NotReadOnly, QueryTimeout) as exc:  # a bad query is the asker's problem, reported
         return error_reply("sql", str(exc))
     except Exception as exc:  # and nothing else crashes the service either
         return error_reply("sql", f"{exc.__class__.__name__}: {exc}")

@@ -209,3 +209,13 @@ async def test_an_answer_longer_than_one_message_is_cut_to_what_fits(recorded: R
         assert table.equals(from_ipc(unb64(whole.data["arrow"])).slice(0, cut.data["rows"]))
         bad = await answer_sql(store, json.dumps({"sql": "SELECT 1", "max_rows": -1}).encode(), None)
         assert not bad.ok and bad.error is not None and bad.error.field == "max_rows"
+
+
+@pytest.mark.anyio
+async def test_a_query_that_runs_too_long_is_stopped(recorded: Recorded) -> None:
+    with ProjectionStore.open_read_only(recorded.data_dir / "tree" / "tree.duckdb") as store:
+        ask = json.dumps({"sql": "SELECT count(*) FROM range(1000000000000) a", "format": "arrow"}).encode()
+        reply = await answer_sql(store, ask, None, timeout=0.3)
+        assert not reply.ok and reply.error is not None and reply.error.rule == "sql"
+        assert reply.error.message.startswith("the query ran 0.3 s and was stopped")
+        assert store.query("SELECT count(*) FROM gangs")[1] == [(117,)]  # the store answers on
