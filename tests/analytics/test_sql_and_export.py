@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,20 @@ async def test_a_query_that_runs_too_long_is_stopped(recorded: Recorded) -> None
         assert not reply.ok and reply.error is not None and reply.error.rule == "sql"
         assert reply.error.message.startswith("the query ran 0.3 s and was stopped")
         assert store.query("SELECT count(*) FROM gangs")[1] == [(117,)]  # the store answers on
+
+
+def test_another_services_store_file_is_attached_under_its_name(capfd: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               recorded: Recorded, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(recorded.data_dir, data_dir)
+    (data_dir / "admission").mkdir()
+    with duckdb.connect(str(data_dir / "admission" / "admission.duckdb")) as conn:
+        conn.execute("CREATE TABLE waits AS SELECT 42 AS seconds")
+    found = run_here(capfd, monkeypatch, "sql", "SELECT seconds, (SELECT count(*) FROM gangs) AS gangs, "
+                     "(SELECT count(*) FROM tree.gangs) AS same FROM admission.waits", "--json", "--data-dir",
+                     str(data_dir))
+    assert found.json() == [{"seconds": 42, "gangs": 117, "same": 117}]
+    found = run_here(capfd, monkeypatch, "sql", "SELECT * FROM read_csv('/etc/hostname')", "--data-dir",
+                     str(data_dir))  # attaching needed file access: it is off again once attached
+    assert found.code == 2 and "file system operations are disabled" in found.err
