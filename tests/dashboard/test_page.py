@@ -50,6 +50,8 @@ def test_the_page_shows_the_pools_and_follows_an_admission(board: Board) -> None
         assert drawn == {"reservation": "10", "limit": "10", "entitlement": "10", "allocation": "8", "demand": "4"}
         assert page.evaluate(number("/ATG/Sim", "cpu", "allocation")) == "20"
         assert page.evaluate(waiting("/W/L")) == [["gw2", "entitlement: needs cpu 4, pool /W/L has 2 of 10 left"]]
+        status = board.json("/api/trees/default/pools/W/L")["starvation"]["status"]  # (marked unless ok)
+        assert page.evaluate("document.querySelector('.pool[data-pool=\"/W/L\"]').className") == f"pool {status}"
         shown = int(page.evaluate("document.getElementById('position').dataset.seq"))
         assert shown == board.json("/api/trees")["log_seq"]
 
