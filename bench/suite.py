@@ -33,8 +33,9 @@ from services.common.natsserver import EmbeddedNats
 from services.common.packs import PACK_EVENTS
 
 NAMES: tuple[str, ...] = ("raw", "entitlement", "admission", "scale", "large-tree", "projection", "pipeline")
-# Run only when named (not part of `bench all`): the soak takes ~10 minutes even with --quick.
-EXTRA: tuple[str, ...] = ("soak",)
+# Run only when named (not part of `bench all`): the soak takes ~10 minutes even with --quick; the
+# what-if builds a 100k-gang history first (minutes).
+EXTRA: tuple[str, ...] = ("soak", "whatif")
 NEEDS_BASELINE = frozenset({"raw", "admission", "projection"})
 
 ENTITLEMENT_GOALS: dict[int, float] = {10_000: 0.050, 100_000: 1.0}  # pools -> seconds
@@ -65,6 +66,7 @@ class Sizes:
                                                       ("job_limits", (20_000, 90_000)))
     large_tree: tuple[tuple[int, int], ...] = ((100, 100), (100, 1000))  # (parents, leaves per parent)
     soak: tuple[int, int] = (100_000, 1_000_000)  # gangs of history, small and large
+    whatif: int = 100_000  # gangs of history (bench/whatif.py)
 
     @classmethod
     def full(cls) -> Sizes:
@@ -81,7 +83,7 @@ class Sizes:
                    projection_n=5000, pipeline_gangs=1500, pipeline_leaves=20,
                    pipeline_rates=(LATENCY_GOAL_RATE,), pipeline_seconds=0.4, pipeline_raw_n=2000,
                    scale=(("history", (200, 800)), ("fair_share", (200, 800)), ("job_limits", (2000, 4000))),
-                   large_tree=((30, 100),), soak=(10_000, 100_000))
+                   large_tree=((30, 100),), soak=(10_000, 100_000), whatif=10_000)
 
 
 def _share(value: float, reference: float) -> float | None:
@@ -443,6 +445,12 @@ async def soak_section(sizes: Sizes, on_progress: Callable[[str], None] | None =
     return soak_rows(results, params)
 
 
+async def whatif_section(sizes: Sizes, on_progress: Callable[[str], None] | None = None) -> Section:
+    from bench.whatif import measure, rows
+
+    return rows(await measure(sizes.whatif, on_progress))
+
+
 # --- running --------------------------------------------------------------------------------------
 
 
@@ -502,6 +510,8 @@ async def run_benchmarks(names: Sequence[str], *, quick: bool = False,
             section = await _timed(lambda: now(partial(projection_section, base, sizes)))
         elif name == "soak":
             section = await _timed(lambda: soak_section(sizes, on_progress))
+        elif name == "whatif":
+            section = await _timed(lambda: whatif_section(sizes, on_progress))
         else:
             section = await _timed(lambda: pipeline_section(sizes))
         out.append(section)

@@ -1,6 +1,7 @@
-"""`poolwise bench entitlement|admission|scale|large-tree|pipeline|projection|raw|soak|all`: measure, compare with the
-raw speeds of NATS and DuckDB measured in the same run, and optionally record in docs/performance.md. `soak`
-(issue 18: restart, failover, memory and replay at two history sizes, `--sizes A,B`) runs only when named.
+"""`poolwise bench entitlement|admission|scale|large-tree|pipeline|projection|raw|soak|whatif|all`: measure, compare
+with the raw speeds of NATS and DuckDB measured in the same run, and optionally record in docs/performance.md. `soak`
+(issue 18: restart, failover, memory and replay at two history sizes, `--sizes A,B`) and `whatif` (issue 21: the
+what-if and `--at` on a 100k-gang history) run only when named.
 
 The benchmarks live in the source tree's `bench/` package (imported only when this command runs).
 """
@@ -20,7 +21,7 @@ from services.cli.options import AsJson
 from services.cli.render import console
 
 CHOICES: tuple[str, ...] = ("entitlement", "admission", "scale", "large-tree", "pipeline", "projection", "raw",
-                            "soak", "all")
+                            "soak", "whatif", "all")
 
 
 def register(app: typer.Typer) -> None:
@@ -57,7 +58,7 @@ def bench(
     as_json: AsJson = False,
 ) -> None:
     """Benchmarks with ratios against raw JetStream and DuckDB speeds measured in the same run
-    (`soak`: not part of `all`)."""
+    (`soak` and `whatif`: not part of `all`)."""
     if what not in CHOICES:
         raise fail(f"unknown benchmark {what!r}; one of: {', '.join(CHOICES)}")
     soak_sizes = _soak_sizes(sizes) if sizes is not None else None
