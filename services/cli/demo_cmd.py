@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -77,7 +77,7 @@ def demo(
     # the teams demo keeps a part of --duration for its replay and summary; kueue-baseline runs whole
     deadline = started + duration - max(2.5, 0.1 * duration) if workload == "teams" else None
     try:
-        result = anyio.run(lambda: run_demo(chosen, where, watcher, deadline=deadline))  # type: ignore[arg-type]
+        result = anyio.run(lambda: run_demo(chosen, where, watcher, apply_file, deadline=deadline))  # type: ignore[arg-type]
     finally:
         if data_dir is None:
             shutil.rmtree(where, ignore_errors=True)
@@ -91,6 +91,18 @@ def demo(
         typer.echo("poolwise replay --verify:")
         print_report(result.replay)
     raise typer.Exit(0 if result.replay.ok else 1)
+
+
+async def apply_file(url: str, path: Path) -> dict[str, Any]:
+    """`poolwise apply -f PATH` against the system at `url` (the demo's cluster): apply's outcome
+    document; a file the plan refuses, or an apply stopped half-way, is an error here."""
+    from services.cli.apply_cmd import _apply
+    from services.scenario.cluster_file import load_cluster
+
+    outcome = await _apply(url, load_cluster(path), False)
+    if outcome["violations"] or outcome.get("stopped"):
+        raise RuntimeError(f"{path}: not applied: {outcome}")
+    return outcome
 
 
 def peloton(bus: str) -> None:

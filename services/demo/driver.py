@@ -5,7 +5,8 @@ the executors simulated, the clock ticked, then `replay --verify`.
    in the demo's data dir (`services.launcher.run_system`, what `poolwise up --single-process`
    runs), with admission's clock off: the driver is the clock, as a scenario run is.
 2. The cluster file is applied with `poolwise apply`'s machinery (planned on the live
-   configuration with the tree service's rules, then sent command by command).
+   configuration with the tree service's rules, then sent command by command), which the CLI
+   hands down (`apply`: nothing below the CLI imports it).
 3. Step by step in log time: the executor's reports due by then (jobs that ended), the cancels,
    the jobs submitted then (`Submitter`, events stamped with the step's log time), then a
    `ClockTicked` at that time; the driver reads the log back until the tick's admission cycle
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,10 +68,16 @@ class DemoResult:
     stopped_early: bool  # the wall-clock budget ended the workload before its last job
 
 
-async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *,
+# applies a cluster file (its path) to the system at a URL, as `poolwise apply -f` does, and
+# returns apply's outcome document: the CLI's code (services.cli.demo_cmd.apply_file), handed down
+Apply = Callable[[str, Path], Awaitable[dict[str, Any]]]
+
+
+async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, apply: Apply, *,
                    deadline: float | None = None) -> DemoResult:
-    """Run `workload` on a new system in `data_dir` (a fresh directory); `deadline`: the
-    `time.monotonic()` after which no more steps are taken (the replay and summary still run)."""
+    """Run `workload` on a new system in `data_dir` (a fresh directory), its cluster file applied
+    with `apply`; `deadline`: the `time.monotonic()` after which no more steps are taken (the
+    replay and summary still run)."""
     from services.launcher import run_system
 
     started, cpu0 = time.monotonic(), _cpu()
@@ -86,7 +94,9 @@ async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, *,
                                          options={"admission": {"clock": False}, "leadership": False}))  # type: ignore[dict-item]
         await ready.wait()
         url = urls[0]
-        watcher.applied(await apply_cluster(url, workload, data_dir))
+        cluster = data_dir / f"{workload.name}-cluster.yaml"
+        cluster.write_text(workload.cluster)
+        watcher.applied(await apply(url, cluster))
         drive = Drive(workload, await JetStreamLog.connect(url, name="poolwise-demo"), url, watcher)
         try:
             await drive.run(deadline)
@@ -121,19 +131,6 @@ def _server_cpu(data_dir: Path) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     except (OSError, ValueError, IndexError):
         return None
-
-
-async def apply_cluster(url: str, workload: Workload, data_dir: Path) -> dict[str, Any]:
-    """`poolwise apply -f <the workload's cluster file>` against the demo's system."""
-    from services.cli.apply_cmd import _apply
-    from services.scenario.cluster_file import load_cluster
-
-    path = data_dir / f"{workload.name}-cluster.yaml"
-    path.write_text(workload.cluster)
-    outcome = await _apply(url, load_cluster(path), False)
-    if outcome["violations"] or outcome.get("stopped"):
-        raise RuntimeError(f"the demo's cluster file was not applied: {outcome}")
-    return outcome
 
 
 class Drive:

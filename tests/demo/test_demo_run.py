@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from services.cli.demo_cmd import apply_file
 from services.demo.driver import DemoResult, run_demo
 from services.demo.kueue import kueue_baseline
 from services.demo.live import PlainLines
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.nats
 
 
 def _run(workload, where: Path, lines: list[str]) -> DemoResult:  # type: ignore[no-untyped-def]
-    return anyio.run(lambda: run_demo(workload, where, PlainLines(workload, lines.append)))
+    return anyio.run(lambda: run_demo(workload, where, PlainLines(workload, lines.append), apply_file))
 
 
 @pytest.fixture(scope="module")
