@@ -82,9 +82,10 @@ class AdmissionFolder:
         if tracing.ON:  # contexts carried from the submitters to the cycles' spans
             self.traces.see(envelope)
             if out:
-                if tracing.LIVE and CYCLE.ran:
+                if not CYCLE.ran:
+                    self.traces.see_all(out)  # (a gang finished)
+                elif tracing.LIVE:
                     out = tracing.decided(out, CYCLE.took, self.traces)
-                self.traces.see_all(out)
         CYCLE.ran = False
         return out
 

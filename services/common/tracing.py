@@ -257,18 +257,26 @@ class GangTraces:
         self.found: dict[tuple[str, str], dict[str, str]] = {}
 
     def see(self, envelope: Envelope) -> None:
-        """Fold one envelope (an input, or a decision): remember or forget its gang's context."""
+        """Fold one envelope (an input, or a decision): remember its gang's context if it starts one
+        and is sampled (an unsampled gang is never looked up again: it costs no span), or forget
+        it if the gang ends. Cheap for the rest: an envelope without a context, while nothing is
+        remembered, is not looked into."""
+        carried = envelope.trace
+        found = self.found
+        if carried is None and not found:
+            return
         event: Any = envelope.event
         kind = event.type
-        if kind in STARTS:
-            if envelope.trace:
-                found = self.found
-                found.pop((event.tree, event.gang), None)  # (re-inserted last: the newest)
-                found[(event.tree, event.gang)] = envelope.trace
+        if kind in ENDS:
+            found.pop((event.tree, event.gang), None)
+        elif carried is not None and kind in STARTS:
+            text = carried.get("traceparent")
+            if text and len(text) == 55 and text[54] in _SAMPLED:
+                key = (event.tree, event.gang)
+                found.pop(key, None)  # (re-inserted last: the newest)
+                found[key] = carried
                 if len(found) > self.LIMIT:
                     del found[next(iter(found))]
-        elif kind in ENDS:
-            self.found.pop((event.tree, event.gang), None)
 
     def see_all(self, envelopes: Sequence[Envelope]) -> None:
         for envelope in envelopes:
@@ -287,13 +295,18 @@ def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[E
     start = end - int(took * 1e9)
     parents: list[tuple[int, SpanContext]] = []
     count = 0
+    remembered = gangs.found
     for index, envelope in enumerate(envelopes):
         event: Any = envelope.event
-        if event.type in DECIDED:
+        kind = event.type
+        if kind in DECIDED:
             count += 1
-            found = gangs.context(event.tree, event.gang)
-            if found is not None:
-                parents.append((index, found))
+            if remembered:
+                found = gangs.context(event.tree, event.gang)
+                if found is not None:
+                    parents.append((index, found))
+        elif kind in ENDS and remembered:
+            remembered.pop((event.tree, event.gang), None)
     use = tracer()
     first: Any = envelopes[0].event if envelopes else None
     cycle = use.start_span("admission cycle", start_time=start, links=[Link(c) for _, c in parents],
@@ -313,7 +326,7 @@ def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[E
                               start_time=start, links=back, attributes=_gang_attributes(envelope))
         made.end(end_time=end)
         out[index] = with_trace(envelope, carrier_of(made))
-    gangs.see_all(out)
+        gangs.see(out[index])  # (its context from now on: admission's span; a timed-out gang's forgotten)
     return out
 
 

@@ -1,0 +1,116 @@
+"""What metrics and traces cost admission's shell per gang, in this process's CPU time (issue 20).
+
+    python -m bench.tracing_cost [GANGS] [ROUNDS]       # default 5000 gangs, 5 rounds
+
+Admission's folder (`AdmissionFolder`, the shell `run_folder` drives) folds `GANGS` gangs of
+`bench.workload` (100 leaves, every gang fits), a clock tick after every 100 (a cycle each),
+each step inside `tracing.live()` as a live batch is, its decisions counted as `run_folder` counts
+them (`metrics.published`, `metrics.decisions_stored`) when recording. Four ways, alternating
+round after round (a fresh fold each time; the best round of each is reported, and every round):
+
+- `off`: no metrics recorded, no provider (the default);
+- `metrics`: recording on, no provider;
+- `traced 1%`: recording on, a tracer provider (parent-based 1% sampler, a batch processor and an
+  exporter that drops what it is given: the export's own cost is the exporter's), every gang
+  carrying a context as the SDK makes them, 1% of them sampled;
+- `traced 100%`: the same, every gang sampled.
+
+NATS and DuckDB are left out (the pipeline measures them: docs/performance.md, "Metrics on and
+off (issue 20)"): this is the part that changes with metrics and traces on, measured without the
+pipeline's noise. Nothing runs at import."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.submitter import carried
+from bench.workload import Workload, config_events, envelope, gang_events
+from events import ClockTicked
+from services.admission.folder import AdmissionFolder
+from services.common import metrics, tracing
+
+CYCLE_EVERY = 100
+MODES = ("off", "metrics", "traced 1%", "traced 100%")
+
+
+def _provider(ratio: float) -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    return provider
+
+
+def one_round(gangs: int, mode: str) -> float:
+    """CPU µs per gang of folding `gangs` gangs and their cycles, `mode` on."""
+    w = Workload(gangs=gangs, leaves=100, fill=1.5)
+    ratio = {"traced 1%": 0.01, "traced 100%": 1.0}.get(mode)
+    folder = AdmissionFolder()
+    seq = 0
+    for event in config_events(w):
+        seq += 1
+        folder.step(envelope(event, f"c{seq}", 1.7e9), seq)
+    inputs = []
+    for index, event in enumerate(gang_events(w)):
+        sent = envelope(event, f"g{index}", 1.7e9 + index * 1e-3)
+        inputs.append(sent if ratio is None else sent.model_copy(update={"trace": carried(index, ratio)}))
+        if (index + 1) % CYCLE_EVERY == 0:
+            inputs.append(envelope(ClockTicked(), f"t{index}", 1.7e9 + index * 1e-3))
+    provider = _provider(ratio) if ratio is not None else None
+    metrics.reset()
+    metrics.RECORDING = mode != "off"
+    if provider is not None:
+        tracing.install(provider)
+    try:
+        began = time.process_time()
+        for sent in inputs:
+            seq += 1
+            arrived = time.perf_counter()
+            with tracing.live():
+                decided = folder.step(sent, seq)
+            if decided and metrics.RECORDING:
+                metrics.decisions_stored(folder.service, [(arrived, len(decided))], time.perf_counter())
+                metrics.published(folder.service, decided, folder)
+        if provider is not None:
+            provider.force_flush()
+        took = time.process_time() - began
+    finally:
+        tracing.uninstall()
+        metrics.reset()
+        metrics.RECORDING = False
+        if provider is not None:
+            provider.shutdown()
+    admitted = sum(1 for stored in folder.state.trees[w.tree].gangs.values() if stored.admitted_at is not None)
+    assert admitted == gangs, (admitted, gangs)  # every gang decided: the same work each way
+    return took * 1e6 / gangs
+
+
+def run(gangs: int = 5000, rounds: int = 5) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for _ in range(rounds):
+        for mode in MODES:
+            out[mode].append(round(one_round(gangs, mode), 1))
+    return out
+
+
+def main(argv: list[str]) -> None:
+    gangs = int(argv[0]) if argv else 5000
+    rounds = int(argv[1]) if len(argv) > 1 else 5
+    found = run(gangs, rounds)
+    best = {mode: min(values) for mode, values in found.items()}
+    print(json.dumps({"gangs": gangs, "rounds": found, "best": best,
+                      "vs_off": {mode: round(value / best["off"] - 1, 3) for mode, value in best.items()}}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
