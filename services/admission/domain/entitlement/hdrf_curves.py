@@ -54,6 +54,7 @@ from services.admission.domain.entitlement.polylines import (
     evaluate,
     fit,
     polyline_events,
+    segmented_cumsum_at,
     start_slopes,
 )
 
@@ -200,9 +201,12 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     point0[1:] |= xsnap[1:] != xsnap[:-1]
     # then, at one (group, argument): slope changes, then the run segments by vertex (a vertex's
     # index orders runs by child row, then along the child's run)
-    ends = ev.end[first].astype(np.int64) + 1
-    key = (np.cumsum(point0) * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
-    by_key = np.argsort(key)
+    if point0.all():  # one event at each (group, argument): in order already (a level of jobs)
+        by_key = np.arange(n)
+    else:
+        ends = ev.end[first].astype(np.int64) + 1
+        key = (np.cumsum(point0) * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
+        by_key = np.argsort(key)
     order, xs = first[by_key], xsnap[by_key]
     gs, js = ev.group[order], ev.jump[order]
     vs = np.take(ev.vec, order, axis=1)
@@ -220,7 +224,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     start_slope = np.take(slope0, gs[gi], axis=1)
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
-    slope_after = np.take(_segmented_cumsum(slopes, gi, rebase=False), de, axis=1)
+    slope_after = segmented_cumsum_at(slopes, gi, de)
     slope_before = _shift(slope_after, gfirst, start_slope)
     xprev = _shift(dx, gfirst, start[dg[gfirst]])
     inc = slope_before * (dx - xprev)

@@ -5,7 +5,9 @@ Until a kind is used up, the filling is one walk up every row's function of its 
 tree's capacity of a kind is all given, `hdrf` stops the jobs short of their demand that need it;
 from then on each holds what it has. So the filling goes on along functions built again from
 the state reached, with those jobs as constants ("an epoch"), to the next kind used up: with no
-limit reached, one epoch per kind used up, each cheaper than the one before.
+limit reached, one epoch per kind used up, each cheaper than the one before: its functions are
+built on the rows with a job still growing below them only (`Live`), the others' shares folded
+into their parents' sums.
 
 A pool's limit stops only its jobs that need the kind; the functions, cut where a pool leaves
 its limit (as `dominant`'s are: the whole pool stops), are `hdrf`'s only up to the first such

@@ -179,6 +179,17 @@ def _segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> Flo
     return out
 
 
+def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray) -> FloatArray:
+    """`_segmented_cumsum(values, starts, rebase=False)[:, at]`, the same numbers, without the
+    whole `(kinds, n)` difference: each `at`'s cumulative sum less its segment's sum before it."""
+    c = np.cumsum(values, axis=1)
+    before = np.zeros((values.shape[0], starts.size))
+    before[:, 1:] = np.take(c, starts[1:] - 1, axis=1)
+    seg = np.searchsorted(starts, at, side="right") - 1
+    out: FloatArray = np.take(c, at, axis=1) - np.take(before, seg, axis=1)
+    return out
+
+
 def _scatter(dst: FloatArray, idx: IntArray, src: FloatArray) -> None:
     """`dst[:, idx] = src`, one kind at a time (faster than a 2-d fancy assignment)."""
     for k in range(dst.shape[0]):
@@ -232,7 +243,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     start_slope = np.take(slope0, gs[gi], axis=1)
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
-    slope_after = np.take(_segmented_cumsum(slopes, gi, rebase=False), de, axis=1)
+    slope_after = segmented_cumsum_at(slopes, gi, de)
     slope_before = _shift(slope_after, gfirst, start_slope)
     xprev = _shift(dx, gfirst, 0.0)
     inc = slope_before * (dx - xprev)
