@@ -3,6 +3,11 @@ Peloton user guide example (`--workload peloton`) giving back 11.67 from RP2 and
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import anyio
@@ -10,7 +15,7 @@ import pytest
 
 from services.demo.story import scenario
 from services.scenario.runner import run_file
-from tests.cli.helpers import one_error_line, run, run_here
+from tests.cli.helpers import POOLWISE, clean_env, one_error_line, run_here
 
 
 def test_demo_story_matches_the_guide() -> None:
@@ -25,12 +30,32 @@ def test_demo_story_matches_the_guide() -> None:
 
 @pytest.mark.nats
 def test_the_readme_demo_ends_with_replay_verified(tmp_path: Path) -> None:
-    """`poolwise demo` as the README runs it (shorter), off a terminal: plain lines, the summary,
-    the replay's verdict, exit 0."""
-    result = run("demo", "--duration", "6", cwd=tmp_path, timeout=120)
-    assert result.code == 0, result.err
-    out = result.out
-    assert out.startswith("poolwise demo: three teams on 8 machines")
+    """`poolwise demo` as the README runs it (shorter, and with `--http-port 0`: the dashboard's
+    address comes first, and it answers about the demo's system), off a terminal: plain lines,
+    the summary, the replay's verdict, exit 0."""
+    child = subprocess.Popen([POOLWISE, "demo", "--duration", "10", "--http-port", "0"], cwd=tmp_path,
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                             text=True)
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith("poolwise demo: three teams on 8 machines"), lines
+        address = re.fullmatch(r"dashboard: (http://127\.0\.0\.1:\d+/) \(while the demo runs\)\n", lines[1])
+        assert address, lines
+        seen = []
+        for _ in range(20):  # the page refreshes once a second: until it has read the applied cluster
+            with urllib.request.urlopen(address.group(1) + "api/overview", timeout=30) as answer:
+                assert answer.status == 200
+                seen.append(json.loads(answer.read()))
+            if seen[-1]["log_seq"] >= 1:
+                break
+            time.sleep(0.25)
+        assert seen[-1]["log_seq"] >= 1 and seen[-1]["errors"] == {}, seen[-1]
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, err
     # how far it gets before its deadline depends on the machine: at least its first tick
     assert "(poolwise apply)" in out and "\nlog time 0.0 s | " in out
     assert "cluster usage: " in out and "of log time (" in out

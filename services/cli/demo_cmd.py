@@ -13,11 +13,13 @@ import shutil
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import typer
+from anyio.abc import TaskStatus
 
 from services.cli.args import InputError
 from services.cli.render import console
@@ -41,6 +43,9 @@ def demo(
         "Keep the demo's NATS store and read models here (a new directory; `poolwise sql --data-dir` and "
         "`replay` read them after). Default: a temporary directory, removed at the end."))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The summary as one JSON document, nothing live.")] = False,
+    http_port: Annotated[int | None, typer.Option("--http-port", min=0, max=65535, metavar="PORT", help=(
+        "Serve the dashboard (docs/dashboard.md) on 127.0.0.1:PORT while the demo runs (0: any free port); its "
+        "address is printed first."))] = None,
     bus: Annotated[str, typer.Option("--bus", help="peloton only: nats (embedded JetStream) or memory.")] = "nats",
 ) -> None:
     """Run poolwise on a workload and watch it decide; ends with a summary and `replay --verify`."""
@@ -77,7 +82,9 @@ def demo(
     # the teams demo keeps a part of --duration for its replay and summary; kueue-baseline runs whole
     deadline = started + duration - max(2.5, 0.1 * duration) if workload == "teams" else None
     try:
-        result = anyio.run(lambda: run_demo(chosen, where, watcher, apply_file, deadline=deadline))  # type: ignore[arg-type]
+        board = None if http_port is None else partial(dashboard, http_port)
+        result = anyio.run(lambda: run_demo(chosen, where, watcher, apply_file, deadline=deadline,  # type: ignore[arg-type]
+                                            beside=board))
     finally:
         if data_dir is None:
             shutil.rmtree(where, ignore_errors=True)
@@ -103,6 +110,20 @@ async def apply_file(url: str, path: Path) -> dict[str, Any]:
     if outcome["violations"] or outcome.get("stopped"):
         raise RuntimeError(f"{path}: not applied: {outcome}")
     return outcome
+
+
+async def dashboard(port: int, url: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """The dashboard of `poolwise up --http-port` on the demo's system, on 127.0.0.1:`port`, until
+    cancelled; its address said once it is bound."""
+    from services.common.health_http import serve_http
+    from services.dashboard import Dashboard
+
+    board = Dashboard(lambda: url)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(board.run)
+        bound = await tg.start(partial(serve_http, "127.0.0.1", port, {}, board.handler))
+        typer.echo(f"dashboard: http://127.0.0.1:{bound}/ (while the demo runs)")
+        task_status.started()
 
 
 def peloton(bus: str) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,10 +74,12 @@ Apply = Callable[[str, Path], Awaitable[dict[str, Any]]]
 
 
 async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, apply: Apply, *,
-                   deadline: float | None = None) -> DemoResult:
+                   deadline: float | None = None,
+                   beside: Callable[..., Coroutine[Any, Any, None]] | None = None) -> DemoResult:
     """Run `workload` on a new system in `data_dir` (a fresh directory), its cluster file applied
     with `apply`; `deadline`: the `time.monotonic()` after which no more steps are taken (the
-    replay and summary still run)."""
+    replay and summary still run); `beside(url, task_status=...)`: started once the system is up,
+    before the cluster is applied, and stopped with the system (the CLI's dashboard)."""
     from services.launcher import run_system
 
     started, cpu0 = time.monotonic(), _cpu()
@@ -94,6 +96,8 @@ async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, apply: 
                                          options={"admission": {"clock": False}, "leadership": False}))  # type: ignore[dict-item]
         await ready.wait()
         url = urls[0]
+        if beside is not None:
+            await tg.start(beside, url)
         cluster = data_dir / f"{workload.name}-cluster.yaml"
         cluster.write_text(workload.cluster)
         watcher.applied(await apply(url, cluster))
