@@ -82,7 +82,7 @@ def demo(
     # the teams demo keeps a part of --duration for its replay and summary; kueue-baseline runs whole
     deadline = started + duration - max(2.5, 0.1 * duration) if workload == "teams" else None
     try:
-        board = None if http_port is None else partial(dashboard, http_port)
+        board = None if http_port is None else partial(dashboard, http_port, err=as_json)  # (stdout: the JSON)
         result = anyio.run(lambda: run_demo(chosen, where, watcher, apply_file, deadline=deadline,  # type: ignore[arg-type]
                                             beside=board))
     finally:
@@ -112,7 +112,8 @@ async def apply_file(url: str, path: Path) -> dict[str, Any]:
     return outcome
 
 
-async def dashboard(port: int, url: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+async def dashboard(port: int, url: str, *, err: bool = False,
+                    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The dashboard of `poolwise up --http-port` on the demo's system, on 127.0.0.1:`port`, until
     cancelled; its address said once it is bound."""
     from services.common.health_http import serve_http
@@ -122,7 +123,7 @@ async def dashboard(port: int, url: str, *, task_status: TaskStatus[None] = anyi
     async with anyio.create_task_group() as tg:
         tg.start_soon(board.run)
         bound = await tg.start(partial(serve_http, "127.0.0.1", port, {}, board.handler))
-        typer.echo(f"dashboard: http://127.0.0.1:{bound}/ (while the demo runs)")
+        typer.echo(f"dashboard: http://127.0.0.1:{bound}/ (while the demo runs)", err=err)
         task_status.started()
 
 
