@@ -10,9 +10,12 @@ Test streams are memory-backed: nats-server 2.15 races when a file-backed stream
 another created right after (the new one may come up holding the old messages, or fail to create
 its directory); memory streams have no files. The adapter does not care which storage it is on.
 
-Tests run one at a time and each starts by deleting the streams before it, so no test sees
-another's events. On a server given by `NATS_URL` (not ours), only streams the tests created are
-deleted; if another stream holds the subjects, the test is skipped.
+Within a pytest process tests run one at a time and each starts by deleting the streams before
+it, so no test sees another's events. The README's command runs two such processes (pytest-xdist,
+`-n 2`): each worker's session starts a server of its own, so workers never share a stream. On a
+server given by `NATS_URL` (not ours) only streams the tests created are deleted, and if another
+stream holds the subjects the test is skipped; there workers would delete each other's streams,
+so `NATS_URL` with more than one worker is refused at start (`-n 0` runs one process).
 
 Property tests (hypothesis) are derandomized: every run of the suite tries the same examples, so
 a red run is a real change, not a new draw (a draw that fails is kept as an explicit example).
@@ -46,6 +49,15 @@ _names = count(1)
 
 def _external_server() -> bool:
     return bool(os.environ.get("NATS_URL", "").strip())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = getattr(config.option, "numprocesses", None) or 0
+    if _external_server() and workers not in (0, "0"):
+        raise pytest.UsageError(
+            f"NATS_URL is set, so every worker would use that one server and delete the others' "
+            f"streams: run with -n 0 (one process), not -n {workers}"
+        )
 
 
 @pytest.fixture(scope="session")
