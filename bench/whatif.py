@@ -51,6 +51,7 @@ class WhatIfResult:
     messages: int
     snapshot_seq: int  # 0: none
     gangs_held: int  # gangs in admission's state at the end (finished ones are kept an hour of log time)
+    load: Timing  # the snapshot alone: fetched from the object store, decoded, loaded
     fold: Timing
     predict: Timing
     at_tail: Timing
@@ -96,7 +97,8 @@ async def _measure_on(url: str, gangs: int, last: int, snapshot: int, say: Calla
     from services.cli.folds import fold_admission
     from services.tree.domain.cluster import config_of
 
-    say("whatif: the what-if (fold from the snapshot, then predict)")
+    say("whatif: the snapshot alone, then the what-if (fold from the snapshot, then predict)")
+    _, load = await _timed(lambda: _load_snapshot(url, last))
     state, fold = await _timed(lambda: live_state(url))
     held = sum(len(rt.gangs) for rt in state.trees.values())
     target = config_of(state.config)
@@ -116,7 +118,20 @@ async def _measure_on(url: str, gangs: int, last: int, snapshot: int, say: Calla
     say(f"whatif: --at {tail_at:,} and --at {head_at:,}")
     _, at_tail = await _timed(lambda: fold_admission(url, str(tail_at)))
     _, at_head = await _timed(lambda: fold_admission(url, str(head_at)))
-    return WhatIfResult(gangs, last, snapshot, held, fold, predicted, at_tail, at_head, tail_at, head_at)
+    return WhatIfResult(gangs, last, snapshot, held, load, fold, predicted, at_tail, at_head, tail_at, head_at)
+
+
+async def _load_snapshot(url: str, last: int) -> int:
+    """Admission's newest snapshot fetched and loaded, nothing folded (the fold's first part)."""
+    from services.admission.queries import ExplainingFolder
+    from services.cli.folds import restore
+    from services.common.jetstream import JetStreamLog
+
+    log = await JetStreamLog.connect(url, name="bench-whatif")
+    try:
+        return await restore(log, ExplainingFolder(), last)
+    finally:
+        await log.close()
 
 
 async def _save_snapshot(url: str, messages: list[Any], seq: int) -> None:
@@ -157,6 +172,8 @@ def rows(result: WhatIfResult) -> Section:
     s.add(Row("what-if, whole, CPU of this process", total.cpu, "CPU s"))
     s.add(Row("  fold: snapshot, then the tail", r.fold.wall, "s"))
     s.add(Row("  fold, CPU", r.fold.cpu, "CPU s"))
+    s.add(Row("    of which the snapshot alone (fetched, decoded, loaded)", r.load.wall, "s"))
+    s.add(Row("    the snapshot alone, CPU", r.load.cpu, "CPU s"))
     s.add(Row("  predict: plan, copy, entitlements, cycles and passes", r.predict.wall, "s"))
     s.add(Row("  predict, CPU", r.predict.cpu, "CPU s"))
     s.add(Row(f"--at {r.at_tail_seq:,} (after the snapshot)", r.at_tail.wall, "s"))

@@ -68,7 +68,7 @@ async def fold_into(log: EventLog, folder: ExplainingFolder, end: int) -> int:
     from services.common.log import read_in_chunks
     from services.common.memlog import subject_filter
 
-    started = await _restore(log, folder, end)
+    started = await restore(log, folder, end)
     folded = started
     wanted = subject_filter(SUBJECTS)
     async for piece in read_in_chunks(log, folded + 1, end_seq=end):
@@ -78,7 +78,7 @@ async def fold_into(log: EventLog, folder: ExplainingFolder, end: int) -> int:
     return started
 
 
-async def _restore(log: EventLog, folder: ExplainingFolder, end: int) -> int:
+async def restore(log: EventLog, folder: ExplainingFolder, end: int) -> int:
     """Load admission's newest usable snapshot at or before `end`: its position (0: none)."""
     from nats.js import JetStreamContext
 
