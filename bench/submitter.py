@@ -146,12 +146,16 @@ async def _projected(nc: Any, last_seq: int, deadline: float) -> bool:
     return False
 
 
+def sampled(index: int, ratio: float) -> bool:
+    """Whether gang `index` is among the `ratio` of gangs a ratio sampler records (every 1/ratio-th):
+    the SDK carries a context for those only (`POOLWISE_BENCH_TRACED`)."""
+    return ratio > 0 and int(index * ratio) != int((index + 1) * ratio)
+
+
 def carried(index: int, ratio: float) -> dict[str, str]:
-    """The W3C context the SDK would carry for gang `index` under a ratio sampler: sampled for
-    `ratio` of the gangs (every 1/ratio-th), not sampled for the rest (`POOLWISE_BENCH_TRACED`)."""
+    """The W3C context the SDK carries for gang `index` (its sampled flag as `sampled` says)."""
     ids = derived_id("bench-trace", index)
-    sampled = ratio > 0 and int(index * ratio) != int((index + 1) * ratio)
-    return {"traceparent": f"00-{ids}-{ids[:16]}-{'01' if sampled else '00'}"}
+    return {"traceparent": f"00-{ids}-{ids[:16]}-{'01' if sampled(index, ratio) else '00'}"}
 
 
 async def submit(spec: dict[str, Any]) -> dict[str, Any]:
@@ -163,7 +167,8 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
     envelopes = [envelope(e, f"{prefix}-{start + i}", now, source="sdk:bench") for i, e in enumerate(events)]
     if os.environ.get("POOLWISE_BENCH_TRACED"):  # (docs/performance.md, "Metrics on and off")
         ratio = float(os.environ["POOLWISE_BENCH_TRACED"])
-        envelopes = [e.model_copy(update={"trace": carried(start + i, ratio)}) for i, e in enumerate(envelopes)]
+        envelopes = [e.model_copy(update={"trace": carried(start + i, ratio)}) if sampled(start + i, ratio) else e
+                     for i, e in enumerate(envelopes)]
     ids = [e.gang for e in events]
     nc = new_client()  # as the submitter SDK connects (services.common.connection)
     await nc.connect(spec["url"], name="poolwise-bench-submitter")

@@ -6,13 +6,15 @@ Admission's folder (`AdmissionFolder`, the shell `run_folder` drives) folds `GAN
 `bench.workload` (100 leaves, every gang fits), a clock tick after every 100 (a cycle each),
 each step inside `tracing.live()` as a live batch is, its decisions counted as `run_folder` counts
 them (`metrics.published`, `metrics.decisions_stored`) when recording. Four ways, alternating
-round after round (a fresh fold each time; the best round of each is reported, and every round):
+round after round (a fresh fold each time; the best round of each is reported, and every round),
+and, in rounds of their own, the CPU time spent inside the metrics' and tracing's calls (their
+cost apart from the fold's, less sensitive to what else loads the machine):
 
 - `off`: no metrics recorded, no provider (the default);
 - `metrics`: recording on, no provider;
 - `traced 1%`: recording on, a tracer provider (parent-based 1% sampler, a batch processor and an
-  exporter that drops what it is given: the export's own cost is the exporter's), every gang
-  carrying a context as the SDK makes them, 1% of them sampled;
+  exporter that drops what it is given: the export's own cost is the exporter's), 1% of the gangs
+  carrying a sampled context as the SDK makes them (it carries none for the others);
 - `traced 100%`: the same, every gang sampled.
 
 NATS and DuckDB are left out (the pipeline measures them: docs/performance.md, "Metrics on and
@@ -27,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.submitter import carried
+from bench.submitter import carried, sampled
 from bench.workload import Workload, config_events, envelope, gang_events
 from events import ClockTicked
 from services.admission.folder import AdmissionFolder
@@ -51,8 +53,27 @@ def _provider(ratio: float) -> Any:
     return provider
 
 
-def one_round(gangs: int, mode: str) -> float:
-    """CPU µs per gang of folding `gangs` gangs and their cycles, `mode` on."""
+class Attributed:
+    """CPU time (this thread's) spent inside the metrics' and tracing's own calls during a round:
+    what they cost, apart from the fold's, whatever else loads the machine."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, function: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds += time.thread_time() - began
+
+        return timed
+
+
+def one_round(gangs: int, mode: str, attributed: Attributed | None = None) -> float:
+    """CPU µs per gang of folding `gangs` gangs and their cycles, `mode` on. `attributed`: the
+    metrics' and tracing's calls timed into it (a round of its own: the timing costs too)."""
     w = Workload(gangs=gangs, leaves=100, fill=1.5)
     ratio = {"traced 1%": 0.01, "traced 100%": 1.0}.get(mode)
     folder = AdmissionFolder()
@@ -63,7 +84,8 @@ def one_round(gangs: int, mode: str) -> float:
     inputs = []
     for index, event in enumerate(gang_events(w)):
         sent = envelope(event, f"g{index}", 1.7e9 + index * 1e-3)
-        inputs.append(sent if ratio is None else sent.model_copy(update={"trace": carried(index, ratio)}))
+        traced = ratio is not None and sampled(index, ratio)  # (the SDK carries sampled contexts only)
+        inputs.append(sent.model_copy(update={"trace": carried(index, ratio)}) if traced and ratio else sent)
         if (index + 1) % CYCLE_EVERY == 0:
             inputs.append(envelope(ClockTicked(), f"t{index}", 1.7e9 + index * 1e-3))
     provider = _provider(ratio) if ratio is not None else None
@@ -71,6 +93,14 @@ def one_round(gangs: int, mode: str) -> float:
     metrics.RECORDING = mode != "off"
     if provider is not None:
         tracing.install(provider)
+    stored, published = metrics.decisions_stored, metrics.published
+    patched = (tracing.decided, tracing.GangTraces.see, tracing.GangTraces.see_all, metrics.cycle_took)
+    if attributed is not None:
+        stored, published = attributed.wrap(stored), attributed.wrap(published)
+        tracing.decided = attributed.wrap(patched[0])
+        tracing.GangTraces.see = attributed.wrap(patched[1])  # type: ignore[method-assign]
+        tracing.GangTraces.see_all = attributed.wrap(patched[2])  # type: ignore[method-assign]
+        metrics.cycle_took = attributed.wrap(patched[3])
     try:
         began = time.process_time()
         for sent in inputs:
@@ -79,12 +109,14 @@ def one_round(gangs: int, mode: str) -> float:
             with tracing.live():
                 decided = folder.step(sent, seq)
             if decided and metrics.RECORDING:
-                metrics.decisions_stored(folder.service, [(arrived, len(decided))], time.perf_counter())
-                metrics.published(folder.service, decided, folder)
+                stored(folder.service, [(arrived, len(decided))], time.perf_counter())
+                published(folder.service, decided, folder)
         if provider is not None:
             provider.force_flush()
         took = time.process_time() - began
     finally:
+        (tracing.decided, tracing.GangTraces.see, tracing.GangTraces.see_all,  # type: ignore[method-assign]
+         metrics.cycle_took) = patched
         tracing.uninstall()
         metrics.reset()
         metrics.RECORDING = False
@@ -95,21 +127,31 @@ def one_round(gangs: int, mode: str) -> float:
     return took * 1e6 / gangs
 
 
-def run(gangs: int = 5000, rounds: int = 5) -> dict[str, list[float]]:
+def run(gangs: int = 5000, rounds: int = 5) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per mode, each round's CPU µs per gang; and, from rounds of their own, the µs per gang spent
+    inside the metrics' and tracing's calls."""
     out: dict[str, list[float]] = {mode: [] for mode in MODES}
+    inside: dict[str, list[float]] = {mode: [] for mode in MODES[1:]}
     for _ in range(rounds):
         for mode in MODES:
             out[mode].append(round(one_round(gangs, mode), 1))
-    return out
+        for mode in MODES[1:]:
+            attributed = Attributed()
+            one_round(gangs, mode, attributed)
+            inside[mode].append(round(attributed.seconds * 1e6 / gangs, 2))
+    return out, inside
 
 
 def main(argv: list[str]) -> None:
     gangs = int(argv[0]) if argv else 5000
     rounds = int(argv[1]) if len(argv) > 1 else 5
-    found = run(gangs, rounds)
+    found, inside = run(gangs, rounds)
     best = {mode: min(values) for mode, values in found.items()}
     print(json.dumps({"gangs": gangs, "rounds": found, "best": best,
-                      "vs_off": {mode: round(value / best["off"] - 1, 3) for mode, value in best.items()}}))
+                      "vs_off": {mode: round(value / best["off"] - 1, 3) for mode, value in best.items()},
+                      "inside_us_per_gang": inside,
+                      "inside_share_of_off": {mode: round(min(values) / best["off"], 3)
+                                              for mode, values in inside.items()}}))
 
 
 if __name__ == "__main__":

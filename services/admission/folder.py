@@ -80,7 +80,8 @@ class AdmissionFolder:
             metrics.TALLIES.pool_deleted(envelope.event.tree, envelope.event.path)
         out = self._step(envelope, seq, part, last)
         if tracing.ON:  # contexts carried from the submitters to the cycles' spans
-            self.traces.see(envelope)
+            if envelope.trace is not None:  # (an input never ends a gang: admission's decisions do)
+                self.traces.see(envelope)
             if out:
                 if not CYCLE.ran:
                     self.traces.see_all(out)  # (a gang finished)

@@ -216,14 +216,15 @@ def context_of(carried: dict[str, str] | None) -> SpanContext | None:
 def producing(name: str, **attributes: Any) -> Iterator[dict[str, str] | None]:
     """A submitter's span (kind producer, a child of the caller's current span, not made current:
     the spans of several gangs published together are siblings) around one call; yields the context
-    to carry (None when nothing records: no span is made, the envelope carries nothing). An
+    to carry: None when nothing records (no span is made) or the sampler left this one out (the
+    services would make no span below it: the envelope and the log are spared its 70 bytes). An
     exception ends it with an error status."""
     if not active():
         yield None
         return
     made = tracer().start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
     try:
-        yield carrier_of(made)
+        yield carrier_of(made) if made.get_span_context().trace_flags.sampled else None
     except BaseException as exc:
         made.record_exception(exc)
         made.set_status(Status(StatusCode.ERROR, type(exc).__name__))

@@ -186,3 +186,19 @@ def test_a_deleted_pools_counts_go_with_it(recording: None) -> None:
     tallies.pool_deleted(TREE, "/b")
     assert (tallies.admitted, tallies.preempted, tallies.requeued, tallies.timed_out) == \
         ({(TREE, "/ab"): 1}, {}, {}, {("other", "/b"): 1})
+
+
+def test_the_sdk_carries_a_context_only_when_its_span_is_sampled() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    event = enqueue_event(gang="g", pool="/a", count=1, resources={"cpu": 1.0})
+    for sampler, carries in ((ALWAYS_ON, True), (ALWAYS_OFF, False)):
+        tracing.install(TracerProvider(sampler=sampler))
+        try:
+            with tracing.producing("enqueue") as carried:
+                made = sdk_envelope(event, trace=carried)
+        finally:
+            tracing.uninstall()
+        assert (made.trace is not None) is carries
+        assert made.id == sdk_envelope(event).id  # the id never depends on it
+    assert tracing.context_of(made.trace) is None
