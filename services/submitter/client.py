@@ -76,6 +76,11 @@ class Submitter:
     for servers that require TLS or a `tls://` URL. What is not given is read from `NATS_CREDS`,
     `NATS_NKEY`, `NATS_CA`, `NATS_CERT`, `NATS_KEY` (`services.common.connection.Auth`). A file
     that is missing or not what it should be raises `ValueError` naming it.
+
+    Traces: when the application has installed an OpenTelemetry SDK tracer provider, each event
+    published is a span (`enqueue`, `task state`, `cancel`; a child of the current span) whose
+    W3C context, when sampled, rides in the envelope's `trace` and the message's headers: the
+    gang's trace then runs through admission and preemption (docs/observability.md, "Traces").
     """
 
     def __init__(self, nats_url: Urls | None = None, *, source: str = "sdk", tree: str = "default",
