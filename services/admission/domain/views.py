@@ -74,7 +74,8 @@ def queue_heads(state: AdmissionState, tree: str, heads: int, rows: int) -> dict
         for name in CYCLE_ORDER:
             queue = queues.get(name)
             length = 0 if queue is None else len(queue)
-            first = [] if queue is None or not length else list(islice(queue, min(heads, left)))
+            # `ordered()`: the queue itself, not a copy of a long one
+            first = [] if queue is None or not length else list(islice(queue.ordered(), min(heads, left)))
             left -= len(first)
             shown[name] = {"length": length, "gangs": [gang_row(rt, gang) for gang in first]}
         out[leaf] = shown
