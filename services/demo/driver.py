@@ -159,7 +159,12 @@ class Drive:
         await self.log.close()
 
     async def run(self, deadline: float | None) -> None:
-        await self.reader.catch_up()  # the configuration
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.reader.follow)
+            await self._steps(deadline)
+            tg.cancel_scope.cancel()
+
+    async def _steps(self, deadline: float | None) -> None:
         paced = self.workload.paced
         begun = time.monotonic()
         now_ms: int | None = 0 if paced else self._next_time(None)

@@ -1,14 +1,16 @@
 """The demo's view of the system: admission's state folded from the log, as any reader folds it.
 
-`LogReader` reads the log after its last position, folds each event into an `AdmissionState` in
-the order admission applies them (`CycleOrder`: a cycle's decisions at its trigger), hands what it
-reads to the `Recorder`, and notes the gangs the step's decisions touched (admitted, asked to stop)
-for the executor simulator. `settle(tick)` reads until the preemption pass that follows the tick's
-admission cycle is closed: then every decision of the tick is in the state.
+`LogReader` follows the log (a durable consumer of the whole stream, `follow`), folds each event
+into an `AdmissionState` in the order admission applies them (`CycleOrder`: a cycle's decisions at
+its trigger), hands what it reads to the `Recorder`, and notes the gangs the step's decisions
+touched (admitted, asked to stop) for the executor simulator. `settle(tick)` waits until the
+preemption pass that follows the tick's admission cycle is closed: then every decision of the
+tick is in the state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 import anyio
@@ -25,12 +27,14 @@ from events import (
     read_envelope,
     read_pack,
 )
+from events.subjects import STREAM_SUBJECTS
 from services.admission.domain.cycle_order import CycleOrder
 from services.admission.domain.state import AdmissionState, trees_ticked
 from services.admission.folder import seconds_of
-from services.common.log import EventLog
+from services.common.log import EventLog, Stored
 from services.demo.record import Recorder
 
+DURABLE = "demo-reader"
 SETTLE_TIMEOUT = 60.0  # seconds a tick's cycle and pass may take to be read back
 # counted as read (the gang events as msgspec views: events.views); the fold's own outcomes besides
 LOGGED = frozenset({GangEnqueued, GangAdmitted, PreemptionRequested})
@@ -49,6 +53,8 @@ class LogReader:
         self.position = 0
         self.touched: set[str] = set()  # gangs admitted or asked to stop since last taken
         self._closed: set[tuple[str, int]] = set()  # (tree, trigger) of the preemption passes read
+        self._arrived: list[Stored] = []  # read, not folded yet
+        self._moved = anyio.Event()  # set when a batch arrived
 
     def _fold(self, envelope: Envelope, seq: int) -> list[None]:
         event, at = envelope.event, seconds_of(envelope)
@@ -62,10 +68,20 @@ class LogReader:
             self.recorder.event(outcome.event, self.state.now)
         return []
 
-    async def catch_up(self) -> int:
-        """Fold what the log holds after the last read; how many messages came."""
-        batch = await self.log.read(self.position + 1)
-        for stored in batch:
+    async def follow(self) -> None:
+        """Fold the log as it grows (a durable consumer of the whole stream), until cancelled."""
+        await self.log.consume(DURABLE, STREAM_SUBJECTS, self.position, self._batch)
+
+    async def _batch(self, batch: Sequence[Stored]) -> None:
+        """Kept until `settle` folds it: the state changes only there, so what the driver reads of
+        it between two ticks does not depend on how fast the log comes back (the same run, the
+        same reports)."""
+        self._arrived.extend(batch)
+        self._moved.set()
+
+    def _fold_arrived(self) -> None:
+        arrived, self._arrived = self._arrived, []
+        for stored in arrived:
             self.position = stored.seq
             try:
                 envelopes = decode_all(stored.data, read_envelope, read_pack)
@@ -79,18 +95,19 @@ class LogReader:
                     if closed.service == "preemption":
                         self._closed.add((closed.tree, closed.trigger_seq))
                 self.order.feed(envelope, stored.seq, part == end)
-        return len(batch)
 
     async def settle(self, tick_seq: int) -> None:
-        """Read until every tree the tick cycles has its preemption pass closed."""
+        """Fold what came until every tree the tick cycles has its preemption pass closed (`follow`
+        runs meanwhile)."""
         with anyio.move_on_after(SETTLE_TIMEOUT):
             while True:
-                await self.catch_up()
+                self._fold_arrived()
                 if self.position >= tick_seq and all(
                         (tree, tick_seq) in self._closed for tree in trees_ticked(self.state, None)):
                     self._closed = {c for c in self._closed if c[1] > tick_seq}
                     return
-                await anyio.sleep(0.002)
+                self._moved = anyio.Event()
+                await self._moved.wait()
         raise NotSettled(f"the decisions of the tick at log position {tick_seq} were not read back within "
                          f"{SETTLE_TIMEOUT:g} s")
 
