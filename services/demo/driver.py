@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 import anyio
 
 from events import ClockTicked, Envelope, at_seconds, derived_id
-from services.admission.domain.model import FINISHED, PENDING
+from services.admission.domain.model import FINISHED
 from services.common.jetstream import JetStreamLog
 from services.demo.executor import Executor, Report
 from services.demo.reader import LogReader
@@ -148,8 +149,8 @@ class Drive:
         self.executor = Executor(jobs)
         self.submitter = Submitter(url, source=SUBMITTER)
         self.machines = Submitter(url, source=EXECUTOR)  # the executors' reports
-        self.pending_jobs = list(workload.jobs)  # sorted by time
-        self.cancels = sorted((j.cancel_ms, j.gang) for j in workload.jobs if j.cancel_ms is not None)
+        self.pending_jobs = deque(workload.jobs)  # sorted by time
+        self.cancels = deque(sorted((j.cancel_ms, j.gang) for j in workload.jobs if j.cancel_ms is not None))
         self.steps = 0
         self.stopped_early = False
 
@@ -185,14 +186,14 @@ class Drive:
         await self._report(self.executor.ended(state, now_ms), now_ms)
         cancels = []
         while self.cancels and self.cancels[0][0] <= now_ms:
-            _, gang = self.cancels.pop(0)
+            _, gang = self.cancels.popleft()
             if not self._live(gang):
                 continue  # finished meanwhile: its user does not cancel it
             cancels.append(envelope(cancel_event(gang=gang, reason="cancelled by its user"), source=SUBMITTER,
                                     time=at))
         arrivals: list[Job] = []
         while self.pending_jobs and self.pending_jobs[0].at_ms <= now_ms:
-            arrivals.append(self.pending_jobs.pop(0))
+            arrivals.append(self.pending_jobs.popleft())
         enqueues = [envelope(enqueue_event(**job.enqueue_options()), source=SUBMITTER, time=at)  # type: ignore[arg-type]
                     for job in arrivals]
         await self.submitter.publish(enqueues + cancels)
@@ -223,8 +224,9 @@ class Drive:
         return sum(ledger.allocation.get("cpu", 0.0) for ledger in rt.ledgers.values())
 
     def _next_time(self, now_ms: int | None) -> int | None:
-        """When something happens next: a job arrives, ends or is cancelled; None when nothing
-        will (no job left to come or running, and the last step admitted nothing waiting)."""
+        """When something happens next: a job arrives, ends or is cancelled (the next step, if that
+        is now or before); None when no job is left to come, run or cancel (a gang still waiting
+        then would wait for good: nothing would free room for it)."""
         candidates = [t for t in (self.pending_jobs[0].at_ms if self.pending_jobs else None,
                                   self.executor.next_end(), self.cancels[0][0] if self.cancels else None)
                       if t is not None]
@@ -232,8 +234,3 @@ class Drive:
             return None
         found = min(candidates)
         return found if now_ms is None or found > now_ms else now_ms + self.workload.step_ms
-
-    def pending(self) -> int:
-        rt = self.reader.state.trees.get("default")
-        return 0 if rt is None else sum(1 for g in rt.gangs.values() if g.state == PENDING)
-
