@@ -303,7 +303,8 @@ def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[E
         if kind in DECIDED:
             count += 1
             if remembered:
-                found = gangs.context(event.tree, event.gang)
+                carried = remembered.get((event.tree, event.gang))  # (only sampled ones are kept)
+                found = context_of(carried) if carried is not None else None
                 if found is not None:
                     parents.append((index, found))
         elif kind in ENDS and remembered:
