@@ -9,8 +9,8 @@ One refresh asks, over one NATS connection of its own:
   (at most `EXPLAIN_PER_REFRESH` of them per refresh; an answer is kept while admission's state
   has not moved);
 - preemption's `list` (the last `PREEMPTIONS` preemptions, every pool's starvation status);
-- the log: its last position, and the decisions among its last `WINDOW` positions (only those
-  not read before), of which the newest `TIMELINE` are kept (`timeline.Timeline`).
+- the log: its last position, and its newest decisions, read newest first back to what it read
+  before (at most `WINDOW` positions, `TIMELINE` entries kept: `timeline.Timeline`).
 
 Every browser is served the same cached `View`; a request that finds it older than `every`
 wakes the refresher and waits at most `WAIT` seconds for a fresh one (else it gets the one it

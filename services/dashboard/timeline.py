@@ -2,11 +2,12 @@
 timeouts, requeues, preemptions, starvation changes, finished gangs, refused inputs), read from
 its tail.
 
-`Timeline.follow(log, last)` reads the decision and refusal subjects among the log's last
-`WINDOW` positions that it has not read before (so at most `WINDOW` messages per refresh however
-busy the log), newest first, and decodes only what it keeps: a pack's envelopes are split without
-decoding (`events.pack_parts`), and a cycle's `EntitlementsComputed` and `CycleCompleted` (what
-every cycle writes, not a decision about a gang or a pool) are skipped unread. It keeps the
+`Timeline.follow(log, last)` reads the log's messages newest first, one at a time, back to the
+last one it read before, and stops after `WINDOW` positions or `TIMELINE` new entries (under a
+burst, one pack of a cycle's admissions is enough), whichever comes first; of them it keeps the
+decision and refusal subjects, and decodes only what it keeps: a pack's envelopes are split
+without decoding (`events.pack_parts`), and a cycle's `EntitlementsComputed` and `CycleCompleted`
+(what every cycle writes, not a decision about a gang or a pool) are skipped unread. It keeps the
 newest `TIMELINE` entries."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from events.codec import pack_parts
 
 WINDOW = 64  # log positions looked at per refresh, at most
 TIMELINE = 100  # entries kept
-SUBJECTS = (f"{subjects.PREFIX}.decision.*.*", f"{subjects.PREFIX}.rejected.*")
+DECISIONS = (f"{subjects.PREFIX}.decision.", f"{subjects.PREFIX}.rejected.")  # the subjects read
 SKIPPED = (b'"type":"EntitlementsComputed"', b'"type":"CycleCompleted"')
 
 
@@ -29,24 +30,38 @@ class Timeline:
         self.read_to = 0  # the last log position read
 
     async def follow(self, log: Any, last: int) -> list[dict[str, Any]]:
-        """The entries, newest first, once what the log holds up to `last` is read."""
+        """The entries, newest first, once what the log holds up to `last` is read: its messages
+        are read newest first, one at a time, back to the last one read before (or `WINDOW`
+        positions back), and no further than `TIMELINE` new entries (under a burst, one pack of a
+        cycle's admissions is enough)."""
         if last < self.read_to:  # another log (a new stream): start again
             self.entries.clear()
             self.read_to = 0
-        start = max(self.read_to + 1, last - WINDOW + 1, 1)
-        if start <= last:
-            stored = await log.read(start, SUBJECTS, last)
-            self.read_to = last
-            new: list[dict[str, Any]] = []
-            for message in reversed(stored):
-                for part, raw in reversed(list(enumerate(pack_parts(message.data)))):
+        new: list[dict[str, Any]] = []
+        seq = last
+        while seq > max(self.read_to, last - WINDOW) and len(new) < TIMELINE:
+            found = await _message(log, seq)
+            if found is not None and found[0].startswith(DECISIONS):
+                for part, raw in reversed(list(enumerate(pack_parts(found[1])))):
                     if len(new) >= TIMELINE:
                         break
-                    if any(skip in raw for skip in SKIPPED):
-                        continue
-                    new.append(entry(message.seq, part, raw))
-            self.entries.extendleft(reversed(new))
+                    if not any(skip in raw for skip in SKIPPED):
+                        new.append(entry(seq, part, raw))
+            seq -= 1
+        self.read_to = last
+        self.entries.extendleft(reversed(new))
         return list(self.entries)
+
+
+async def _message(log: Any, seq: int) -> tuple[str, bytes] | None:
+    """The subject and data of the message at `seq` (None: none there any more)."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        found = await log.jsm.get_msg(log.stream, seq)
+    except NotFoundError:
+        return None
+    return str(found.subject), bytes(found.data or b"")
 
 
 def entry(seq: int, part: int, raw: bytes) -> dict[str, Any]:
