@@ -35,7 +35,7 @@ from services.common.natsserver import resolve_nats_url
 
 if TYPE_CHECKING:
     from services.replay import Report
-    from services.replay.reader import OnProgress
+    from services.replay.progress import OnProgress
 
 
 def register(app: typer.Typer) -> None:
@@ -128,7 +128,7 @@ def progress_bar(*, enabled: bool) -> Iterator[OnProgress | None]:
         TimeRemainingColumn,
     )
 
-    from services.replay.reader import Progress as Step
+    from services.replay.progress import Progress as Step
 
     bar = Progress(TextColumn("replay"), BarColumn(), TaskProgressColumn(),
                    TextColumn("seq {task.completed:,.0f}/{task.total:,.0f}"),

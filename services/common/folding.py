@@ -57,7 +57,14 @@ from services.common import metrics, tracing
 from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
-from services.common.snapshots import Snapshot, SnapshotStore, Snapshotting, code_fingerprint, load_newest
+from services.common.snapshots import (
+    Snapshot,
+    SnapshotPolicy,
+    SnapshotStore,
+    Snapshotting,
+    code_fingerprint,
+    load_newest,
+)
 from services.common.tracing import span
 
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
@@ -301,41 +308,6 @@ async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made
         made[decision.id] = decision
     logger.info("%s: started from its snapshot at %d", folder.service, snapshot.seq)
     return snapshot.seq
-
-
-@dataclass(slots=True)
-class SnapshotPolicy:
-    """When a service snapshots its state: after `every` log positions folded since the last one,
-    or `seconds` of log time with at least `least` positions, and when it stops cleanly.
-
-    `last_seq`/`last_time`: where the last snapshot was started (what `due` counts from);
-    `saved`: the newest position known to be kept, a snapshot stored (or where the service
-    started). They differ while a snapshot is being saved, and for good when that save fails or is
-    cancelled with the service: a clean stop right after a snapshot was started must still save
-    (`unsaved`), or the stop leaves nothing."""
-
-    store: SnapshotStore
-    every: int = 100_000
-    seconds: float = 600.0
-    least: int = 1_000
-    last_seq: int = 0
-    last_time: float = 0.0
-    saved: int = 0
-    # The decisions made and kept back from the log (an instance deciding per tree keeps those of
-    # trees it does not hold: `services.common.tree_gate`): saved as the snapshot's `pending`.
-    kept: Callable[[], Sequence[Envelope]] | None = None
-
-    def due(self, folded: int, now: float) -> bool:
-        since = folded - self.last_seq
-        return since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)
-
-    def started(self, folded: int, now: float) -> None:
-        """The service starts with its state at `folded`: nothing to snapshot until it folds more."""
-        self.last_seq, self.last_time, self.saved = folded, now, folded
-
-    def unsaved(self, folded: int) -> bool:
-        """Whether a clean stop at `folded` has state to keep (not whether one was started there)."""
-        return folded > self.saved
 
 
 async def anchor_of(log: EventLog, seq: int) -> int | None:

@@ -282,13 +282,46 @@ class ObjectStoreSnapshots:
         return bytes(result.data or b"")
 
 
-def policy_for(log: Any, service: str) -> Any:
-    """The snapshot policy of a service on `log` (`folding.SnapshotPolicy`): on JetStream, the
-    object store of the log's server, every `POOLWISE_SNAPSHOT_EVERY` positions (default 100,000;
-    0 turns snapshots off); None on other logs."""
-    import os
+@dataclass(slots=True)
+class SnapshotPolicy:
+    """When a service snapshots its state: after `every` log positions folded since the last one,
+    or `seconds` of log time with at least `least` positions, and when it stops cleanly.
 
-    from services.common.folding import SnapshotPolicy
+    `last_seq`/`last_time`: where the last snapshot was started (what `due` counts from);
+    `saved`: the newest position known to be kept, a snapshot stored (or where the service
+    started). They differ while a snapshot is being saved, and for good when that save fails or is
+    cancelled with the service: a clean stop right after a snapshot was started must still save
+    (`unsaved`), or the stop leaves nothing."""
+
+    store: SnapshotStore
+    every: int = 100_000
+    seconds: float = 600.0
+    least: int = 1_000
+    last_seq: int = 0
+    last_time: float = 0.0
+    saved: int = 0
+    # The decisions made and kept back from the log (an instance deciding per tree keeps those of
+    # trees it does not hold: `services.common.tree_gate`): saved as the snapshot's `pending`.
+    kept: Callable[[], Sequence[Envelope]] | None = None
+
+    def due(self, folded: int, now: float) -> bool:
+        since = folded - self.last_seq
+        return since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)
+
+    def started(self, folded: int, now: float) -> None:
+        """The service starts with its state at `folded`: nothing to snapshot until it folds more."""
+        self.last_seq, self.last_time, self.saved = folded, now, folded
+
+    def unsaved(self, folded: int) -> bool:
+        """Whether a clean stop at `folded` has state to keep (not whether one was started there)."""
+        return folded > self.saved
+
+
+def policy_for(log: Any, service: str) -> SnapshotPolicy | None:
+    """The snapshot policy of a service on `log`: on JetStream, the object store of the log's
+    server, every `POOLWISE_SNAPSHOT_EVERY` positions (default 100,000; 0 turns snapshots off);
+    None on other logs."""
+    import os
 
     every = int(os.environ.get("POOLWISE_SNAPSHOT_EVERY", "100000") or 0)
     nc, stream = getattr(log, "nc", None), getattr(log, "stream", None)  # a JetStream log (or a wrapper of one)

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +37,7 @@ import anyio
 
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot, SnapshotStore, load_newest
+from services.replay.progress import OnProgress, Progress
 from services.replay.verify import REFUSAL_SUBJECTS, Report, Verifier, command_refusals
 
 ADMISSION, PREEMPTION, TREE = "admission", "preemption", "tree"  # (the services' names, as their snapshots have them)
@@ -48,22 +47,6 @@ if TYPE_CHECKING:
 
 CHUNK = 10_000  # positions per read
 PROCESS_FROM = 50_000  # positions of log from which the verifier runs in a process of its own
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    position: int  # the last position verified
-    end: int  # the last position to fold: the stream's last sequence when the replay started, or `to_seq`
-    messages: int
-    events: int
-    elapsed: float  # seconds since the replay started
-
-    @property
-    def events_per_second(self) -> float:
-        return self.events / self.elapsed if self.elapsed > 0 else 0.0
-
-
-OnProgress = Callable[[Progress], None]
 
 
 async def read_log(log: EventLog) -> list[Stored]:

@@ -23,6 +23,7 @@ import anyio
 
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import Snapshot
+from services.replay.progress import Progress
 from services.replay.verify import Report, Verifier, command_refusals
 
 Row = tuple[int, str, bytes, str | None]  # a Stored as sent (plain values pickle fastest)
@@ -116,8 +117,6 @@ async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int,
                             tree: str | None, to_seq: int | None, on_progress: Any,
                             snapshots: Sequence[Snapshot] = (), from_seq: int | None = None, first: int = 1,
                             shared: bool = False) -> Report:
-    from services.replay.reader import Progress
-
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)

@@ -17,11 +17,11 @@ from events import ClockTicked, Envelope, Event, at_seconds, decode_all
 from events.subjects import STREAM
 from services.admission.domain.explain import gang_rows
 from services.admission.folder import SUBJECTS, AdmissionFolder
-from services.common.folding import Folder, SnapshotPolicy, fold_batch, run_folder
+from services.common.folding import Folder, fold_batch, run_folder
 from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog
 from services.common.memlog import MemoryLog
-from services.common.snapshots import MemorySnapshots, ObjectStoreSnapshots, SnapshotStore
+from services.common.snapshots import MemorySnapshots, ObjectStoreSnapshots, SnapshotPolicy, SnapshotStore
 from services.replay import verify
 from tests.admission.builders import gang, host, pool, task, tree
 from tests.conftest import reset_stream
