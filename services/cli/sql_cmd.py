@@ -19,6 +19,7 @@ from services.cli.args import InputError
 from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
 
 DEFAULT_LIMIT = 10_000
+MAX_LIMIT = 999_999  # one more is asked for: the tree service answers at most 1,000,000 rows a request
 
 
 class Format(StrEnum):
@@ -39,7 +40,8 @@ def sql(
                                                   "objects) or parquet (needs -o).")] = Format.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the answer to this file.")] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many rows; more are cut, with a note on "
-                                       "stderr (whole tables: `poolwise export`).", min=1)] = DEFAULT_LIMIT,
+                                       "stderr (whole tables: `poolwise export`).", min=1,
+                                       max=MAX_LIMIT)] = DEFAULT_LIMIT,
     service: Annotated[str, typer.Option("--service", help="Whose read models: tree (it holds them all).")] = "tree",
     as_json: AsJson = False,
     data_dir: DataDir = DEFAULT_DATA_DIR,

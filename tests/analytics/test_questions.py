@@ -17,7 +17,7 @@ from projections import EventLogProjection, PoolTreeProjection, ProjectionStore
 from projections.answers import INTERNAL
 from projections.read_models import read_models
 from services.cli.main import app
-from tests.analytics.recorded import Recorded, record
+from tests.analytics.recorded import Recorded
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "analytics.md"
 QUERY = re.compile(r"<!-- query: (\w+) -->\n```sql\n(.*?)```", re.S)
@@ -25,11 +25,6 @@ QUERY = re.compile(r"<!-- query: (\w+) -->\n```sql\n(.*?)```", re.S)
 
 def queries() -> dict[str, str]:
     return dict(QUERY.findall(DOC.read_text()))
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
-    return record(tmp_path_factory.mktemp("analytics"))
 
 
 def ask(recorded: Recorded, name: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:

@@ -26,17 +26,12 @@ from services.common.jetstream import JetStreamLog
 from services.common.natsserver import write_url_file
 from services.tree.projection import answer_sql
 from services.tree.service import serve_tree
-from tests.analytics.recorded import Recorded, record
+from tests.analytics.recorded import Recorded
 from tests.cli.helpers import Result, run_here
 
 WAIT = 60.0  # seconds: a hung service fails the test instead of hanging the run (not a timing assertion)
 COUNTS = "SELECT state, count(*) AS n FROM gangs GROUP BY state ORDER BY state"
 GANG_STATES = [("admitted", 63), ("done", 5), ("pending", 48), ("rejected", 1)]
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
-    return record(tmp_path_factory.mktemp("analytics"))
 
 
 def sql(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, recorded: Recorded,
