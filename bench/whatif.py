@@ -34,9 +34,10 @@ from bench.report import Row, Section
 
 GOAL_S = 2.0
 SNAPSHOT_EVERY = 100_000  # the services' default (`services.common.snapshots.policy_for`)
-# Log time per round of 500 gangs: 10 gangs/s, so the trees' default `gang_retention` (an hour)
-# forgets what finished an hour before, as on a system that has lived long (1.0: every gang kept)
-SECONDS_PER_ROUND = 50.0
+# Log time per round of 500 gangs: the trees' default `gang_retention` (an hour of log time) keeps
+# the last 12 rounds, 6,000 finished gangs, as the soak's history keeps (bench/soak.py: 100 gangs/s
+# and a retention of 60 s); 50.0 keeps 36,000, 1.0 every gang
+SECONDS_PER_ROUND = 300.0
 
 
 @dataclass(frozen=True)
