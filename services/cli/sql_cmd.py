@@ -46,7 +46,9 @@ def sql(
     as_json: AsJson = False,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
-    """Tables: event_log (every event), trees, pools, pool_resources, hosts, host_resources; gangs, tasks;
+    """Ask the read models one read-only SQL query, running or stopped (docs/analytics.md).
+
+    Tables: event_log (every event), trees, pools, pool_resources, hosts, host_resources; gangs, tasks;
     pool_entitlements (latest per pool and kind), entitlement_history (changes, per second), pool_starvation;
     preemptions (one row per task, with what it was for), rejections (refused inputs); checkpoints.
     Works on a running system (asks the tree service) and on a stopped data dir (reads its files).
