@@ -127,7 +127,7 @@ class Http:
     dashboard: float | None = None
 
     def board(self, url: Callable[[], str | None]) -> Any:
-        """The dashboard served beside the routes (`health_http.Extra`), or None."""
+        """The dashboard served beside the routes (`process_http.Extra`), or None."""
         if self.dashboard is None:
             return None
         from services.dashboard import Dashboard
@@ -279,7 +279,7 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     def main() -> Awaitable[None]:
         if http.port is None and not metrics.otlp_wanted():
             return system()
-        from services.common.health_http import run_observed
+        from services.common.process_http import run_observed
 
         return run_observed(system, names, host=http.host, port=http.port, max_lag=http.ready_lag,
                             url=lambda: url[0], announce=lambda line: typer.echo(line, err=True),
@@ -340,7 +340,7 @@ def _run_processes(names: list[str], data_dir: DataDir, nats_url: str | None, *,
     def main() -> Awaitable[None]:
         if http.port is None:
             return supervise()
-        from services.common.health_http import run_gathering
+        from services.common.process_http import run_gathering
 
         return run_gathering(supervise, children, host=http.host, port=http.port,
                              announce=lambda line: typer.echo(line, err=True), extra=http.board(lambda: running[0]))
@@ -356,7 +356,7 @@ def _fail_on_known(exc: BaseException) -> None:
     """A service that kept failing to start, or the embedded server gone: `poolwise up` stops with
     one line saying so (exit 1)."""
     from services.cli.errors import fail, leaves
-    from services.common.health_http import HttpPortError
+    from services.common.process_http import HttpPortError
     from services.common.supervisor import GaveUp
     from services.launcher import ServerGone
 

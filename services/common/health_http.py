@@ -8,16 +8,15 @@ seconds, so a slow or stuck client holds nothing but its own task. Unknown paths
 a request that is not HTTP 400, a route that raises 500: always a JSON body naming the error, never
 a traceback. Nothing here changes anything.
 
-`poolwise serve <service> --http-port P` serves its own process's routes
-(`process_routes`); `poolwise up --http-port P` serves its children's, gathered
-(`services.common.exposition`)."""
+Which routes a process serves, and the running of its port beside its services, are in
+`services.common.process_http`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import anyio
@@ -165,93 +164,3 @@ class _closed_is_end:
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> bool:
         return kind is not None and issubclass(kind, anyio.EndOfStream)
-
-
-def process_routes(metrics: Any, names: list[str], max_lag: int) -> dict[str, Route]:
-    """The routes of a service process: `/metrics` (`metrics.render()`, the Prometheus page),
-    `/healthz` (200 while the process answers), `/readyz` (200 when every service of the process
-    is ready: `services.common.metrics.readiness`; else 503 saying why)."""
-    from services.common.metrics import CONTENT_TYPE, lag, readiness, status
-
-    async def page() -> Response:
-        return Response(200, await metrics.render_async(), CONTENT_TYPE)
-
-    async def healthz() -> Response:
-        return json_response(200, {"alive": True, "services": names})
-
-    async def readyz() -> Response:
-        services: dict[str, Any] = {}
-        for name in names:
-            found = status(name)
-            ok, why = readiness(found, max_lag)
-            services[name] = {"ready": ok, "role": found.role, "why": why, "lag": lag(found),
-                              "folded": found.folded if found.folder is not None else None}
-        ready = all(s["ready"] for s in services.values())
-        return json_response(200 if ready else 503, {"ready": ready, "services": services})
-
-    return {"/metrics": page, "/healthz": healthz, "/readyz": readyz}
-
-
-class Extra(Protocol):
-    """More paths for a server: its `handler`, and `run`, the task that serves it (run beside the
-    server, cancelled with it)."""
-
-    handler: Handler
-
-    async def run(self) -> None: ...
-
-
-class HttpPortError(Exception):
-    """The HTTP port could not be bound (in use, or not allowed)."""
-
-
-async def bind(host: str, port: int, routes: Mapping[str, Route], tg: Any, handler: Handler | None = None) -> int:
-    """Start `serve_http` in `tg`; the port bound, or `HttpPortError` saying why not."""
-    try:
-        bound: int = await tg.start(serve_http, host, port, routes, handler)
-    except OSError as exc:
-        raise HttpPortError(f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}") from None
-    return bound
-
-
-async def run_observed(main: Callable[[], Awaitable[Any]], names: list[str], *, host: str, port: int | None,
-                       max_lag: int, url: Callable[[], str | None], announce: Callable[[str], None],
-                       extra: Extra | None = None) -> None:
-    """Run `main()` (the services of this process) with their metrics installed, the log's end
-    followed (for lag and readiness), and, with a `port`, `process_routes` served on `host:port`
-    (bound before the services start: `/healthz` answers while they fold the log;
-    `announce(http_line)` once bound), with `extra`'s paths (`poolwise up --single-process`: the
-    dashboard)."""
-    from services.common.exposition import http_line
-    from services.common.metrics import follow_stream, install
-
-    metrics = install(",".join(names))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(follow_stream, url)
-            if port is not None:
-                handler = None
-                if extra is not None:
-                    tg.start_soon(extra.run)
-                    handler = extra.handler
-                bound = await bind(host, port, process_routes(metrics, names, max_lag), tg, handler)
-                announce(http_line(names, host, bound))
-            await main()
-            tg.cancel_scope.cancel()
-    finally:
-        metrics.shutdown()
-
-
-async def run_gathering(main: Callable[[], Awaitable[Any]], children: Any, *, host: str, port: int,
-                        announce: Callable[[str], None], extra: Extra | None = None) -> None:
-    """`poolwise up`'s port: its children's routes gathered (`services.common.exposition`), and
-    `extra`'s paths (the dashboard), while `main()` (the supervisor) runs."""
-    from services.common.exposition import http_line, up_routes
-
-    async with anyio.create_task_group() as tg:
-        if extra is not None:
-            tg.start_soon(extra.run)
-        bound = await bind(host, port, up_routes(children), tg, extra.handler if extra is not None else None)
-        announce(http_line(["up"], host, bound))
-        await main()
-        tg.cancel_scope.cancel()

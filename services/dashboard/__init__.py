@@ -13,7 +13,7 @@ from services.dashboard.source import Source
 
 
 class Dashboard:
-    """What `health_http.run_gathering` / `run_observed` serve beside their routes (`Extra`)."""
+    """What `process_http.run_gathering` / `run_observed` serve beside their routes (`Extra`)."""
 
     def __init__(self, url: Callable[[], str | None], every: float = 1.0) -> None:
         self.source = Source(url, every)
