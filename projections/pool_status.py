@@ -344,13 +344,7 @@ class PoolStatusProjection(Projection):
 
     def _factors(self, conn: Connection, groups: dict[str, set[str] | None]) -> None:
         """The `lending_factors` rows of the groups written (all of a tree's: None)."""
-        trees = sorted(tree for tree, names in groups.items() if names is None)
-        if trees:
-            conn.execute(f"DELETE FROM lending_factors WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
-        keys = [(tree, name) for tree, names in sorted(groups.items(), key=lambda kv: kv[0]) if names is not None
-                for name in sorted(names)]
-        if keys:
-            delete_keys(conn, "lending_factors", pa.table({"tree": [k[0] for k in keys], "grp": [k[1] for k in keys]}))
+        _delete_written(conn, "lending_factors", "grp", groups)
         rows: list[tuple[Any, ...]] = []
         for tree in sorted(groups):
             factors = self._lending[tree].factors if tree in self._lending else {}
@@ -363,14 +357,7 @@ class PoolStatusProjection(Projection):
 
     def _entitlements(self, conn: Connection, written: dict[str, set[str] | None]) -> None:
         """The `pool_entitlements` rows of the pools written: all of a tree's (None), or those paths'."""
-        trees = sorted(tree for tree, paths in written.items() if paths is None)
-        if trees:
-            conn.execute(f"DELETE FROM pool_entitlements WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
-        keys = [(tree, path) for tree, paths in sorted(written.items(), key=lambda kv: kv[0]) if paths is not None
-                for path in sorted(paths)]
-        if keys:
-            delete_keys(conn, "pool_entitlements", pa.table({"tree": [k[0] for k in keys],
-                                                             "path": [k[1] for k in keys]}))
+        _delete_written(conn, "pool_entitlements", "path", written)
         columns: list[list[Any]] = [[] for _ in POOL_ENTITLEMENTS]
         for tree in sorted(written):
             pools = self._maps.get(tree, {})
@@ -383,6 +370,18 @@ class PoolStatusProjection(Projection):
             insert_arrow(conn, "pool_entitlements", pa.Table.from_arrays(
                 [pa.array(values, type=field.type) for values, field in zip(columns, POOL_ENTITLEMENTS, strict=True)],
                 schema=POOL_ENTITLEMENTS))
+
+
+def _delete_written(conn: Connection, table: str, column: str, written: dict[str, set[str] | None]) -> None:
+    """Delete the rows of `table` of the trees written whole (None) and of the keys (`column`)
+    written of the others."""
+    trees = sorted(tree for tree, names in written.items() if names is None)
+    if trees:
+        conn.execute(f"DELETE FROM {table} WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
+    keys = [(tree, name) for tree, names in sorted(written.items(), key=lambda kv: kv[0]) if names is not None
+            for name in sorted(names)]
+    if keys:
+        delete_keys(conn, table, pa.table({"tree": [k[0] for k in keys], column: [k[1] for k in keys]}))
 
 
 # A pool's values as a history row has them: entitlement, non_slack_entitlement, slack_entitlement
