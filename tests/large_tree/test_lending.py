@@ -40,6 +40,7 @@ from events import (
     TreeOptions,
     at_seconds,
     decode,
+    decode_all,
     encode,
 )
 from events.config import GangTimeoutOptions
@@ -233,3 +234,43 @@ def test_one_leafs_demand_writes_its_path_and_the_factors_not_the_tree() -> None
     # and /p007 its 199.9 / 20 to each leaf (10 before)
     assert rt.entitlements["/p007/l001"].entitlement["cpu"] == 9.995
     assert rt.entitlements["/p003"].entitlement["cpu"] == 200.9
+
+
+def test_a_log_of_lent_pools_verifies_clean(tmp_path: Path) -> None:
+    """`poolwise replay --verify`'s check on a log whose entitlements were written as v3 deltas
+    (every tree written so: `WHOLE_POOLS = 0`), its shared tree's demand changing at every step."""
+    import json
+
+    import anyio
+
+    from bench.large_tree import leaf_path, scenario_text
+    from services.common.memlog import MemoryLog
+    from services.replay import verify
+    from services.scenario.format import load_scenario
+    from services.scenario.runner import run_on
+
+    doc = json.loads(scenario_text(4, 6, "shared"))
+    doc["steps"] = [{"at": 5 * i, "do": [{"enqueue": {"gang": f"g{i}", "pool": leaf_path(i % 4, i % 6), "tasks": 1,
+                                                      "resources": {"cpu": 1 + i % 3, "memory": 2}}},
+                                         *([{"task": {"gang": f"g{i - 2}", "state": "succeeded"}}] if i >= 2 else [])]}
+                    for i in range(6)]
+    path = tmp_path / "shared.json"
+    path.write_text(json.dumps(doc))
+
+    async def run() -> list[Stored]:
+        log = MemoryLog()
+        await run_on(log, load_scenario(path), "lending")
+        return await log.read(1)
+
+    before = entitle.WHOLE_POOLS
+    entitle.WHOLE_POOLS = 0
+    try:
+        messages = anyio.run(run, backend="asyncio")
+        written = [e.event for m in messages for e in decode_all(m.data)
+                   if isinstance(e.event, EntitlementsComputed)]
+        assert any(e.lent for e in written) and any(e.factors and not e.replace for e in written)
+        report = verify(messages)
+    finally:
+        entitle.WHOLE_POOLS = before
+    assert report.ok, [f.line() for f in report.findings]
+    assert report.counts["EntitlementsComputed"].matched == len(written)
