@@ -43,8 +43,10 @@ def test_teams_demo_ends_with_replay_verified(teams_run: tuple[DemoResult, list[
     assert result.replay.ok and not result.replay.findings
     assert sum(c.recorded for c in result.replay.counts.values()) > 100
     assert result.steps == 76 and not result.stopped_early  # a tick every log second, 0 through 75
-    assert lines[0].startswith("applied ") and "9 change(s)" not in lines[0]  # hosts, tree and pools
-    assert any(line.startswith("log time ") for line in lines[1:])
+    # poolwise apply's plan: 8 hosts, the tree's options and 9 pools, a command each; then a line per
+    # tenth of the 75 s (7.5 s: the next step at or after it)
+    assert lines[0].startswith("applied ") and lines[0].endswith(": 18 change(s) in 18 command(s) (poolwise apply)")
+    assert [line.split(" |")[0] for line in lines[1:]][:3] == ["log time 0.0 s", "log time 8.0 s", "log time 16.0 s"]
 
 
 def test_teams_summary_has_the_numbers(teams_run: tuple[DemoResult, list[str]]) -> None:
