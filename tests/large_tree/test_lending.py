@@ -2,7 +2,7 @@
 differential test against the engine's whole computation.
 
 Random "shared" trees (most of the capacity reserved, the rest lent by share, few limits: one
-leaf's demand moves every pool's entitlement) go through cycles with random demand changes.
+leaf's demand moves every pool's entitlement) go through 24 cycles of random demand changes.
 Three admission states fold the same inputs: one writes every computation whole (the engine's
 numbers, as v1 did), one as v3 deltas (`WHOLE_POOLS = 0`), and one as v3 deltas after
 forgetting what it published (as after a restart from a snapshot, or in a replay: the map is
@@ -143,7 +143,7 @@ def _wanted(full: EntitlementsComputed) -> dict[str, tuple[Any, ...]]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_v3_deltas_rebuild_the_engines_numbers_exactly(seed: int, tmp_path: Path) -> None:
     rng = random.Random(seed)
     whole, delta, forgetful = Twin(True), Twin(False), Twin(False, forget=True)
@@ -162,7 +162,7 @@ def test_v3_deltas_rebuild_the_engines_numbers_exactly(seed: int, tmp_path: Path
     projection = ProjectionStore(path, [PoolStatusProjection()])
     log_seq = 0
     made = lent_seen = small_cycles = 0
-    for step in range(30):
+    for step in range(24):
         leaves = _leaves(whole.state)
         inputs: list[Event] = []
         for _ in range(rng.randrange(1, 3)):  # demand changes on random leaves
@@ -194,7 +194,7 @@ def test_v3_deltas_rebuild_the_engines_numbers_exactly(seed: int, tmp_path: Path
         assert isinstance(copy, EntitlementMap) and _numbers(copy) == want
         projection.apply(messages)
         assert _projected(projection) == _wanted(full)
-        if step == 15:  # the projection starts again from its tables
+        if step == 12:  # the projection starts again from its tables
             projection.close()
             projection = ProjectionStore(path, [PoolStatusProjection()])
         if step and not pieces[0].replace:
@@ -205,7 +205,7 @@ def test_v3_deltas_rebuild_the_engines_numbers_exactly(seed: int, tmp_path: Path
                                        for cut in range(len(leaf) + 1) if cut == len(leaf) or leaf[cut] == "/"}
             small_cycles += 1
     projection.close()
-    assert lent_seen and small_cycles >= 20  # what the test is about happened
+    assert lent_seen and small_cycles >= 18  # what the test is about happened
 
 
 def test_one_leafs_demand_writes_its_path_and_the_factors_not_the_tree() -> None:
