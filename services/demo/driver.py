@@ -106,9 +106,9 @@ async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, apply: 
         try:
             await drive.run(deadline)
         finally:
+            watcher.finished()  # (a live table gives the terminal back, on Ctrl-C too)
             with anyio.CancelScope(shield=True):
                 await drive.close()
-        watcher.finished()
         from services.replay.reader import verify_url
 
         cpu_run = _cpu() - cpu0
