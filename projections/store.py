@@ -393,11 +393,8 @@ class ProjectionStore:
         `timeout` (seconds): a query still running then is stopped (`QueryTimeout`)."""
         _check_read_only(sql)
         cursor = self._reader()
-        timer = None if timeout is None else threading.Timer(timeout, cursor.interrupt)
+        timer = None if timeout is None else _Interrupter(cursor, timeout)
         try:
-            if timer is not None:
-                timer.daemon = True
-                timer.start()
             cursor.begin()
             try:
                 relation = cursor.sql(sql, params=params)
@@ -413,7 +410,7 @@ class ProjectionStore:
                                "rows or columns) or export the tables") from None
         finally:
             if timer is not None:
-                timer.cancel()
+                timer.stop()
             cursor.close()
 
     def query_batches(self, sql: str, rows: int = 65_536) -> Iterator[pa.RecordBatch]:
@@ -451,6 +448,29 @@ class ProjectionStore:
     def _reader(self) -> Connection:
         with self._cursor_lock:
             return self._reader_root.cursor()
+
+
+class _Interrupter:
+    """Interrupts a cursor's query once `timeout` seconds have passed, and again every 50 ms until
+    stopped (an interrupt that comes before the query starts running is lost)."""
+
+    def __init__(self, cursor: Connection, timeout: float) -> None:
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(cursor, timeout), daemon=True,
+                                        name="poolwise-sql-timeout")
+        self._thread.start()
+
+    def _run(self, cursor: Connection, timeout: float) -> None:
+        if self._stopped.wait(timeout):
+            return
+        while True:
+            cursor.interrupt()
+            if self._stopped.wait(0.05):
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 _writers: set[str] = set()  # files open for writing in this process
