@@ -4,9 +4,9 @@ The history is `tests/replay/biglog.py`'s whole-lifecycle log (one tree, 20 leaf
 500 two-task gangs enqueued, admitted, run and finished: ~5 messages and ~7 events per gang),
 built in memory and copied onto a private nats-server. Admission's snapshot is saved where the
 service would have saved its newest one (every `POOLWISE_SNAPSHOT_EVERY` = 100,000 positions:
-the last multiple of it in the log; none in a log shorter than that), made by the service's own
-fold and snapshot code, so that the what-if starts from it and folds the tail after it, as it
-would on a live system.
+the last multiple of it in the log; in a shorter log, --quick's, every 10,000), made by the
+service's own fold and snapshot code, so that the what-if starts from it and folds the tail
+after it, as it would on a live system.
 
 Measured, in this process (wall seconds, and CPU seconds of this process: the nats-server's
 are not counted):
@@ -86,7 +86,9 @@ async def measure(gangs: int, on_progress: Callable[[str], None] | None = None,
         async with EmbeddedNats(Path(tmp)) as server:
             say(f"whatif: copying {len(messages):,} messages to a private nats-server")
             await copy(messages, server.url)
-            snapshot = (len(messages) // SNAPSHOT_EVERY) * SNAPSHOT_EVERY
+            # a history shorter than the default interval (--quick): as with POOLWISE_SNAPSHOT_EVERY=10000
+            every = SNAPSHOT_EVERY if len(messages) >= SNAPSHOT_EVERY else SNAPSHOT_EVERY // 10
+            snapshot = (len(messages) // every) * every
             if snapshot:
                 say(f"whatif: admission's snapshot at {snapshot:,}")
                 await _save_snapshot(server.url, messages, snapshot)
