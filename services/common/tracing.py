@@ -2,10 +2,10 @@
 decided it, to any preemption of its tasks.
 
 - **Submitters** (the SDK, and the CLI through it) start a span per call (`enqueue`,
-  `task state`, `cancel`) and carry its W3C context (`traceparent`, `tracestate`) in the
-  envelope's `trace` field and in the message's NATS headers (`producing`).
-- **Admission** remembers the context of each gang it folds (`GangTraces`, keyed by tree and
-  gang, dropped when the gang ends, never more than `GangTraces.LIMIT`). A cycle that decides
+  `task state`, `cancel`) and, when it is sampled, carry its W3C context (`traceparent`,
+  `tracestate`) in the envelope's `trace` field and in the message's NATS headers (`producing`).
+- **Admission** remembers the sampled context of each gang it folds (`GangTraces`, keyed by tree
+  and gang, dropped when the gang ends, never more than `GangTraces.LIMIT`). A cycle that decides
   anything is one span (`admission cycle`, a child of the batch's `fold batch` span) with a link to
   each sampled gang it decided; each such gang gets a short span in its own trace (`admission
   GangAdmitted`, ...: a child of its enqueue span, linked to the cycle), and the decision's
@@ -17,8 +17,9 @@ Cost: nothing unless a provider is configured (`ON` is False: one flag read per 
 made only while a service folds a live batch (`LIVE`, set by `services.common.folding.run_folder`),
 not while it rebuilds or stands by, and only for gangs whose enqueue was sampled: the sampler
 (`OTEL_TRACES_SAMPLER`/`_ARG`, or `POOLWISE_TRACE_RATIO`) decides at the submitter, and the
-services follow (parent-based). An SDK span costs 25-60 µs on the 2-core machine, so there is
-one per cycle and one per sampled gang, none per unsampled one.
+services follow (parent-based). An SDK span costs 60-100 µs on the 2-core machine (loaded), so
+there is one per cycle and one per sampled gang, none per unsampled one (measured:
+docs/performance.md, "Metrics on and off (issue 20)").
 
 Determinism: contexts are carried, never read by a decision. A decision's `trace` differs
 between the live run and a replay (a replay makes no spans); `poolwise replay --verify` ignores
@@ -246,8 +247,8 @@ DECIDED = frozenset({"GangAdmitted", "GangTimedOut", "GangRequeued", "GangMovedT
 
 
 class GangTraces:
-    """The carried context of each gang a fold holds, keyed by (tree, gang): from its enqueue (and,
-    in preemption's fold, from admission's decision), dropped when the gang ends. At most `LIMIT`
+    """The carried, sampled context of each gang a fold holds, keyed by (tree, gang): from its
+    enqueue (and, in preemption's fold, from admission's decision), dropped when the gang ends. At most `LIMIT`
     (the oldest go first): it never grows with the history. Not in snapshots: after a restart,
     gangs enqueued before it are decided without a link to their trace."""
 
