@@ -189,21 +189,24 @@ def published(service: str, decisions: Sequence[Envelope], folder: Any) -> None:
     found = status(service)
     found.decisions += len(decisions)
     tallies = TALLIES
+    admitted, all_waits = tallies.admitted, tallies.waits  # (the admissions inline: most decisions are)
     state = getattr(folder, "state", None)
     trees = getattr(state, "trees", None)
     for envelope in decisions:
         event: Any = envelope.event
         kind = event.type
         if kind == "GangAdmitted":
-            key = (event.tree, event.pool)
-            _bump(tallies.admitted, key)
-            rt = trees.get(event.tree) if trees is not None else None
-            gang = rt.gangs.get(event.gang) if rt is not None else None
-            if gang is not None and gang.admitted_at is not None:
-                waits = tallies.waits.get(key)
+            tree = event.tree
+            key = (tree, event.pool)
+            admitted[key] = admitted.get(key, 0) + 1
+            rt = trees.get(tree) if trees is not None else None
+            gang: Any = rt.gangs.get(event.gang) if rt is not None else None
+            at = gang.admitted_at if gang is not None else None
+            if at is not None:
+                waits = all_waits.get(key)
                 if waits is None:
-                    waits = tallies.waits[key] = Buckets(WAIT_BOUNDS)
-                waits.observe(max(0.0, gang.admitted_at - gang.created_at))
+                    waits = all_waits[key] = Buckets(WAIT_BOUNDS)
+                waits.observe(max(0.0, at - gang.created_at))
         elif kind == "GangTimedOut":
             _bump(tallies.timed_out, (event.tree, event.pool))
         elif kind == "GangRequeued":
