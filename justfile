@@ -8,7 +8,7 @@ up:
 
 # Install and run the whole test suite.
 test:
-    python3 -m venv {{venv}} && {{venv}}/bin/pip install -q -e '.[test]' && {{venv}}/bin/python -m pytest -q -n 2
+    python3 -m venv {{venv}} && {{venv}}/bin/pip install -q -e '.[test]' && {{venv}}/bin/python -m pytest -q -n 2 --dist loadfile
 
 # Lint and type-check (mypy --strict on the pure domain code).
 check:

@@ -12,7 +12,9 @@ its directory); memory streams have no files. The adapter does not care which st
 
 Within a pytest process tests run one at a time and each starts by deleting the streams before
 it, so no test sees another's events. The README's command runs two such processes (pytest-xdist,
-`-n 2`): each worker's session starts a server of its own, so workers never share a stream. On a
+`-n 2 --dist loadfile`: a file's tests stay together, in order, on one worker, as some modules
+share one running system): each worker's session starts a server of its own, so workers never
+share a stream. On a
 server given by `NATS_URL` (not ours) only streams the tests created are deleted, and if another
 stream holds the subjects the test is skipped; there workers would delete each other's streams,
 so `NATS_URL` with more than one worker is refused at start (`-n 0` runs one process).
