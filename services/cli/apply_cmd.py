@@ -60,7 +60,7 @@ def apply(file: FileArg, prune: Prune = False, dry_run: DryRun = False, as_json:
     from services.cli.client import find_url
 
     url = find_url(data_dir)
-    outcome = run_async(lambda: dry_run_outcome(url, cluster, prune) if dry_run else _apply(url, cluster, prune))
+    outcome = run_async(lambda: dry_run_outcome(url, cluster, prune) if dry_run else apply_cluster(url, cluster, prune))
     shown(cluster, outcome, as_json, "nothing was applied")
     if not as_json:
         print_outcome(outcome)
@@ -85,7 +85,9 @@ def shown(cluster: Any, outcome: dict[str, Any], as_json: bool, nothing: str) ->
         raise typer.Exit(2)
 
 
-async def _apply(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
+async def apply_cluster(url: str, cluster: Any, prune: bool) -> dict[str, Any]:
+    """Make the live system match `cluster` (a checked cluster file): the plan's commands sent in
+    order, or nothing when the plan breaks a rule; apply's outcome document (what `--json` prints)."""
     from events.commands import PoolDelete, PoolUpsert, TreeConfigure
     from services.cli.args import ServiceError
     from services.cli.client import request

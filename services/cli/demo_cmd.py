@@ -103,10 +103,10 @@ def demo(
 async def apply_file(url: str, path: Path) -> dict[str, Any]:
     """`poolwise apply -f PATH` against the system at `url` (the demo's cluster): apply's outcome
     document; a file the plan refuses, or an apply stopped half-way, is an error here."""
-    from services.cli.apply_cmd import _apply
+    from services.cli.apply_cmd import apply_cluster
     from services.scenario.cluster_file import load_cluster
 
-    outcome = await _apply(url, load_cluster(path), False)
+    outcome = await apply_cluster(url, load_cluster(path), False)
     if outcome["violations"] or outcome.get("stopped"):
         raise RuntimeError(f"{path}: not applied: {outcome}")
     return outcome

@@ -15,16 +15,15 @@ from typing import Annotated, Any
 import anyio
 import typer
 from pydantic import BaseModel
-from rich.table import Table
 
 from events.commands import Reply
 from services.admission.commands import DEFAULT_LIMIT, SERVICE, ExplainQuery, GangsQuery
 from services.admission.domain.model import GANG_STATES, UNKNOWN
-from services.cli.args import InputError, format_resources, parse_list
+from services.cli.args import InputError, parse_list
 from services.cli.client import find_url, request
 from services.cli.errors import run_async
 from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
-from services.cli.render import console
+from services.cli.render import console, gang_table
 
 Opt = typer.Option
 REQUEST_TIMEOUT = 10.0
@@ -108,26 +107,6 @@ def explain(
         show(answer_at(url, at, "explain", ExplainQuery(gang=gang, tree=tree)))
     else:
         run_async(go)
-
-
-def gang_table(rows: list[dict[str, Any]], total: int, as_of: int) -> Table:
-    trees = {r["tree"] for r in rows}
-    columns = ["gang", "pool", "state", "queue", "tasks", "resources", "priority", "job", "attempt"]
-    table = Table(*(["tree"] if len(trees) > 1 else []), *columns)
-    for r in rows:
-        queue = "-" if r["queue"] is None else f"{r['queue']} #{r['position']}" if r["position"] else r["queue"]
-        members = str(r["members"]) if r["members"] == r["size"] else f"{r['members']}/{r['size']}"
-        cells = [r["gang"], r["pool"], r["state"], queue, members, format_resources(r["resources"]),
-                 str(r["priority"]), r["job"], str(r["attempt"])]
-        table.add_row(*([r["tree"]] if len(trees) > 1 else []), *cells)
-    if not rows:
-        table.caption = f"no gangs (as of log position {as_of})"
-    elif total > len(rows):
-        table.caption = f"the last {len(rows)} of {total} gangs (as of log position {as_of}); narrow with --state, " \
-                        f"--pool or raise --limit"
-    else:
-        table.caption = f"{total} gang{'s' if total != 1 else ''} (as of log position {as_of})"
-    return table
 
 
 async def ask(url: str, query: BaseModel, timeout: float = REQUEST_TIMEOUT) -> Reply:

@@ -81,6 +81,26 @@ def host_table(hosts: list[dict[str, Any]]) -> Table:
     return table
 
 
+def gang_table(rows: list[dict[str, Any]], total: int, as_of: int) -> Table:
+    trees = {r["tree"] for r in rows}
+    columns = ["gang", "pool", "state", "queue", "tasks", "resources", "priority", "job", "attempt"]
+    table = Table(*(["tree"] if len(trees) > 1 else []), *columns)
+    for r in rows:
+        queue = "-" if r["queue"] is None else f"{r['queue']} #{r['position']}" if r["position"] else r["queue"]
+        members = str(r["members"]) if r["members"] == r["size"] else f"{r['members']}/{r['size']}"
+        cells = [r["gang"], r["pool"], r["state"], queue, members, format_resources(r["resources"]),
+                 str(r["priority"]), r["job"], str(r["attempt"])]
+        table.add_row(*([r["tree"]] if len(trees) > 1 else []), *cells)
+    if not rows:
+        table.caption = f"no gangs (as of log position {as_of})"
+    elif total > len(rows):
+        table.caption = f"the last {len(rows)} of {total} gangs (as of log position {as_of}); narrow with --state, " \
+                        f"--pool or raise --limit"
+    else:
+        table.caption = f"{total} gang{'s' if total != 1 else ''} (as of log position {as_of})"
+    return table
+
+
 def console() -> Console:
     """Rich output; when not on a terminal, wide enough that tables are not cut."""
     probe = Console()

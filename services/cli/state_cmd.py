@@ -119,8 +119,7 @@ def _print_state(document: dict[str, Any], where: str) -> None:
     from rich.table import Table
 
     from services.cli.args import format_resources
-    from services.cli.gangs_cmd import gang_table
-    from services.cli.render import console
+    from services.cli.render import console, gang_table
 
     out = console()
     out.print(f"poolwise state {where}")
