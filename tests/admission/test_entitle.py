@@ -54,7 +54,7 @@ def _world(policy: str, allocation_slack: bool) -> Log:
                  revocable={"cpu": 11.1}, policy=policy, allocation_slack=allocation_slack)
 
 
-@pytest.mark.parametrize("policy", ["per_resource", "dominant"])
+@pytest.mark.parametrize("policy", ["per_resource", "dominant", "hdrf"])
 @pytest.mark.parametrize("allocation_slack", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_cycle_publishes_what_a_fresh_validated_computation_gives(policy: str, allocation_slack: bool,

@@ -43,8 +43,12 @@ ROUND = ENTITLEMENT_DIGITS  # digits kept on the wire: enough for 0.0009 toleran
 
 def _usage(rt: TreeRuntime, path: str, jobs: dict[str, dict[str, Vector]] | None) -> LeafUsage:
     """What one leaf holds and needs now (DRF: with its jobs)."""
-    ledger = rt.ledgers.get(path)
     job_demands = None if jobs is None else tuple(JobDemand(j, d) for j, d in sorted(jobs.get(path, {}).items()))
+    return _usage_with(rt.ledgers.get(path), job_demands)
+
+
+def _usage_with(ledger: Ledger | None, job_demands: tuple[JobDemand, ...] | None) -> LeafUsage:
+    """`_usage` of a leaf with this ledger and these jobs."""
     if ledger is None:
         return LeafUsage(jobs=job_demands)
     return LeafUsage(allocation=ledger.non_slack, demand=dict(ledger.demand), revocable_allocation=dict(ledger.slack),
@@ -77,6 +81,8 @@ class _Prepared:
     leaves: list[str]
     given: TreeInput
     written: dict[str, tuple[Ledger | None, int]] = field(default_factory=dict)  # leaf -> its ledger, `changes`
+    # (`dominant`, `hdrf`) leaf -> its ledger, `changes` and jobs when last written to the engine
+    jobs_written: dict[str, tuple[Ledger | None, int, tuple[JobDemand, ...]]] = field(default_factory=dict)
     order: list[int] | None = None  # the engine's rows in path order (the event lists pools so)
     last: EntitlementsComputed | None = None  # what the engine gave last, while no leaf changed since
     held: list[tuple[str, Ledger]] | None = None  # the leaves with a ledger (`rt.ledgers`, in leaf order)
@@ -106,9 +112,21 @@ def _engine(state: AdmissionState, tree: str) -> _Prepared:
     engine, leaves, given = found.engine, found.leaves, found.given
     rt = state.runtime(tree)
     if given.policy in JOB_POLICIES:
+        # Only the leaves whose ledger or jobs moved get new numbers: the engine keeps what it
+        # derived from a leaf's jobs while the leaf keeps its tuple (`entitlement/memo.py`), and a
+        # new tuple of the same jobs would throw that away every cycle.
         jobs = _job_demands(rt)
+        ledgers = rt.ledgers
+        seen_jobs = found.jobs_written
         for leaf in leaves:
-            engine.set_usage(leaf, _usage(rt, leaf, jobs))
+            ledger = ledgers.get(leaf)
+            changes = 0 if ledger is None else ledger.changes
+            demands = tuple(JobDemand(j, d) for j, d in sorted(jobs.get(leaf, {}).items()))
+            seen = seen_jobs.get(leaf)
+            if seen is not None and seen[0] is ledger and seen[1] == changes and seen[2] == demands:
+                continue
+            engine.set_usage(leaf, _usage_with(ledger, demands))
+            seen_jobs[leaf] = (ledger, changes, demands)
         found.last = None
         return found
     ledgers = rt.ledgers
