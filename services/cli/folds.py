@@ -92,15 +92,8 @@ async def restore(log: EventLog, folder: ExplainingFolder, end: int) -> int:
         found = await log.read(seq, (), seq)
         return anchor is not None and len(found) == 1 and found[0].seq == seq and zlib.crc32(found[0].data) == anchor
 
-    class ReadOnly(ObjectStoreSnapshots):
-        """The snapshot store as it is: a reader makes no bucket (the services do)."""
-
-        async def _obs(self) -> object:
-            if self._store is None:
-                self._store = await self.js.object_store(self.bucket)
-            return self._store
-
-    snapshot, skipped = await load_newest(ReadOnly(JetStreamContext(nc), stream), "admission", at_most=end,
+    store = ObjectStoreSnapshots(JetStreamContext(nc), stream, read_only=True)
+    snapshot, skipped = await load_newest(store, "admission", at_most=end,
                                           anchored=anchored)
     for why in skipped:
         logger.info("snapshot passed over: %s", why)

@@ -89,7 +89,7 @@ async def prepare(log: Any, replicas: int = 1, say: Callable[[str], None] | None
     await raise_replicas(log.nc, f"KV_{LEASES}", copies, f"lease bucket {LEASES}", tell, why)
     if copies > 1:
         store = ObjectStoreSnapshots(log.nc.jetstream(), log.stream, replicas=copies)
-        await _settled(store._obs, copies, f"snapshot store {SNAPSHOTS}")
+        await _settled(store.opened, copies, f"snapshot store {SNAPSHOTS}")
         await raise_replicas(log.nc, f"OBJ_{SNAPSHOTS}", copies, f"snapshot store {SNAPSHOTS}", tell, why)
 
 

@@ -223,14 +223,18 @@ class MemorySnapshots:
 class ObjectStoreSnapshots:
     """Snapshots in a JetStream object store (`BUCKET`), names `<stream>.<service>.<seq>`."""
 
-    def __init__(self, js: Any, stream: str, bucket: str = BUCKET, replicas: int = 1) -> None:
+    def __init__(self, js: Any, stream: str, bucket: str = BUCKET, replicas: int = 1, *,
+                 read_only: bool = False) -> None:
         self.js = js
         self.stream = stream
         self.bucket = bucket
         self.replicas = replicas
+        self.read_only = read_only  # a reader (replay, time travel) makes no bucket: the services do
         self._store: Any = None
 
-    async def _obs(self) -> Any:
+    async def opened(self) -> Any:
+        """The bucket's object store, created (with `replicas`) if it does not exist yet, unless
+        `read_only` (then a missing bucket raises nats' `BucketNotFoundError`/`NotFoundError`)."""
         if self._store is None:
             from nats.js.api import ObjectStoreConfig, StorageType
             from nats.js.errors import BucketNotFoundError, NotFoundError
@@ -238,6 +242,8 @@ class ObjectStoreSnapshots:
             try:
                 self._store = await self.js.object_store(self.bucket)
             except (BucketNotFoundError, NotFoundError):
+                if self.read_only:
+                    raise
                 self._store = await self.js.create_object_store(self.bucket, config=ObjectStoreConfig(
                     description="poolwise: snapshots of the services' folded state",
                     storage=StorageType.FILE, replicas=self.replicas))
@@ -247,7 +253,7 @@ class ObjectStoreSnapshots:
         return f"{self.stream}.{service}.{seq}"
 
     async def save(self, service: str, seq: int, data: bytes) -> None:
-        obs = await self._obs()
+        obs = await self.opened()
         await obs.put(self._name(service, seq), data)
         for old in to_delete(await self.candidates(service), seq):
             try:
@@ -258,7 +264,7 @@ class ObjectStoreSnapshots:
     async def candidates(self, service: str) -> list[int]:
         from nats.js.errors import NotFoundError
 
-        obs = await self._obs()
+        obs = await self.opened()
         prefix = f"{self.stream}.{service}."
         try:
             infos: Sequence[Any] = await obs.list(ignore_deletes=True)
@@ -274,7 +280,7 @@ class ObjectStoreSnapshots:
     async def fetch(self, service: str, seq: int) -> bytes | None:
         from nats.js.errors import NotFoundError
 
-        obs = await self._obs()
+        obs = await self.opened()
         try:
             result = await obs.get(self._name(service, seq))
         except NotFoundError:

@@ -149,22 +149,13 @@ class NoLog(Exception):
     """The server has no poolwise stream to read."""
 
 
-class _Snapshots(ObjectStoreSnapshots):
-    """The server's snapshots, read only: a replay does not create the bucket when there is none."""
-
-    async def _obs(self) -> object:
-        if self._store is None:
-            self._store = await self.js.object_store(self.bucket)
-        return self._store
-
-
 async def _store_of(log: JetStreamLog) -> SnapshotStore | None:
     from nats.js import JetStreamContext
     from nats.js.errors import BucketNotFoundError, NotFoundError
 
-    store = _Snapshots(JetStreamContext(log.nc), log.stream)
+    store = ObjectStoreSnapshots(JetStreamContext(log.nc), log.stream, read_only=True)  # a replay makes no bucket
     try:
-        await store._obs()
+        await store.opened()
     except (BucketNotFoundError, NotFoundError):
         return None
     return store
