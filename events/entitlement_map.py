@@ -150,11 +150,12 @@ def fold_entitlements(current: Mapping[str, PoolEntitlement], event: _Folded) ->
         found = current
     else:
         found = EntitlementMap(current)
-    rows, lent, factors = found.rows, found.lent, found.factors
-    for path in event.removed:
+    rows, lent, factors, made = found.rows, found.lent, found.factors, found._made
+    for path in event.removed:  # (a deleted pool leaves nothing behind: pools come and go for months)
         rows.pop(path, None)
         lent.pop(path, None)
         factors.pop(path, None)
+        made.pop(path, None)
     capacity = event.capacity
     if capacity != found.capacity:
         found.capacity = dict(capacity)
@@ -182,7 +183,7 @@ class FoldedOver(Mapping[str, PoolEntitlement]):
     applied): the pools the events wrote, else `base`'s but the removed ones; lent pools
     computed with the events' factors where they give one, else `base`'s."""
 
-    __slots__ = ("_base", "_gone", "_top")
+    __slots__ = ("_base", "_gone", "_made", "_top")
 
     def __init__(self, base: EntitlementMap, events: Sequence[_Folded]) -> None:
         top = EntitlementMap()
@@ -191,8 +192,12 @@ class FoldedOver(Mapping[str, PoolEntitlement]):
             gone.update(event.removed)
             top = fold_entitlements(top, event)
         self._base, self._top, self._gone = base, top, gone
+        self._made: dict[str, PoolEntitlement] = {}  # lent pools computed (a cycle reads a pool once per gang)
 
     def __getitem__(self, path: str) -> PoolEntitlement:
+        made = self._made.get(path)
+        if made is not None:
+            return made
         top, base = self._top, self._base
         if path in top.rows:
             row, lent = top.rows[path], top.lent.get(path)
@@ -204,7 +209,8 @@ class FoldedOver(Mapping[str, PoolEntitlement]):
             return row
         group = group_of(path)
         factor = top.factors[group] if group in top.factors else base.factors.get(group, _NO_FACTOR)
-        return lent_pool(row, lent, factor, top.capacity)
+        pool = self._made[path] = lent_pool(row, lent, factor, top.capacity)
+        return pool
 
     def get(self, path: str, default: Any = None) -> Any:
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -82,19 +81,17 @@ async def restore(log: EventLog, folder: ExplainingFolder, end: int) -> int:
     """Load admission's newest usable snapshot at or before `end`: its position (0: none)."""
     from nats.js import JetStreamContext
 
+    from services.common.folding import anchored_on
     from services.common.snapshots import ObjectStoreSnapshots, load_newest
 
     nc, stream = getattr(log, "nc", None), getattr(log, "stream", None)
     if nc is None or not isinstance(stream, str):
         return 0
 
-    async def anchored(seq: int, anchor: int | None) -> bool:
-        found = await log.read(seq, (), seq)
-        return anchor is not None and len(found) == 1 and found[0].seq == seq and zlib.crc32(found[0].data) == anchor
 
     store = ObjectStoreSnapshots(JetStreamContext(nc), stream, read_only=True)
     snapshot, skipped = await load_newest(store, "admission", at_most=end,
-                                          anchored=anchored)
+                                          anchored=anchored_on(log))
     for why in skipped:
         logger.info("snapshot passed over: %s", why)
     if snapshot is None:

@@ -58,6 +58,7 @@ from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.snapshots import (
+    Anchored,
     Snapshot,
     SnapshotPolicy,
     SnapshotStore,
@@ -294,11 +295,7 @@ class Warm:
 
 async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
     """Load the newest usable snapshot into `folder`: the position it was taken at (0: none)."""
-    async def anchored(seq: int, anchor: int | None) -> bool:
-        found = await log.read(seq, (), seq)
-        return anchor is not None and len(found) == 1 and found[0].seq == seq and zlib.crc32(found[0].data) == anchor
-
-    snapshot, skipped = await load_newest(snapshots, folder.service, anchored=anchored)
+    snapshot, skipped = await load_newest(snapshots, folder.service, anchored=anchored_on(log))
     for why in skipped:
         logger.warning("snapshot passed over: %s", why)
     if snapshot is None:
@@ -314,6 +311,16 @@ async def anchor_of(log: EventLog, seq: int) -> int | None:
     """CRC-32 of the log's message at `seq` (what a snapshot at `seq` is anchored to)."""
     found = await log.read(seq, (), seq)
     return zlib.crc32(found[0].data) if len(found) == 1 and found[0].seq == seq else None
+
+
+def anchored_on(log: EventLog) -> Anchored:
+    """Whether a snapshot taken at `seq` with `anchor` is of this log: its message at `seq` is
+    the one the snapshot was anchored to (`anchor_of`)."""
+
+    async def anchored(seq: int, anchor: int | None) -> bool:
+        return anchor is not None and await anchor_of(log, seq) == anchor
+
+    return anchored
 
 
 def take_snapshot(folder: Folder, folded: int) -> Awaitable[bytes]:

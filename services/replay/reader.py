@@ -29,12 +29,12 @@ names each start (`Report.starts`, 0: from the start).
 from __future__ import annotations
 
 import time
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 
+from services.common.folding import anchored_on
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot, SnapshotStore, load_newest
 from services.replay.progress import OnProgress, Progress
@@ -63,14 +63,11 @@ async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int
     if store is None:
         return [], ["no snapshots on this server"]
 
-    async def anchored(seq: int, anchor: int | None) -> bool:
-        found = await log.read(seq, (), seq)
-        return anchor is not None and len(found) == 1 and found[0].seq == seq and zlib.crc32(found[0].data) == anchor
 
     found: list[Snapshot] = []
     passed_over: list[str] = []
     for service in SERVICES:
-        snapshot, skipped = await load_newest(store, service, at_most=from_seq, anchored=anchored)
+        snapshot, skipped = await load_newest(store, service, at_most=from_seq, anchored=anchored_on(log))
         passed_over += skipped
         if snapshot is not None:
             found.append(snapshot)
