@@ -78,16 +78,18 @@ class AdmissionFolder:
             return []
         if type(envelope.event) is PoolDeleted:  # its counts go with it (services.common.metrics)
             metrics.TALLIES.pool_deleted(envelope.event.tree, envelope.event.path)
-        out = self._step(envelope, seq, part, last)
-        if tracing.ON:  # contexts carried from the submitters to the cycles' spans
-            if envelope.trace is not None:  # (an input never ends a gang: admission's decisions do)
-                self.traces.see(envelope)
-            if out:
-                if not CYCLE.ran:
-                    self.traces.see_all(out)  # (a gang finished)
-                elif tracing.LIVE:
-                    out = tracing.decided(out, CYCLE.took, self.traces)
-        CYCLE.ran = False
+        try:
+            out = self._step(envelope, seq, part, last)
+            if tracing.ON:  # contexts carried from the submitters to the cycles' spans
+                if envelope.trace is not None:  # (an input never ends a gang: admission's decisions do)
+                    self.traces.see(envelope)
+                if out:
+                    if not CYCLE.ran:
+                        self.traces.see_all(out)  # (a gang finished)
+                    elif tracing.LIVE:
+                        out = tracing.decided(out, CYCLE.took, self.traces)
+        finally:  # (a step that raised ran no cycle the next one could be taken for)
+            CYCLE.ran = False
         return out
 
     def _step(self, envelope: Envelope, seq: int, part: int, last: bool) -> list[Envelope]:

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any
 
 import anyio
@@ -49,7 +50,8 @@ ROWS = 400  # gangs shown in all
 class View:
     """One refresh's answers, as the API serves them."""
 
-    refreshed: float = 0.0  # time.time() of the refresh (0: none yet)
+    refreshed: float = 0.0  # time.time() of the refresh (0: none yet), as shown
+    taken: float = -inf  # time.monotonic() of the refresh: what its age is measured by (a clock set back stops nothing)
     log_seq: int | None = None  # the log's last position when refreshed
     trees: list[dict[str, Any]] = field(default_factory=list)  # tree_list
     pools: dict[str, Any] = field(default_factory=dict)  # admission's `pools` answer
@@ -82,7 +84,7 @@ class Source:
 
     async def current(self) -> View:
         """The cached view, refreshed first (waiting at most `WAIT`) when older than `every`."""
-        if time.time() - self.view.refreshed >= self.every:
+        if time.monotonic() - self.view.taken >= self.every:
             fresh = self._fresh
             self._wanted.set()
             with anyio.move_on_after(WAIT):
@@ -110,18 +112,18 @@ class Source:
         `every` seconds."""
         key = (tree, gang)
         cached = self._explains.get(key)
-        if cached is not None and time.time() - cached[0] < self.every:
+        if cached is not None and time.monotonic() - cached[0] < self.every:
             return cached[1]
         async with self._asking:
             reply = await self._ask("admission", "explain", {"gang": gang, "tree": tree})
-        self._explains[key] = (time.time(), reply)
+        self._explains[key] = (time.monotonic(), reply)
         self._explains.move_to_end(key)
         while len(self._explains) > EXPLAIN_CACHE:
             self._explains.popitem(last=False)
         return reply
 
     async def _refresh(self) -> View:
-        view = View(refreshed=time.time(), timeline=self.view.timeline)
+        view = View(refreshed=time.time(), taken=time.monotonic(), timeline=self.view.timeline)
         try:
             await self._connected()
         except (OSError, ConnectionError, TimeoutError, Unanswered) as exc:
