@@ -507,13 +507,15 @@ async def explain_answers(nc: Any, gang: str, timeout: float) -> dict[str, Any]:
 # --- one size -------------------------------------------------------------------------------------
 
 
-async def soak_one(gangs: int, shape: Shape, log: Any = None) -> SizeResult:
-    """The whole soak at one history size (module doc, steps 1-7)."""
+async def soak_one(gangs: int, shape: Shape, log: Any = None, keep: Path | None = None) -> SizeResult:
+    """The whole soak at one history size (module doc, steps 1-7). With `keep`, only steps 1-4,
+    the server's store left in `keep` (`EmbeddedNats(keep)` serves it again): a history to replay
+    again and again (`python -m bench.soak --keep DIR GANGS`)."""
     say = log or (lambda text: None)
     result = SizeResult(gangs=gangs)
     with tempfile.TemporaryDirectory(prefix="poolwise-soak-") as tmp:
         root = Path(tmp)
-        async with EmbeddedNats(root / "server") as server, anyio.create_task_group() as tg:
+        async with EmbeddedNats(keep or root / "server") as server, anyio.create_task_group() as tg:
             url = server.url
             start = time.time()
             setup = await JetStreamLog.connect(url)
@@ -549,6 +551,8 @@ async def soak_one(gangs: int, shape: Shape, log: Any = None) -> SizeResult:
                 result.rss_run = up.rss()
                 say(f"soak {gangs:,}: {result.messages:,} messages in {result.generate_s:.0f} s; "
                     f"RSS {_mb(result.rss_run)}; replaying")
+                if keep is not None:
+                    return result
 
                 replay = await anyio.to_thread.run_sync(run_replay, url, shape.timeout * 2)
                 report = replay["report"]
@@ -614,6 +618,11 @@ async def soak(sizes: Sequence[int], shape: Shape | None = None, log: Any = None
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--keep"]:  # --keep DIR GANGS: make one history and keep its server's store in DIR
+        kept = anyio.run(lambda: soak_one(int(argv[2]), Shape(), lambda t: print(t, file=sys.stderr),
+                                          Path(argv[1])), backend="asyncio")
+        print(json.dumps(asdict(kept), indent=2))
+        return
     sizes = [int(s) for s in (argv[0] if argv else "2000,4000").split(",")]
     results = anyio.run(lambda: soak(sizes, log=lambda t: print(t, file=sys.stderr)), backend="asyncio")
     print(json.dumps([asdict(r) | {"replay_events_per_s": r.replay_events_per_s} for r in results], indent=2))
