@@ -9,12 +9,15 @@ runs it, then `poolwise bench soak --quick`)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import anyio
 import pytest
 from typer.testing import CliRunner
 
-from bench.soak import FAILOVER_GOAL_S, RATIO_GOAL, RESTART_GOAL_S, Shape, SizeResult, soak
+from bench.soak import FAILOVER_GOAL_S, RATIO_GOAL, RESTART_GOAL_S, Shape, SizeResult, set_niceness, soak
 from bench.suite import EXTRA, NAMES, soak_figures, soak_rows
 from services.cli.main import app
 
@@ -73,12 +76,35 @@ def test_bad_sizes_are_refused(args: list[str], said: str) -> None:
     assert said in result.output
 
 
+def _thread_niceness(pid: int) -> list[int]:
+    return [int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+            for task in Path(f"/proc/{pid}/task").iterdir()]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
+def test_set_niceness_reaches_every_thread_of_a_process() -> None:
+    # a service's threads made before it lowered its own niceness keep theirs: each is set
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"1"
+        assert len(_thread_niceness(child.pid)) == 2
+        assert set_niceness(child.pid, 7)  # raising a niceness needs no privileges
+        assert _thread_niceness(child.pid) == [7, 7]
+    finally:
+        child.kill()
+        child.wait()
+    assert not set_niceness(child.pid, 7)  # gone
+
+
 @pytest.mark.nats
 @pytest.mark.skipif(os.environ.get("POOLWISE_SOAK") != "1", reason="about a minute: set POOLWISE_SOAK=1 (just soak)")
 @pytest.mark.timeout(300)
 def test_a_tiny_soak_gives_every_figure() -> None:
     shape = Shape(per_round=100, window=3, timeout=120.0)
-    results = anyio.run(lambda: soak([300, 600], shape), backend="asyncio")
+    heard: list[int] = []
+    results = anyio.run(lambda: soak([300, 600], shape, each=lambda r: heard.append(r.gangs)), backend="asyncio")
+    assert heard == [300, 600]
     for r in results:
         assert r.messages > r.gangs and r.replay_events > r.messages
         assert r.replay_ok, r.notes
