@@ -14,7 +14,9 @@ ones. Scenario runs switch the clock off and publish their own ticks.
 
 from __future__ import annotations
 
+import sys
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -25,6 +27,7 @@ from anyio.abc import TaskStatus
 from events import ClockTicked, Envelope, at_seconds, derived_id
 from services.admission.domain.state import trees_ticked
 from services.admission.folder import SUBJECTS, AdmissionFolder
+from services.admission.held_trees import HeldTreesFolder, WhenSettled
 from services.admission.queries import ExplainingFolder, serve_queries
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
@@ -107,7 +110,8 @@ class Clock:
                     await anyio.sleep(MIN_CYCLE_INTERVAL - since)
                 await self.tick()
 
-    async def tick(self) -> None:
+    async def tick(self, names: list[str] | None = None) -> None:
+        """One tick (per tree held: those due, or `names`)."""
         state = self.folder.state
         now = max(time.time(), state.now)
         if self.trees is None:
@@ -115,7 +119,7 @@ class Clock:
                 rt.dirty = False
             ticks = [ClockTicked()]
         else:
-            ticks = [ClockTicked(tree=name) for name in self._held_due(now)]
+            ticks = [ClockTicked(tree=name) for name in (self._held_due(now) if names is None else names)]
             if not ticks:
                 return
         self.count += 1
@@ -144,6 +148,31 @@ class Clock:
         return sorted(names)
 
 
+async def follow_held(trees: TreeLeases, folder: HeldTreesFolder, ticker: Clock | None) -> None:
+    """Keep `folder.held` the trees whose lease is held, and say on stderr what the instance has
+    decided and read at each change. A tree taken over while the fold waits for its cycle gets a
+    tick: its cycle is decided at the next message folded, and on a quiet log nothing else comes."""
+    while True:
+        held = trees.held()
+        if held != folder.held:
+            folder.held = held
+            print(work_line(folder), file=sys.stderr, flush=True)
+            waiting = sorted(folder.waiting_trees() & held)
+            if waiting and ticker is not None:
+                await ticker.tick(waiting)
+        with anyio.move_on_after(0.5):  # (a change while ticking is seen at the next look)
+            await trees.changed()
+
+
+def work_line(folder: HeldTreesFolder) -> str:
+    """What an instance deciding per tree has done so far: cycles decided here and read from the log."""
+    def counts(counter: Counter[str]) -> str:
+        return ", ".join(f"{tree} {n}" for tree, n in sorted(counter.items())) or "none"
+
+    return (f"poolwise: admission cycles decided here: {counts(folder.decided)}; "
+            f"read from the log: {counts(folder.read)}")
+
+
 def standby() -> Warm:
     """What a standby instance folds while another leads (`run_as_leader`): admission's folder
     with explain's notes, handed to `serve_admission(warm=...)` when it takes over."""
@@ -155,10 +184,14 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
                           trees: TreeLeases | None = None,
                           task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
     """Admission on `log`; `warm`: a standby's fold, caught up already (it decides from there);
-    `trees`: an instance deciding per tree (`services.common.tree_gate`): it ticks and answers
-    queries for the trees it holds (its log keeps the others' decisions back)."""
+    `trees`: an instance deciding per tree (`services.common.tree_gate`): it decides the cycles of
+    the trees it holds and reads the others' from the log (`services.admission.held_trees`), ticks
+    them, and answers queries (its log keeps the others' decisions back)."""
     if warm is not None:
         folder = cast(ExplainingFolder, warm.folder).inner
+    held: HeldTreesFolder | None = None
+    if trees is not None and folder is None:
+        folder = held = HeldTreesFolder()
     folder = folder or AdmissionFolder()
     store = None
     if data_dir is not None:
@@ -173,15 +206,23 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
     ticker = Clock(log, folder, trees) if clock else None
     # the same folder, keeping what `explain` needs
     explaining = cast(ExplainingFolder, warm.folder) if warm is not None else ExplainingFolder(folder)
+    snapshots = policy_for(log, "admission")
+    if held is not None:
+        # explain's notes of the cycles read from the log (what a cycle tells explain carries no time)
+        held.on_applied = lambda decision: explaining.history.observe(decision.event, 0.0)
+        if snapshots is not None:
+            snapshots = WhenSettled.of(snapshots, held.settled)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(
-                log, explaining, SUBJECTS, durable="admission", store=store, snapshots=policy_for(log, "admission"),
+                log, explaining, SUBJECTS, durable="admission", store=store, snapshots=snapshots,
                 warm=warm, on_batch=ticker.on_batch if ticker else None, task_status=task_status))
             if ticker is not None:
                 tg.start_soon(ticker.run)
                 if trees is not None:
                     tg.start_soon(ticker.follow_leases)
+            if held is not None and trees is not None:
+                tg.start_soon(follow_held, trees, held, ticker)
             nc = getattr(log, "nc", None)
             if nc is not None and trees is not None:  # per tree: while a tree is held
                 tg.start_soon(while_holding, trees, partial(serve_queries, nc, explaining))

@@ -72,6 +72,21 @@ class CycleOrder(Generic[T]):
         """How many decisions wait for their cycle's trigger."""
         return sum(len(decisions) for decisions in self._early.values())
 
+    def waiting(self) -> list[tuple[str, int]]:
+        """The cycles started and not read whole yet, as (tree, trigger): they share one trigger,
+        since what comes after it is held."""
+        return list(self._open)
+
+    def settle(self, key: tuple[str, int]) -> list[T]:
+        """The open cycle `key` was decided and applied by the caller: what was read of it is set
+        aside, and what was held goes on (once no other cycle is open). For a reader that decides
+        some trees itself (`services/admission/held_trees.py`): the cycle of a tree it takes over
+        mid-way is decided where its fold stands, at that cycle's trigger, as its holder did."""
+        self._open[key] = []
+        out: list[T] = []
+        self._apply(key, out)
+        return out
+
     def feed(self, envelope: Envelope, seq: int, last: bool = True) -> list[T]:
         """One event of the log, at `seq` (`last`: the last event of its message); returns what
         folding it (and whatever it released) led to, in order."""

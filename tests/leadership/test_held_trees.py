@@ -1,0 +1,90 @@
+"""An admission instance deciding per tree (`services.admission.held_trees.HeldTreesFolder`) decides
+the cycles of the trees it holds and reads the others' from the log, and whatever it holds, and
+whenever its trees change (a tree taken over while its cycle waits: its holder published part of
+it, or none), it decides exactly what one service-wide instance decided: every decision it makes
+is in the log with the same id and content, and its fold ends in the same state.
+
+The logs are test_interleavings' random ones (three trees, one configured late; packs that start
+cycles, ticks naming a tree or none, timeouts, task reports, cancels, preemptions; admission's
+decisions landing late, in batches, sometimes out of order), folded in random batch cuts while
+the trees held change at random."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from events import CycleCompleted, Envelope, decode_all, event_class
+from services.admission.held_trees import HeldTreesFolder
+from services.common.folding import fold_batch
+from services.common.log import Stored
+from tests.admission.builders import without_slot_waits
+from tests.admission.test_interleavings import TREES, _random_log
+
+
+def recorded(messages: list[Stored]) -> dict[str, Envelope]:
+    return {e.id: e for stored in messages for e in decode_all(stored.data)}
+
+
+def admission_cycles(messages: list[Stored]) -> dict[str, int]:
+    """How many admission cycles of each tree the log closes."""
+    counts: dict[str, int] = {}
+    for envelope in recorded(messages).values():
+        event = envelope.event
+        if event_class(event) is CycleCompleted and envelope.source == "admission":
+            assert isinstance(event, CycleCompleted)
+            counts[event.tree] = counts.get(event.tree, 0) + 1
+    return counts
+
+
+def same(made: Envelope, found: Envelope) -> bool:
+    return (made.basis, made.source, made.event.model_dump(mode="json")) == (
+        found.basis, found.source, found.event.model_dump(mode="json"))
+
+
+@pytest.mark.parametrize("out_of_order", [False, True], ids=["in-order", "out-of-order"])
+def test_deciding_the_trees_held_and_reading_the_others_decides_what_one_instance_did(out_of_order: bool) -> None:
+    taken_over = 0
+    for seed in range(25):
+        log = _random_log(seed, out_of_order)
+        messages = log.messages
+        found = recorded(messages)
+        rng = random.Random(seed)
+        folder = HeldTreesFolder()
+        folder.held = frozenset(rng.sample(TREES, rng.randint(0, len(TREES))))
+        folded = 0
+        while folded < len(messages):
+            end = min(len(messages), folded + rng.randint(1, 12))
+            waiting = folder.waiting_trees()
+            if rng.random() < 0.3:  # trees taken over (some while their cycle waits) and given away
+                folder.held = frozenset(rng.sample(TREES, rng.randint(0, len(TREES))))
+            taking = waiting & folder.held
+            if taking:  # as if their holder died: decided at the next message, not read from the log
+                end = folded + 1
+                taken_over += 1
+            result = fold_batch(folder, messages[folded:end], folded)
+            folded = result.last_seq
+            for made in result.decisions:
+                assert made.id in found, (seed, made.event.type, made.basis)
+                assert same(made, found[made.id]), (seed, made.id)
+            closed = {made.event.tree for made in result.decisions if isinstance(made.event, CycleCompleted)}
+            assert taking <= closed, (seed, taking, closed)
+        assert folder.settled(), seed
+        assert without_slot_waits(folder.state) == without_slot_waits(log.admission.state), seed
+        # every cycle of the log was decided here or read from it, once
+        decided_or_read = {tree: folder.decided[tree] + folder.read[tree] for tree in TREES}
+        for tree, count in admission_cycles(messages).items():
+            assert decided_or_read[tree] >= count, (seed, tree)
+    assert taken_over > 5  # (the takeover of a waiting cycle was exercised)
+
+
+def test_an_instance_decides_no_cycle_of_a_tree_it_does_not_hold() -> None:
+    log = _random_log(7, out_of_order=False)
+    folder = HeldTreesFolder()
+    folder.held = frozenset({"default"})
+    fold_batch(folder, log.messages, 0)
+    assert set(folder.decided) <= {"default"}
+    assert folder.decided["default"] > 0
+    assert set(folder.read) - {"default"}  # the other trees' cycles were read from the log
+    assert folder.settled()
