@@ -4,8 +4,9 @@
 
 Admission's folder (`AdmissionFolder`, the shell `run_folder` drives) folds `GANGS` gangs of
 `bench.workload` (100 leaves, every gang fits), a clock tick after every 100 (a cycle each),
-each step inside `tracing.live()` as a live batch is, its decisions counted as `run_folder` counts
-them (`metrics.published`, `metrics.decisions_stored`) when recording. Four ways, alternating
+each 100 gangs and their tick a batch inside `tracing.live(service, events)` as `run_folder` folds
+one (with its `fold batch` span), its decisions counted as `run_folder` counts them
+(`metrics.published`, `metrics.decisions_stored`) when recording. Four ways, alternating
 round after round (a fresh fold each time; the best round of each is reported, and every round),
 and, in rounds of their own, the CPU time spent inside the metrics' and tracing's calls (their
 cost apart from the fold's, less sensitive to what else loads the machine):
@@ -31,7 +32,7 @@ from typing import Any
 
 from bench.submitter import carried, sampled
 from bench.workload import Workload, config_events, envelope, gang_events
-from events import ClockTicked
+from events import ClockTicked, Envelope
 from services.admission.folder import AdmissionFolder
 from services.common import metrics, tracing
 
@@ -81,13 +82,14 @@ def one_round(gangs: int, mode: str, attributed: Attributed | None = None) -> fl
     for event in config_events(w):
         seq += 1
         folder.step(envelope(event, f"c{seq}", 1.7e9), seq)
-    inputs = []
+    batches: list[list[Envelope]] = [[]]  # a batch a cycle: CYCLE_EVERY gangs, then the tick
     for index, event in enumerate(gang_events(w)):
         sent = envelope(event, f"g{index}", 1.7e9 + index * 1e-3)
         traced = ratio is not None and sampled(index, ratio)  # (the SDK carries sampled contexts only)
-        inputs.append(sent.model_copy(update={"trace": carried(index, ratio)}) if traced and ratio else sent)
+        batches[-1].append(sent.model_copy(update={"trace": carried(index, ratio)}) if traced and ratio else sent)
         if (index + 1) % CYCLE_EVERY == 0:
-            inputs.append(envelope(ClockTicked(), f"t{index}", 1.7e9 + index * 1e-3))
+            batches[-1].append(envelope(ClockTicked(), f"t{index}", 1.7e9 + index * 1e-3))
+            batches.append([])
     provider = _provider(ratio) if ratio is not None else None
     metrics.reset()
     metrics.RECORDING = mode != "off"
@@ -103,11 +105,15 @@ def one_round(gangs: int, mode: str, attributed: Attributed | None = None) -> fl
         metrics.cycle_took = attributed.wrap(patched[3])
     try:
         began = time.process_time()
-        for sent in inputs:
-            seq += 1
+        for batch in batches:
             arrived = time.perf_counter()
-            with tracing.live():
-                decided = folder.step(sent, seq)
+            decided: list[Envelope] = []
+            with tracing.live(folder.service, len(batch)) as current:  # (as `run_folder` folds a batch)
+                for sent in batch:
+                    seq += 1
+                    decided += folder.step(sent, seq)
+                if current is not None:
+                    current.set_attribute("decisions", len(decided))
             if decided and metrics.RECORDING:
                 stored(folder.service, [(arrived, len(decided))], time.perf_counter())
                 published(folder.service, decided, folder)

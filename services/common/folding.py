@@ -66,7 +66,6 @@ from services.common.snapshots import (
     code_fingerprint,
     load_newest,
 )
-from services.common.tracing import span
 
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
     from projections.store import ProjectionStore
@@ -442,9 +441,10 @@ async def run_folder(
             await idle.wait()
             pickled = take_snapshot(folder, folded)
             tg.start_soon(save_snapshot, snapshots, log, folder.service, folded, folder.now, pickled)
-        with span("fold batch", service=folder.service, events=len(batch)) as current, gc_paused(), tracing.live():
+        with tracing.live(folder.service, len(batch)) as current, gc_paused():  # (its span: while a provider records)
             result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
-            current.set_attribute("decisions", len(result.decisions))
+            if current is not None:
+                current.set_attribute("decisions", len(result.decisions))
         folded = result.last_seq
         watched.folded = folded
         watched.events += len(batch)

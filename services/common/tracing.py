@@ -6,8 +6,9 @@ decided it, to any preemption of its tasks.
   `tracestate`) in the envelope's `trace` field and in the message's NATS headers (`producing`).
 - **Admission** remembers the sampled context of each gang it folds (`GangTraces`, keyed by tree
   and gang, dropped when the gang ends, never more than `GangTraces.LIMIT`). A cycle that decides
-  anything is one span (`admission cycle`, a child of the batch's `fold batch` span) with a link to
-  each sampled gang it decided; each such gang gets a short span in its own trace (`admission
+  anything is one span (`admission cycle`, a child of the batch's `fold batch` span, or, in a batch
+  the sampler left out, of the first sampled gang's enqueue; none when neither is sampled) with a
+  link to each sampled gang it decided; each such gang gets a short span in its own trace (`admission
   GangAdmitted`, ...: a child of its enqueue span, linked to the cycle), and the decision's
   envelope carries that span's context (`decided`).
 - **Preemption** remembers the gangs' contexts from their enqueue and from admission's
@@ -17,9 +18,10 @@ Cost: nothing unless a provider is configured (`ON` is False: one flag read per 
 made only while a service folds a live batch (`LIVE`, set by `services.common.folding.run_folder`),
 not while it rebuilds or stands by, and only for gangs whose enqueue was sampled: the sampler
 (`OTEL_TRACES_SAMPLER`/`_ARG`, or `POOLWISE_TRACE_RATIO`) decides at the submitter, and the
-services follow (parent-based). An SDK span costs 60-100 µs on the 2-core machine (loaded), so
-there is one per cycle and one per sampled gang, none per unsampled one (measured:
-docs/performance.md, "Metrics on and off (issue 20)").
+services follow (parent-based). A recorded SDK span costs 30-100 µs on the 2-core machine, an
+unsampled one 5-13: so a batch has one span (started, not made current), a cycle one only when
+it is recorded, a sampled gang one, an unsampled gang none (measured: docs/performance.md,
+"Metrics on and off (issue 20)").
 
 Determinism: contexts are carried, never read by a decision. A decision's `trace` differs
 between the live run and a replay (a replay makes no spans); `poolwise replay --verify` ignores
@@ -42,6 +44,7 @@ from events import Envelope
 
 ON = False  # a provider of poolwise's records spans (`configure`, `install`): the folders remember contexts
 LIVE = False  # a service is folding a live batch (`run_folder`): spans are made only then
+BATCH: Span | None = None  # that batch's span (`live(service)`), the parent of its cycles' spans
 _installed: trace.Tracer | None = None
 _provider: Any = None  # the provider `configure` made (flushed by `flush`)
 _configured = False
@@ -141,8 +144,8 @@ def install(provider: Any) -> None:
 
 def uninstall() -> None:
     """Back to no spans (a test's end)."""
-    global ON, LIVE, _installed
-    _installed, ON, LIVE = None, False, False
+    global ON, LIVE, BATCH, _installed
+    _installed, ON, LIVE, BATCH = None, False, False, None
 
 
 @cache
@@ -170,14 +173,31 @@ def span(name: str, **attributes: Any) -> Iterator[Span]:
 
 
 @contextmanager
-def live() -> Iterator[None]:
-    """A live batch is folded (`run_folder`): its cycles and preemptions make spans."""
-    global LIVE
-    LIVE = ON
+def live(service: str | None = None, events: int = 0) -> Iterator[Span | None]:
+    """A live batch is folded (`run_folder`): its cycles and preemptions make spans. With `service`,
+    the batch's own span (`fold batch`, the parent of its cycles' spans), yielded; None while no
+    provider of poolwise's records.
+
+    The batch's span is started, not made current (no context attached and detached per batch),
+    and the cycles name it as their parent: 13 -> about 6 µs per batch at a 1% sampler, which a
+    trickle pays per gang. An unsampled batch makes no cycle span at all unless the cycle decided
+    a sampled gang (`decided`): a parent-based sampler would not record it."""
+    global LIVE, BATCH
+    made = None
+    if ON and service is not None:
+        made = tracer().start_span("fold batch", attributes={"service": service, "events": events})
+    LIVE, BATCH = ON, made
     try:
-        yield
+        yield made
+    except BaseException as exc:
+        if made is not None and made.is_recording():
+            made.record_exception(exc)
+            made.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        raise
     finally:
-        LIVE = False
+        LIVE, BATCH = False, None
+        if made is not None:
+            made.end()
 
 
 # --- carrying a context ---------------------------------------------------------------------------
@@ -290,33 +310,47 @@ class GangTraces:
 
 def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[Envelope]:
     """An admission cycle's decisions (`took` seconds of wall time, ending now), while `LIVE`: the
-    cycle's span, linked to each sampled gang it decided; a span per such gang in the gang's trace
-    (linked to the cycle), whose context the decision then carries. Returns the envelopes (those
-    of traced gangs copied with their context)."""
-    end = time_ns()
-    start = end - int(took * 1e9)
+    cycle's span (a child of the batch's, or of the first sampled gang's enqueue when the batch is
+    not sampled), linked to each sampled gang it decided; a span per such
+    gang in the gang's trace (linked to the cycle), whose context the decision then carries.
+    Returns the envelopes (those of traced gangs copied with their context).
+
+    Unsampled work is skipped at once: the decisions are looked into only while sampled gangs are
+    remembered, a cycle of an unsampled batch that decided no sampled gang makes no span (6.5 µs a
+    cycle), and its attributes are counted only when it records."""
     parents: list[tuple[int, SpanContext]] = []
-    count = 0
     remembered = gangs.found
-    for index, envelope in enumerate(envelopes):
-        event: Any = envelope.event
-        kind = event.type
-        if kind in DECIDED:
-            count += 1
-            if remembered:
+    if remembered:
+        for index, envelope in enumerate(envelopes):
+            event: Any = envelope.event
+            kind = event.type
+            if kind in DECIDED:
                 carried = remembered.get((event.tree, event.gang))  # (only sampled ones are kept)
                 found = context_of(carried) if carried is not None else None
                 if found is not None:
                     parents.append((index, found))
-        elif kind in ENDS and remembered:
-            remembered.pop((event.tree, event.gang), None)
+            elif kind in ENDS:
+                remembered.pop((event.tree, event.gang), None)
+    batch = BATCH
+    parent: Any = None  # (the current context: a test's, a bench's)
+    if batch is not None:
+        if batch.is_recording():
+            parent = trace.set_span_in_context(batch)
+        elif not parents:
+            return envelopes
+        else:  # in the first sampled gang's trace, so that it is recorded and the gangs' links lead to it
+            parent = trace.set_span_in_context(NonRecordingSpan(parents[0][1]))
+    end = time_ns()
+    start = end - int(took * 1e9)
     use = tracer()
-    first: Any = envelopes[0].event if envelopes else None
-    cycle = use.start_span("admission cycle", start_time=start, links=[Link(c) for _, c in parents],
-                           attributes={"poolwise.decisions": len(envelopes), "poolwise.gangs_decided": count,
-                                       "poolwise.gangs_traced": len(parents),
-                                       "poolwise.basis": envelopes[0].basis or 0 if envelopes else 0,
-                                       "poolwise.tree": getattr(first, "tree", None) or ""})
+    cycle = use.start_span("admission cycle", context=parent, start_time=start, links=[Link(c) for _, c in parents])
+    if cycle.is_recording():
+        first: Any = envelopes[0].event if envelopes else None
+        cycle.set_attributes({"poolwise.decisions": len(envelopes),
+                              "poolwise.gangs_decided": sum(1 for e in envelopes if e.event.type in DECIDED),
+                              "poolwise.gangs_traced": len(parents),
+                              "poolwise.basis": envelopes[0].basis or 0 if envelopes else 0,
+                              "poolwise.tree": getattr(first, "tree", None) or ""})
     cycle.end(end_time=end)
     if not parents:
         return envelopes

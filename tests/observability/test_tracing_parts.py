@@ -124,6 +124,35 @@ def test_a_cycle_makes_spans_only_for_sampled_gangs_and_only_live(spans: InMemor
     assert spans.get_finished_spans() == ()
 
 
+def test_an_unsampled_batch_makes_a_cycle_span_only_for_a_sampled_gang() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))  # batches (roots) left out, sampled parents followed
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        folder = AdmissionFolder()
+        _fold(folder, *_tree())
+        _fold(folder, _gang("bare", "/a"))
+        with tracing.live("admission", 1) as batch:
+            assert batch is not None and not batch.is_recording()
+            _fold(folder, ClockTicked())
+        assert exporter.get_finished_spans() == ()  # no cycle span: it would not be recorded
+        _fold(folder, _gang("sampled", "/b"), trace={"traceparent": SAMPLED})
+        with tracing.live("admission", 1):
+            decided = _fold(folder, ClockTicked())
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        assert set(spans) == {"admission cycle", "admission GangAdmitted"}
+        cycle, gang = spans["admission cycle"], spans["admission GangAdmitted"]
+        assert cycle.parent is not None and cycle.parent.span_id == 0xb7ad6b7169203331  # in the gang's trace
+        assert cycle.attributes is not None and cycle.attributes["poolwise.gangs_traced"] == 1
+        assert [link.context.span_id for link in gang.links] == [cycle.context.span_id]
+        assert [e.trace is not None for e in decided if e.type == "GangAdmitted"] == [True]
+    finally:
+        tracing.uninstall()
+
+
 def test_nothing_is_remembered_or_carried_with_tracing_off() -> None:
     assert not tracing.ON
     folder = AdmissionFolder()
