@@ -37,12 +37,20 @@ class PoolsQuery(Frozen):
     """Every pool of `tree` (every tree: None) with its numbers per kind (entitlements,
     allocation, demand, reservation, limit: `pool_numbers`), and each leaf's four queues: their
     lengths and their first `heads` gangs in queue order, at most `rows` gangs in all (the
-    dashboard's view: services/dashboard)."""
+    dashboard's view: services/dashboard).
+
+    A page (`limit` set, or `after`): of each tree, the first `limit` pools in path order after
+    the path `after` (None: from the first), with the queues of the leaves among them (the gangs
+    the `rows` of the whole tree give them), and the tree's `next` (the `after` of the next page;
+    None: the last) and `total` (its pools): a tree too large for one reply (about 1,200 pools of
+    4 kinds fill NATS's 1 MiB) is read page by page."""
 
     op: Literal["pools"] = "pools"
     tree: str | None = None
     heads: int = Field(default=10, ge=0, le=DEFAULT_LIMIT)
     rows: int = Field(default=400, ge=0, le=DEFAULT_LIMIT)
+    after: str | None = None
+    limit: int | None = Field(default=None, ge=1)
 
 
 QUERIES: dict[str, type[Frozen]] = {"gangs": GangsQuery, "explain": ExplainQuery, "pools": PoolsQuery}

@@ -14,6 +14,7 @@ observes every event folded and every decision made, on rebuild as live.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from contextlib import suppress
 from functools import partial
 from typing import Any
@@ -25,7 +26,9 @@ from events import Envelope, event_class
 from events.commands import Reply
 from services.admission.commands import QUERIES, SERVICE, ExplainQuery, GangsQuery, PoolsQuery
 from services.admission.domain.cycle_order import is_cycle_decision
-from services.admission.domain.explain import OBSERVED, TIMED, History, explain, gang_rows
+from services.admission.domain.explain import explain
+from services.admission.domain.explain_history import OBSERVED, TIMED, History
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.domain.model import GANG_STATES
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.views import pool_numbers, queue_heads
@@ -105,11 +108,37 @@ def _pools(state: AdmissionState, query: PoolsQuery) -> Reply:
     names = sorted(state.trees) if query.tree is None else [query.tree] if query.tree in state.trees else []
     trees = []
     rows = query.rows
+    paged = query.limit is not None or query.after is not None
     for name in names:
-        queues = queue_heads(state, name, query.heads, rows)
+        numbers, queues = _tree_numbers(state, name, query.heads, rows)
         rows -= sum(len(q["gangs"]) for leaf in queues.values() for q in leaf.values())
-        trees.append({"tree": name, "pools": pool_numbers(state, name), "queues": queues})
+        if not paged:
+            trees.append({"tree": name, "pools": numbers, "queues": queues})
+            continue
+        paths = list(numbers)  # (path order: sorted)
+        start = 0 if query.after is None else bisect_right(paths, query.after)
+        page = paths[start:] if query.limit is None else paths[start:start + query.limit]
+        following = page[-1] if page and start + len(page) < len(paths) else None
+        trees.append({"tree": name, "pools": {path: numbers[path] for path in page},
+                      "queues": {leaf: queues[leaf] for leaf in page if leaf in queues},
+                      "next": following, "total": len(paths)})
     return Reply(ok=True, seq=state.last_seq, data={"trees": trees, "as_of": state.last_seq})
+
+
+class _TreeNumbers:
+    """The last tree's `pool_numbers` and `queue_heads`, kept while admission's state has not
+    moved: the pages of one tree, asked one after the other, compute them once (a 10,000-pool
+    tree read in ten pages would otherwise cost ten times the whole)."""
+
+    key: tuple[int, str, int | None, int, int] | None = None
+    found: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+
+
+def _tree_numbers(state: AdmissionState, tree: str, heads: int, rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    key = (id(state), tree, state.last_seq, heads, rows)
+    if _TreeNumbers.key != key:
+        _TreeNumbers.key, _TreeNumbers.found = key, (pool_numbers(state, tree), queue_heads(state, tree, heads, rows))
+    return _TreeNumbers.found
 
 
 def _explain(folder: ExplainingFolder, query: ExplainQuery) -> Reply:

@@ -65,3 +65,21 @@ def test_a_bad_query_names_the_field() -> None:
     assert (reply.error.rule, reply.error.field) == ("invalid_command", "heads")
     reply = answer(found, "pools", b'{"rows": "many"}')
     assert reply.error is not None and reply.error.field == "rows"
+
+
+def test_a_tree_is_read_page_by_page() -> None:
+    found = folder_of(gang("a1", "/a", cpu=10.0), gang("a2", "/a", cpu=1.0), gang("b1", "/b", cpu=10.0),
+                      gang("b2", "/b", cpu=1.0))
+    whole = ask(found)["trees"][0]
+    first = ask(found, tree=TREE, limit=1)["trees"][0]
+    assert (list(first["pools"]), list(first["queues"]), first["next"], first["total"]) == (["/a"], ["/a"], "/a", 2)
+    second = ask(found, tree=TREE, limit=1, after=first["next"])["trees"][0]
+    assert (list(second["pools"]), list(second["queues"]), second["next"]) == (["/b"], ["/b"], None)
+    assert {**first["pools"], **second["pools"]} == whole["pools"]
+    assert {**first["queues"], **second["queues"]} == whole["queues"]
+    # a page after a pool deleted meanwhile starts at the next path; past the end, an empty page
+    assert list(ask(found, tree=TREE, after="/a0")["trees"][0]["pools"]) == ["/b"]
+    assert ask(found, tree=TREE, after="/z")["trees"][0] == {"tree": TREE, "pools": {}, "queues": {}, "next": None,
+                                                            "total": 2}
+    reply = answer(found, "pools", b'{"limit": 0}')
+    assert reply.error is not None and reply.error.field == "limit"
