@@ -10,7 +10,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, ServerError
 from nats.js.kv import KeyValue
 
-from services.common.jetstream import DELETE_SETTLE
+from services.common.jetstream_setup import DELETE_SETTLE
 
 BUCKET = "poolwise_leases"
 # Seconds a record lives after its last write (the bucket's max age): how long a crashed leader's

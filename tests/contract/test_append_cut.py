@@ -27,7 +27,8 @@ from nats.js.api import StorageType, StreamConfig
 
 from events import Envelope, GangCancelled, decode
 from events import subjects as subj
-from services.common.jetstream import JetStreamLog, _atomic_chunks
+from services.common.jetstream import JetStreamLog
+from services.common.jetstream_publish import atomic_chunks
 from services.common.natsserver import EmbeddedNats
 from tests.cutting_proxy import CuttingProxy
 
@@ -119,11 +120,11 @@ async def test_a_stream_without_atomic_batches_takes_appends_message_by_message(
 
 def test_atomic_batches_hold_at_most_a_thousand_messages_and_8_mib() -> None:
     small = [("s", b"x" * 10, None)] * 2500
-    assert [len(c) for c in _atomic_chunks(small)] == [1000, 1000, 500]
+    assert [len(c) for c in atomic_chunks(small)] == [1000, 1000, 500]
     big = [("s", b"x" * (3 * 1024 * 1024), None)] * 5  # two fit in 8 MiB, three do not
-    assert [len(c) for c in _atomic_chunks(big)] == [2, 2, 1]
+    assert [len(c) for c in atomic_chunks(big)] == [2, 2, 1]
     huge = [("s", b"x" * (9 * 1024 * 1024), None)] * 2  # alone above the limit: a batch of one each
-    assert [len(c) for c in _atomic_chunks(huge)] == [1, 1]
+    assert [len(c) for c in atomic_chunks(huge)] == [1, 1]
 
 
 @pytest.mark.nats

@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from events import Envelope, GangCancelled
-from services.common import jetstream
+from services.common import jetstream_pull
 from services.common.jetstream import JetStreamLog, OutOfOrderDelivery
 from services.common.log import Stored
 
@@ -48,7 +48,7 @@ class Swap:
         self.held: tuple[Any, list[str], tuple[Any, ...]] | None = None
         self.swapped = 0
         self.last_cseq = 0
-        self.original: Callable[..., None] = jetstream._Puller._on_data
+        self.original: Callable[..., None] = jetstream_pull.Puller._on_data
 
     def on_data(self, puller: Any, subject: str, reply: str, data: bytes, msg_id: str | None) -> None:
         tokens = reply.split(".")  # $JS.ACK[.<domain>.<account>].<stream>.<consumer>.<delivered>.<sseq>.<cseq>...
@@ -78,7 +78,7 @@ class Swap:
 def swap(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int, bool], Swap]]:
     def make(late: int, by_hand: bool = False) -> Swap:
         made = Swap(late, by_hand)
-        monkeypatch.setattr(jetstream._Puller, "_on_data",
+        monkeypatch.setattr(jetstream_pull.Puller, "_on_data",
                             lambda puller, *args: made.on_data(puller, *args))
         return made
 

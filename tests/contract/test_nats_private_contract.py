@@ -15,7 +15,7 @@ Where each is used:
   `msg_arg`) and module constants (`nats.protocol.parser`);
 - `Client._subs` (sid -> subscription: the direct path skips an unsubscribed sid) and `stats`;
 - `Subscription._id` (the sid a direct handler is filed under: `subscribe_direct`);
-- `Client._max_pending_size`, `_pending_data_size` (services/common/jetstream.py, `_one_write`:
+- `Client._max_pending_size`, `_pending_data_size` (services/common/jetstream_publish.py, `_one_write`:
   read with a default, atomic batches without them);
 - `Client._parse_server_uri` (services/common/connection.py, read with a fallback) and the module
   attribute `nats.aio.client.parse_email` (nats_client.py: whether nats-py parses headers itself).
@@ -41,7 +41,7 @@ TESTED_MINOR = "2.16"
 
 def _why(what: str) -> str:
     return (f"nats-py {VERSION}: {what} changed; services/common/nats_client.py, protocol.py or "
-            f"jetstream.py rely on it (checked with nats-py {TESTED_MINOR}.x, the pin in pyproject.toml)")
+            f"jetstream_publish.py rely on it (checked with nats-py {TESTED_MINOR}.x, the pin in pyproject.toml)")
 
 
 def _parameters(function: Any) -> list[str]:
