@@ -20,10 +20,12 @@ it tells task reports by `event_class`, the replay).
 
 A view
 
-- has its model's fields, in the same order, with the same defaults (checked at import: a field
-  added, removed or retyped in a model fails the import until its view follows);
+- is derived from its model at import (`view_of`, from what `events.shapes` reads through
+  pydantic's public API): its fields, in the same order, with the same defaults and
+  constraints; a field added to a model is in its view with no other edit;
 - accepts a subset of what the model accepts, with equal values: the same constraints (non-empty
-  ids, sizes from 1, amounts finite and not negative), and stricter types: where pydantic would
+  ids, sizes from 1, amounts finite and not negative: derived, not restated), and stricter
+  types: where pydantic would
   coerce (a number in a string, `2.0` for an int, `"true"` for a bool, an int beyond 64 bits)
   msgspec refuses, and `read_envelope` hands the bytes to pydantic, which decides (and names
   the field of a refusal as ever). Duplicate keys: the last one, in both. `tests/wire/
@@ -51,30 +53,21 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, cast
 
 import msgspec
 from msgspec import Meta, Struct
 
 from events.base import Event, Frozen
 from events.codec import PACKABLE, decode
-from events.decisions import (
-    EntitlementsComputed,
-    GangAdmitted,
-    GangMovedToQueue,
-    LendingFactor,
-    LentPool,
-    PoolEntitlement,
-)
+from events.decisions import EntitlementsComputed, GangAdmitted, GangMovedToQueue
 from events.envelope import EPOCH, Envelope
-from events.inputs import GangEnqueued, TaskSpec, TaskState, TaskStateChanged
+from events.inputs import GangEnqueued, TaskSpec, TaskStateChanged
+from events.shapes import REQUIRED, Shape, Unsupported, model_fields
 
 ENABLED = os.environ.get("POOLWISE_EVENT_VIEWS", "1") != "0"
 
 _FINITE = 1.7976931348623157e308  # the largest float: `le` it refuses inf (msgspec reads 1e999 as inf)
-Amount = Annotated[float, Meta(ge=0, le=_FINITE)]  # events.base.NonNegative
-Finite = Annotated[float, Meta(ge=-_FINITE, le=_FINITE)]  # a float of a model (allow_inf_nan=False)
-Name = Annotated[str, Meta(min_length=1)]
 
 _V = TypeVar("_V")
 _new = object.__new__
@@ -85,6 +78,7 @@ class _View(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=Fa
     """What every view shares: its model class, and building that model."""
 
     model: ClassVar[type[Frozen]]
+    nullable: ClassVar[tuple[bytes, ...]]  # `,"<field>":null` of its fields that may be None (view_body)
 
     def to_model(self) -> Any:
         """The model of the same values, validated."""
@@ -95,208 +89,148 @@ class _View(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=Fa
         return cast(str, self.to_model().model_dump_json(**options))
 
 
-class TaskSpecView(_View, frozen=True, kw_only=True):
-    model = TaskSpec
-    id: Name
-    resources: dict[str, Amount]
+class _EventView(_View, frozen=True, tag_field="type"):
+    type: ClassVar[str]
 
+
+class _TaskSpecView(_View, frozen=True, kw_only=True):
     def to_model(self) -> TaskSpec:
         """The `TaskSpec`, built without validating again (what the view holds passed the same
         checks), as `services/admission/domain/trusted.py` builds models: equal to a validated one."""
         spec = _new(TaskSpec)
-        _set(spec, "__dict__", {"id": self.id, "resources": self.resources})
-        _set(spec, "__pydantic_fields_set__", {"id", "resources"})
+        _set(spec, "__dict__", {name: getattr(self, name) for name in self.__struct_fields__})
+        _set(spec, "__pydantic_fields_set__", set(self.__struct_fields__))
         _set(spec, "__pydantic_extra__", None)
         _set(spec, "__pydantic_private__", None)
         return spec
 
 
-class _EventView(_View, frozen=True, tag_field="type"):
-    type: ClassVar[str]
+# -- a view is derived from its model (events.shapes) ------------------------------------------------
+
+_DERIVED: dict[type[Frozen], type[_View]] = {}
 
 
-class GangEnqueuedView(_EventView, tag="GangEnqueued", frozen=True, kw_only=True):
-    model = GangEnqueued
-    type = "GangEnqueued"
-    version: Literal[1] = 1
-    tree: str = "default"
-    gang: Name
-    pool: str
-    job: str
-    user: str = "anonymous"
-    size: Annotated[int, Meta(ge=1)]
-    priority: int = 0
-    preemptible: bool = True
-    revocable: bool = False
-    controller: bool = False
-    timeout: Annotated[float, Meta(ge=0, le=_FINITE)] | None = None
-    tasks: Annotated[list[TaskSpecView], Meta(min_length=1)]
+def _msgspec_type(shape: Shape) -> Any:
+    """The msgspec type that accepts what `shape` accepts (a subset, with equal values: msgspec
+    does not coerce where pydantic would, and refuses ints beyond 64 bits)."""
+    kind = shape.kind
+    bounds = dict(shape.bounds)
+    found: Any
+    if kind == "float" and shape.finite:  # `le` the largest float refuses inf (msgspec reads 1e999 as inf)
+        if "ge" not in bounds and "gt" not in bounds:
+            bounds["ge"] = -_FINITE
+        if "le" not in bounds and "lt" not in bounds:
+            bounds["le"] = _FINITE
+    if kind in ("str", "int", "float", "bool"):
+        found = {"str": str, "int": int, "float": float, "bool": bool}[kind]
+    elif kind == "literal":
+        found = Literal[shape.values]
+    elif kind == "list":
+        found = list[_msgspec_type(cast(Shape, shape.item))]  # type: ignore[misc]
+    elif kind == "dict":
+        found = dict[str, _msgspec_type(cast(Shape, shape.item))]  # type: ignore[misc]
+    elif kind == "model":
+        found = view_of(cast(type[Frozen], shape.model))
+    elif kind == "union":
+        found = _union(*(view_of(cast(type[Frozen], choice)) for choice in shape.choices))
+    else:  # a datetime is read by its owner (EnvelopeView's `time`)
+        raise Unsupported(f"no view of a {kind}")
+    if bounds:
+        found = Annotated[found, Meta(**bounds)]
+    return found | None if shape.nullable else found
 
 
-class GangAdmittedView(_EventView, tag="GangAdmitted", frozen=True, kw_only=True):
-    model = GangAdmitted
-    type = "GangAdmitted"
-    version: Literal[1] = 1
-    tree: str
-    gang: str
-    pool: str
-    queue: str
-    tasks: list[TaskSpecView]
-    attempt: int = 1
+def _union(*members: Any) -> Any:
+    """`members[0] | members[1] | ...` of types made at run time."""
+    return Union.__getitem__(members)
 
 
-class GangMovedToQueueView(_EventView, tag="GangMovedToQueue", frozen=True, kw_only=True):
-    model = GangMovedToQueue
-    type = "GangMovedToQueue"
-    version: Literal[1] = 1
-    tree: str
-    gang: str
-    pool: str
-    queue: Literal["non_preemptible", "controller", "revocable", "pending"]
-    reason: str
+def _tag(model: type[Frozen]) -> str | None:
+    """An event's `type`: the literal its view is tagged by (None: not an event)."""
+    field = next((f for f in model_fields(model) if f.name == "type"), None)
+    if field is None or field.shape.kind != "literal" or field.default != field.shape.values[0]:
+        return None
+    return cast(str, field.default)
 
 
-class PoolEntitlementView(_View, frozen=True, kw_only=True):
-    model = PoolEntitlement
-    path: str
-    entitlement: dict[str, Finite]
-    non_slack_entitlement: dict[str, Finite]
-    slack_entitlement: dict[str, Finite]
-    fair_share: Finite = 0.0
-    usage_share: Finite = 0.0
-    demand_share: Finite = 0.0
-    dominant_kind: str | None = None
+def view_of(model: type[Frozen], base: type[_View] | None = None, name: str | None = None,
+            types: Mapping[str, Any] | None = None) -> type[_View]:
+    """The view of `model`: a frozen msgspec struct of its fields, in order, with their defaults
+    and constraints (an event's `type` as its tag), derived from the model alone (`types`: a
+    field read another way, as the envelope's `time` and `event`). Made once per model."""
+    if base is None and name is None and types is None and model in _DERIVED:
+        return _DERIVED[model]
+    tag = _tag(model)
+    fields: list[tuple[Any, ...]] = []
+    nullable: list[bytes] = []
+    for field in model_fields(model):
+        if tag is not None and field.name == "type":
+            continue
+        kind = (types or {}).get(field.name) or _msgspec_type(field.shape)
+        if field.shape.nullable:
+            nullable.append(f',"{field.name}":null'.encode())
+        if field.default_factory is not None:
+            fields.append((field.name, kind, msgspec.field(default_factory=field.default_factory)))
+        elif field.default is REQUIRED:
+            fields.append((field.name, kind))
+        else:
+            fields.append((field.name, kind, field.default))
+    namespace: dict[str, Any] = {"model": model, "nullable": tuple(nullable), "__module__": __name__}
+    options: dict[str, Any] = {}
+    if tag is not None:
+        namespace["type"] = tag
+        options["tag"] = tag
+    default_base = _EventView if tag is not None else _TaskSpecView if model is TaskSpec else _View
+    view = cast(type[_View], msgspec.defstruct(name or f"{model.__name__}View", fields, bases=(base or default_base,),
+                                               namespace=namespace, frozen=True, kw_only=True, **options))
+    if base is None and name is None and types is None:
+        _DERIVED[model] = view
+    return view
 
 
-class LentPoolView(_View, frozen=True, kw_only=True):
-    model = LentPool
-    path: str
-    given: dict[str, Finite]
-    share: dict[str, Finite]
-    limit: dict[str, Finite] = msgspec.field(default_factory=dict)
+GangEnqueuedView = view_of(GangEnqueued)
+GangAdmittedView = view_of(GangAdmitted)
+GangMovedToQueueView = view_of(GangMovedToQueue)
+EntitlementsComputedView = view_of(EntitlementsComputed)
+TaskStateChangedView = view_of(TaskStateChanged)
+TaskSpecView = view_of(TaskSpec)
+
+# the gang events: nearly all of the log under load (see the module doc)
+EventView: Any = _union(GangEnqueuedView, GangAdmittedView, GangMovedToQueueView, EntitlementsComputedView)
 
 
-class LendingFactorView(_View, frozen=True, kw_only=True):
-    model = LendingFactor
-    group: str
-    factor: dict[str, Finite]
-
-
-class EntitlementsComputedView(_EventView, tag="EntitlementsComputed", frozen=True, kw_only=True):
-    model = EntitlementsComputed
-    type = "EntitlementsComputed"
-    version: Literal[3] = 3
-    tree: str
-    capacity: dict[str, Finite]
-    slack_capacity: dict[str, Finite] = msgspec.field(default_factory=dict)
-    pools: list[PoolEntitlementView]
-    alerts: list[str] = msgspec.field(default_factory=list)
-    removed: list[str] = msgspec.field(default_factory=list)
-    replace: bool = True
-    part: Annotated[int, Meta(ge=1)] = 1
-    parts: Annotated[int, Meta(ge=1)] = 1
-    factors: list[LendingFactorView] | None = None
-    lent: list[LentPoolView] | None = None
-
-
-class TaskStateChangedView(_EventView, tag="TaskStateChanged", frozen=True, kw_only=True):
-    model = TaskStateChanged
-    type = "TaskStateChanged"
-    version: Literal[1] = 1
-    tree: str = "default"
-    gang: str
-    task: str
-    state: TaskState
-    message: str | None = None
-
-
-EventView = GangEnqueuedView | GangAdmittedView | GangMovedToQueueView | EntitlementsComputedView
-
-
-class EnvelopeView(_View, frozen=True, kw_only=True):
-    """An `Envelope` of a gang event. `time` holds the `datetime` (read as the wire's string,
-    then replaced: see the module doc)."""
-
-    model = Envelope
-    id: Annotated[str, Meta(min_length=1, max_length=200)]
-    time: Any
-    source: str = "unknown"
-    causation: str | None = None
-    basis: int | None = None
-    trace: dict[str, str] | None = None
-    event: EventView
+class _EnvelopeView(_View, frozen=True, kw_only=True):
+    """What an envelope's view adds to its fields: the model's properties, and building it with
+    its `datetime`."""
 
     @property
     def type(self) -> str:
-        return self.event.type
+        return cast(str, self.event.type)  # type: ignore[attr-defined]
 
     @property
     def seconds(self) -> float:
-        return cast(float, (self.time - EPOCH).total_seconds())
+        return cast(float, (self.time - EPOCH).total_seconds())  # type: ignore[attr-defined]
 
     def to_model(self) -> Envelope:
-        return Envelope.model_validate({**msgspec.to_builtins(self), "time": self.time})
+        return Envelope.model_validate({**msgspec.to_builtins(self), "time": self.time})  # type: ignore[attr-defined]
 
 
-class TaskEnvelopeView(EnvelopeView, frozen=True, kw_only=True):
-    """An `EnvelopeView` that may hold a task report too: what `read_envelope(data)` gives (see
-    the module doc)."""
+# An `Envelope` of a gang event. `time` holds the `datetime` (read as the wire's string, then
+# replaced: see the module doc).
+EnvelopeView = view_of(Envelope, _EnvelopeView, "EnvelopeView", {"time": Any, "event": EventView})
+# An `EnvelopeView` that may hold a task report too: what `read_envelope(data)` gives (see the module doc).
+TaskEnvelopeView = view_of(Envelope, EnvelopeView, "TaskEnvelopeView",
+                           {"time": Any, "event": _union(EventView, TaskStateChangedView)})
 
-    event: EventView | TaskStateChangedView  # type: ignore[assignment]  # (wider: msgspec reads it so)
-
-
-VIEWS: dict[type[Frozen], type[_View]] = {GangEnqueued: GangEnqueuedView, GangAdmitted: GangAdmittedView,
-                                          GangMovedToQueue: GangMovedToQueueView, TaskSpec: TaskSpecView,
-                                          EntitlementsComputed: EntitlementsComputedView,
-                                          PoolEntitlement: PoolEntitlementView, Envelope: EnvelopeView,
-                                          TaskStateChanged: TaskStateChangedView}
+VIEWS: dict[type[Frozen], type[_View]] = {**_DERIVED, Envelope: EnvelopeView}
 _MODEL_OF: dict[type, type[Frozen]] = {view: model for model, view in VIEWS.items()}
 _MODEL_OF[TaskEnvelopeView] = Envelope
 
 
-# -- each view has its model's fields, in order, with its defaults ---------------------------------
-
-class SchemaChanged(TypeError):
-    """A model no longer has the fields its view was written for."""
-
-
-def _fields_of_view(view: type[_View]) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for f in msgspec.structs.fields(view):
-        if f.default_factory is not msgspec.NODEFAULT:
-            out.append((f.name, ("factory", f.default_factory)))
-        else:
-            out.append((f.name, "required" if f.required else f.default))
-    return out
-
-
-def _fields_of_model(model: type[Frozen]) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for name, f in model.model_fields.items():
-        if name == "type" and model is not Envelope:
-            continue  # the view's tag
-        if f.default_factory is not None:
-            out.append((name, ("factory", f.default_factory)))
-        else:
-            out.append((name, "required" if f.is_required() else f.default))
-    return out
-
-
-def expect_view(model: type[Frozen], view: type[_View]) -> None:
-    """`view` has `model`'s fields, in order, with its defaults (else SchemaChanged)."""
-    if _fields_of_view(view) != _fields_of_model(model):
-        raise SchemaChanged(f"{model.__name__} changed: its fields are {_fields_of_model(model)}, its view in "
-                            f"events/views.py has {_fields_of_view(view)}; update the view (and its tests)")
-
-
-for _model, _view in VIEWS.items():
-    expect_view(_model, _view)
-
-
 # -- reading ------------------------------------------------------------------------------------------
 
-_decoder = msgspec.json.Decoder(EnvelopeView)
-_task_decoder = msgspec.json.Decoder(TaskEnvelopeView)
+_decoder: Any = msgspec.json.Decoder(EnvelopeView)
+_task_decoder: Any = msgspec.json.Decoder(TaskEnvelopeView)
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)\Z")
 _times: dict[str, datetime] = {}  # the last few distinct times read (a pack's events share one)
 _force = msgspec.structs.force_setattr
@@ -338,7 +272,7 @@ def read_envelope(data: bytes, tasks: bool = True) -> Envelope:
     return decode(data)
 
 
-_pack_decoder = msgspec.json.Decoder(list[EnvelopeView])
+_pack_decoder: Any = msgspec.json.Decoder(list.__class_getitem__(EnvelopeView))
 _PACKABLE_VIEWS = frozenset(view for model, view in VIEWS.items() if model.__name__ in PACKABLE)
 
 
@@ -389,63 +323,64 @@ def as_model(value: _V) -> _V:
 # -- writing a view's event as pydantic writes it -------------------------------------------------------
 
 _encode = msgspec.json.Encoder().encode
-_LIMIT = 1e16  # floats strictly inside (-1e16, 1e16) are written alike by pydantic and msgspec (fastencode)
+# A float from 1e16 up is written `1e16` by msgspec, `1e+16` by pydantic (below, both write the same
+# shortest repr: events/fastencode.py). A number is written after `:`, `,` or `[`, never after a
+# quote, so a string (an id like `g1e5`) rarely looks like one; what does is written by pydantic.
+_BIG_FLOAT = re.compile(rb"[:,\[]-?\d+(?:\.\d+)?e\d")
 
 
-def _floats_ok(tasks: list[TaskSpecView]) -> bool:
-    for task in tasks:
-        for amount in task.resources.values():
-            if not amount < _LIMIT:
-                return False
-    return True
+def _nulls(shape: Shape, seen: tuple[type[Frozen], ...] = ()) -> list[bytes] | None:
+    """The `,"<field>":null` a view's value of `shape` may hold for fields left out by pydantic
+    (None: it may hold a null pydantic writes, inside a dict or list, or a model's first field)."""
+    if shape.kind in ("list", "dict"):
+        item = cast(Shape, shape.item)
+        return None if item.nullable else _nulls(item, seen)
+    models = [shape.model] if shape.kind == "model" else list(shape.choices) if shape.kind == "union" else []
+    out: list[bytes] = []
+    for model in models:
+        if model in seen:
+            continue
+        fields = model_fields(cast(type[Frozen], model))
+        if fields and fields[0].shape.nullable and _tag(cast(type[Frozen], model)) is None:
+            return None
+        for field in fields:
+            inner = _nulls(field.shape, (*seen, cast(type[Frozen], model)))
+            if inner is None:
+                return None
+            out += inner
+            if field.shape.nullable:
+                out.append(f',"{field.name}":null'.encode())
+    return list(dict.fromkeys(out))
+
+
+def _body_nulls() -> dict[type, tuple[bytes, ...]]:
+    out: dict[type, tuple[bytes, ...]] = {}
+    for model, view in VIEWS.items():
+        if _tag(model) is not None:
+            found = _nulls(Shape("model", model=model))
+            if found is not None:
+                out[view] = tuple(found)
+    return out
+
+
+_BODY_NULLS = _body_nulls()
 
 
 def view_body(event: object) -> bytes | None:
     """`event.model_dump_json(exclude_none=True)` of the model a view stands for, as bytes
-    (msgspec writes the tag, then the fields in order, as pydantic does); None if `event` is not
-    a view, or holds a float the two write differently (from 1e16 up)."""
-    cls = event.__class__
-    if cls is GangAdmittedView:
-        admitted = cast(GangAdmittedView, event)
-        return _encode(admitted) if _floats_ok(admitted.tasks) else None
-    if cls is GangEnqueuedView:
-        enqueued = cast(GangEnqueuedView, event)
-        if not _floats_ok(enqueued.tasks):
-            return None
-        if enqueued.timeout is None:  # the one field of these that may be None: pydantic leaves it out
-            return _encode(enqueued).replace(b',"timeout":null,"tasks":', b',"tasks":', 1)
-        return _encode(enqueued) if enqueued.timeout < _LIMIT else None
-    if cls is GangMovedToQueueView:
-        return _encode(event)
-    if cls is TaskStateChangedView:  # (`message`, its last field, the one that may be None: left out)
-        data = _encode(event)
-        return data[:-len(_NO_MESSAGE)] + b"}" if data.endswith(_NO_MESSAGE) else data
-    if cls is EntitlementsComputedView:
-        return _entitlements_body(cast(EntitlementsComputedView, event))
-    return None
-
-
-_NO_MESSAGE = b',"message":null}'
-_POSITIVE_EXPONENT = re.compile(rb"\de\d")  # how msgspec writes a float from 1e16 up (`1e16`, `1.5e22`)
-
-
-def _entitlements_body(event: EntitlementsComputedView) -> bytes | None:
-    """An `EntitlementsComputed` as pydantic writes it: its fields that may be None
-    (`dominant_kind`, last of a pool's fields; `factors` and `lent`, the event's last two) left
-    out where None (a string of it cannot hold these bytes: its quotes are escaped); None when a
-    float of it is from 1e16 up (pydantic writes `1e+16`), or anything in it reads as one (a name
-    like `l1e2`: written by pydantic then, the rare slow way)."""
-    data = _encode(event)
-    if _POSITIVE_EXPONENT.search(data) is not None:
+    (msgspec writes the tag, then the fields in order, as pydantic does, and the fields that are
+    None are cut out); None if `event` is not a view, or holds a float the two write differently
+    (from 1e16 up), or what reads like one."""
+    nulls = _BODY_NULLS.get(event.__class__)
+    if nulls is None:
         return None
-    if event.lent is None:
-        data = data[:-len(_NO_LENT)] + b"}"
-    if event.factors is None:
-        data = data.replace(b',"factors":null', b"", 1)
-    return data.replace(b',"dominant_kind":null}', b"}")
-
-
-_NO_LENT = b',"lent":null}'
+    data = _encode(event)
+    if _BIG_FLOAT.search(data) is not None:
+        return None
+    for null in nulls:
+        if null in data:
+            data = data.replace(null, b"")
+    return data
 
 
 __all__ = [
@@ -456,8 +391,6 @@ __all__ = [
     "GangAdmittedView",
     "GangEnqueuedView",
     "GangMovedToQueueView",
-    "PoolEntitlementView",
-    "SchemaChanged",
     "TaskEnvelopeView",
     "TaskSpecView",
     "TaskStateChangedView",
@@ -467,5 +400,6 @@ __all__ = [
     "read_pack",
     "read_with_tasks",
     "view_body",
+    "view_of",
     "with_views",
 ]
