@@ -4,7 +4,8 @@
 
 1. a private nats-server (`EmbeddedNats`, loopback, in a temporary directory) and `poolwise up`
    on it (`--nats-url`, a data dir of its own): the tree, admission and preemption services, each
-   in a process of its own, as a user runs them;
+   in a process of its own, as a user runs them (with their modules' compiled bytecode kept, as an
+   installed poolwise has it, whatever PYTHONDONTWRITEBYTECODE says: `_child_env`);
 2. one tree of `leaves` leaf pools over one host, its options with a small `gang_retention`
    (seconds of log time after which a finished gang is forgotten) and gang timeout;
 3. the whole life of `gangs` gangs of two tasks, through the submitter SDK
@@ -145,6 +146,12 @@ def _child_env() -> dict[str, str]:
     root = str(Path(bench.__file__).resolve().parent.parent)
     env = dict(os.environ)
     env.pop("NATS_URL", None)
+    # Compiled modules kept, as an installed poolwise has them (pip compiles a wheel's modules): with
+    # PYTHONDONTWRITEBYTECODE=1, as this machine's environment sets it, every start of a service
+    # compiles its modules from source (restarts after a 1,000-gang history, alternated, load 19-21:
+    # CPU until ready over up and its three services 2.96-3.05 s -> 2.33-2.51 s; caught up and
+    # answering 12.5-12.7 s -> 10.3-10.5 s). The first start writes them; the restart reads them.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[PARENT_ENV] = str(os.getpid())  # dies with the benchmark, even killed
     return env
