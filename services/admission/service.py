@@ -25,14 +25,15 @@ import anyio
 from anyio.abc import TaskStatus
 
 from events import ClockTicked, Envelope, at_seconds, derived_id
-from services.admission.domain.state import trees_ticked
+from services.admission.domain.state import SERVICE, trees_ticked
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.admission.held_trees import HeldTreesFolder, WhenSettled
-from services.admission.queries import ExplainingFolder, serve_queries
+from services.admission.queries import ExplainingFolder, answer, serve_queries
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
+from services.common.requests import answer_until_cancelled
 from services.common.snapshots import policy_for
-from services.common.tree_gate import while_holding
+from services.common.tree_gate import TreeGate, naming_holders, while_holding
 from services.common.tree_leases import TreeLeases
 
 DEBOUNCE = 0.002  # seconds: after a quiet spell, inputs arriving together share one cycle
@@ -150,18 +151,21 @@ class Clock:
 
 async def follow_held(trees: TreeLeases, folder: HeldTreesFolder, ticker: Clock | None) -> None:
     """Keep `folder.held` the trees whose lease is held, and say on stderr what the instance has
-    decided and read at each change. A tree taken over while the fold waits for its cycle gets a
+    decided and read at each change and when it stops. A tree taken over while the fold waits for its cycle gets a
     tick: its cycle is decided at the next message folded, and on a quiet log nothing else comes."""
-    while True:
-        held = trees.held()
-        if held != folder.held:
-            folder.held = held
-            print(work_line(folder), file=sys.stderr, flush=True)
-            waiting = sorted(folder.waiting_trees() & held)
-            if waiting and ticker is not None:
-                await ticker.tick(waiting)
-        with anyio.move_on_after(0.5):  # (a change while ticking is seen at the next look)
-            await trees.changed()
+    try:
+        while True:
+            held = trees.held()
+            if held != folder.held:
+                folder.held = held
+                print(work_line(folder), file=sys.stderr, flush=True)
+                waiting = sorted(folder.waiting_trees() & held)
+                if waiting and ticker is not None:
+                    await ticker.tick(waiting)
+            with anyio.move_on_after(0.5):  # (a change while ticking is seen at the next look)
+                await trees.changed()
+    finally:
+        print(work_line(folder), file=sys.stderr, flush=True)  # (and when it stops)
 
 
 def work_line(folder: HeldTreesFolder) -> str:
@@ -224,8 +228,9 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
             if held is not None and trees is not None:
                 tg.start_soon(follow_held, trees, held, ticker)
             nc = getattr(log, "nc", None)
-            if nc is not None and trees is not None:  # per tree: while a tree is held
-                tg.start_soon(while_holding, trees, partial(serve_queries, nc, explaining))
+            if nc is not None and trees is not None:  # per tree: while a tree is held, naming the trees' holders
+                asked = naming_holders(cast(TreeGate, log), partial(answer, explaining))
+                tg.start_soon(while_holding, trees, partial(answer_until_cancelled, nc, SERVICE, asked))
             elif nc is not None:  # JetStream: answer `poolwise.cmd.admission.*` (gangs, explain)
                 await tg.start(lambda task_status: serve_queries(nc, explaining, task_status=task_status))
             task_status.started("admission")

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
+import anyio
+from anyio.abc import TaskStatus
 from pydantic import BaseModel, ValidationError
 
 from events import subjects
@@ -64,3 +67,16 @@ async def serve_requests(nc: Any, service: str, answer: Answer) -> Any:
     subscription = await nc.subscribe(subjects.command(service, "*"), queue=service, cb=on_request)
     await nc.flush()
     return subscription
+
+
+async def answer_until_cancelled(nc: Any, service: str, answer: Answer, *,
+                                 task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """`serve_requests` until cancelled (then unsubscribed); ready once the server knows the
+    subscription."""
+    subscription = await serve_requests(nc, service, answer)
+    try:
+        task_status.started()
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True), suppress(Exception):
+            await subscription.unsubscribe()

@@ -27,6 +27,9 @@ group them (a pack is one cycle's run of decisions, the same for every instance)
 from __future__ import annotations
 
 import contextlib
+import inspect
+import json
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from itertools import chain, count
@@ -45,9 +48,10 @@ from services.common.lease import LeaseLost, new_holder_id
 from services.common.lease_renewer import Connect
 from services.common.log import Appended, BatchHandler, Stored
 from services.common.memlog import envelope_subject, subject_filter
-from services.common.tree_leases import TreeLeases, consumer_name, tree_of
+from services.common.requests import Answer
+from services.common.tree_leases import PRESENCE, TreeLeases, consumer_name, holders, tree_of
 
-__all__ = ["LeasesFailed", "TreeGate", "run_per_tree", "while_holding"]
+__all__ = ["LeasesFailed", "TreeGate", "naming_holders", "run_per_tree", "while_holding"]
 
 
 class TreeGate(JetStreamLog):
@@ -166,6 +170,47 @@ async def while_holding(leases: TreeLeases, serve: Callable[[], Coroutine[Any, A
             while answering():
                 await leases.changed()
             serving.cancel_scope.cancel()
+
+
+HOLDERS_EVERY = 0.5  # seconds an answer's `holders` may be old (a look at the leases: a request per tree)
+
+
+def naming_holders(gate: TreeGate, answer: Answer) -> Answer:
+    """`answer`, its reply naming who decides the tree asked about (every tree, if none is named):
+    `holders`, tree -> holder id (`host:pid:tag`). Every per-tree instance folds every tree (the
+    others' cycles read from the log: `services.admission.held_trees`), so whichever instance the
+    request reaches answers it from its own fold, as of the position the reply names (`seq`), and
+    says which instance decides the tree (whose fold may be a cycle ahead)."""
+    looked: list[tuple[float, dict[str, str]]] = []
+
+    async def current() -> dict[str, str]:
+        if not looked or time.monotonic() - looked[0][0] > HOLDERS_EVERY:
+            found: dict[str, str] = {}
+            with contextlib.suppress(Exception), anyio.move_on_after(1.0):  # (an answer without them, else)
+                found = {tree: holder for tree, holder in (await holders(
+                    gate.nc, gate.stream, gate.leases.service, gate.leases.bucket)).items()
+                    if not tree.startswith(PRESENCE)}
+            looked[:] = [(time.monotonic(), found)]
+        return looked[0][1]
+
+    async def answering(op: str, data: bytes) -> Any:
+        found = await current()  # (before the answer, which is built between two folds)
+        reply = answer(op, data)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if reply.ok and isinstance(reply.data, dict):
+            tree = _tree_asked(data)
+            reply.data["holders"] = {tree: found.get(tree)} if tree is not None else found
+        return reply
+
+    return answering
+
+
+def _tree_asked(data: bytes) -> str | None:
+    with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
+        tree = json.loads(data or b"{}").get("tree")
+        return tree if isinstance(tree, str) else None
+    return None
 
 
 Serve = Callable[..., Coroutine[Any, Any, None]]  # serve(log, *, task_status, trees=...)

@@ -4,10 +4,9 @@ folded state."""
 
 from __future__ import annotations
 
-from contextlib import suppress
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import anyio
 from anyio.abc import TaskStatus
@@ -15,9 +14,9 @@ from anyio.abc import TaskStatus
 from events.commands import Reply
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
-from services.common.requests import parse_request, serve_requests
+from services.common.requests import answer_until_cancelled, parse_request, serve_requests
 from services.common.snapshots import policy_for
-from services.common.tree_gate import while_holding
+from services.common.tree_gate import TreeGate, naming_holders, while_holding
 from services.common.tree_leases import TreeLeases
 from services.preemption.commands import COMMANDS, SERVICE, PreemptionList
 from services.preemption.folder import SUBJECTS, PreemptionFolder
@@ -49,16 +48,6 @@ def answer(folder: PreemptionFolder, op: str, data: bytes) -> Reply:
     })
 
 
-async def _answer_requests(nc: Any, folder: PreemptionFolder) -> None:
-    """Answer `poolwise.cmd.preemption.*` until cancelled."""
-    subscription = await serve_requests(nc, SERVICE, partial(answer, folder))
-    try:
-        await anyio.sleep_forever()
-    finally:
-        with anyio.CancelScope(shield=True), suppress(Exception):
-            await subscription.unsubscribe()
-
-
 def standby() -> Warm:
     """What a standby instance folds while another leads (see `serve_admission`'s)."""
     return Warm(PreemptionFolder(), SUBJECTS)
@@ -68,7 +57,8 @@ async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: Pree
                            warm: Warm | None = None, trees: TreeLeases | None = None,
                            task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
     """Preemption on `log`; `warm`: a standby's fold, caught up already (it decides from there);
-    `trees`: an instance deciding per tree answers requests while it holds a tree
+    `trees`: an instance deciding per tree answers requests while it holds a tree, for any tree
+    (it folds and decides them all: its pass memory is not on the log), naming each tree's holder
     (`services.common.tree_gate`)."""
     if warm is not None:
         folder = cast(PreemptionFolder, warm.folder)
@@ -80,8 +70,9 @@ async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: Pree
                                                           snapshots=policy_for(log, "preemption"), warm=warm,
                                                           linger=LINGER, task_status=task_status))
             nc = getattr(log, "nc", None)
-            if nc is not None and trees is not None:
-                tg.start_soon(while_holding, trees, partial(_answer_requests, nc, folder))
+            if nc is not None and trees is not None:  # naming each tree's holder (`naming_holders`)
+                asked = naming_holders(cast(TreeGate, log), partial(answer, folder))
+                tg.start_soon(while_holding, trees, partial(answer_until_cancelled, nc, SERVICE, asked))
             elif nc is not None:
                 await serve_requests(nc, SERVICE, partial(answer, folder))
             task_status.started("preemption")

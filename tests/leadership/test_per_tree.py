@@ -7,7 +7,10 @@ lease's TTL, 2 s, and a look), which then decide all four, the burst enqueued ju
 too (`replay --verify` finds every preemption pass too). A third instance then gets two
 trees, and stopped cleanly hands them back at once; the consumers of the instances gone are
 deleted. Every gang is admitted
-exactly once, and `poolwise replay --verify` re-derives every decision, whoever made it."""
+exactly once, and `poolwise replay --verify` re-derives every decision, whoever made it. Each
+admission instance decides only the cycles of its trees (what up's says on stderr: between giving
+two trees away and taking them back it decided none of theirs and read them from the log), and a
+query for a tree the other instance holds is answered, naming its holder."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import pytest
 
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, TreeOptions
+from services.admission.commands import ExplainQuery
 from services.cli.client import request
 from services.common.jetstream import JetStreamLog
 from services.submitter import Submitter
@@ -57,6 +61,19 @@ def held(stderr: str, service: str = "admission") -> set[str]:
     if not lines or not lines[-1].startswith("trees "):
         return set()
     return set(lines[-1][len("trees "):].split(", "))
+
+
+Counts = dict[str, int]
+
+
+def work(stderr: str) -> list[tuple[Counts, Counts]]:
+    """The cycles an admission instance said it had decided and read from the log, per tree, at
+    each change of its trees (`services.admission.service.work_line`), in order."""
+    def counts(text: str) -> Counts:
+        return {} if text == "none" else {tree: int(n) for tree, n in (item.split(" ") for item in text.split(", "))}
+
+    return [(counts(decided), counts(read)) for decided, read in
+            re.findall(r"poolwise: admission cycles decided here: (.*); read from the log: (.*)", stderr)]
 
 
 async def enqueue(submitter: Submitter, phase: str, per_tree: int = 3) -> set[str]:
@@ -109,11 +126,17 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
         assert {f"  {tree}: " in admission for tree in TREES} == {True}, shown  # who holds which tree
         assert admission.count(", holds 2, ready") == 2, shown
 
+        ours, theirs = held(up.stderr), held(other.err)
         async with Submitter(url, source="test") as submitter:
             wanted = await submit(submitter, url, "shared")
             assert split(), (up.stderr, other.err)  # still two trees each: each decided its own
+            tree = sorted(theirs)[0]  # a query for a tree the other instance holds: answered, naming it
+            answer = await request(url, "admission", ExplainQuery(gang=f"shared-{tree}-0", tree=tree))
+            assert answer.ok and answer.data["state"] == "admitted", answer
+            assert answer.data["holders"] == {tree: re.findall(r"deciding per tree \(as ([^)]*)\)", other.err)[-1]}
 
             burst = await enqueue(submitter, "burst", per_tree=50)  # killed while deciding these
+            before = len(work(up.stderr))
             for gone in (other, passes):
                 gone.proc.send_signal(signal.SIGKILL)
             for gone in (other, passes):
@@ -123,6 +146,14 @@ async def test_two_admission_instances_share_the_trees_and_take_over(tmp_path: P
                         "up's admission and preemption to take the killed ones' trees", timeout=15)
             took = time.monotonic() - killed
             assert took < 6.0, f"the trees moved after {took:.1f} s"
+            await until(lambda: len(work(up.stderr)) > before, "up's admission to say what it decided", timeout=15)
+            # Between giving the other instance its two trees and taking them back, up's admission
+            # decided no cycle of theirs (it read them from the log) and decided its own.
+            (gave, read_then), (took_back, read_now) = work(up.stderr)[before - 1:before + 1]
+            assert {t: took_back.get(t, 0) for t in theirs} == {t: gave.get(t, 0) for t in theirs}, up.stderr
+            assert all(read_now.get(t, 0) > read_then.get(t, 0) for t in theirs), up.stderr
+            assert all(took_back.get(t, 0) > gave.get(t, 0) for t in ours), up.stderr
+            assert {t: read_now.get(t, 0) for t in ours} == {t: read_then.get(t, 0) for t in ours}, up.stderr
             await admitted(url, burst, "burst")
             wanted |= burst | await submit(submitter, url, "after")
 
