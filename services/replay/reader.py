@@ -11,10 +11,11 @@ comes after `end` is not looked at):
    decision re-derived through it found). Memory: three pieces, and what the verifier holds (see
    `services.replay.verify`).
 
-Where the verifier runs: reading a JetStream log is Python work too (the client parses every
-message), so on a log of `PROCESS_FROM` positions or more the verifier runs in a child process of
-its own (`services/replay/worker.py`), fed the pieces through a pipe, and the reading and the
-verifying take a core each; below that, in a worker thread (a process costs a second to start).
+Where the work runs: reading a JetStream log is Python work too (the client parses every
+message), so on a log of `PROCESS_FROM` positions or more admission's and preemption's fold (most
+of the work) runs in a child process of its own (`services/replay/worker.py`), fed the pieces
+through a pipe, while this process reads, folds the tree and compares; the two take a core each.
+Below that, the verifier does it all in a worker thread (a process costs a second to start).
 
 `--from SEQ` (`from_seq`, with a `SnapshotStore`): before reading, the newest usable snapshot of
 each of admission, preemption and the tree at or before SEQ is loaded (`load_newest`: made by this
@@ -108,17 +109,18 @@ async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, ch
         refusals.extend(stored for stored in piece if command_refusals([stored]))
     if on_progress is not None:
         on_progress(Progress(first - 1, stop, 0, 0, time.perf_counter() - began))
-    if stop - first + 1 >= (PROCESS_FROM if process_from is None else process_from):
+    in_process = stop - first + 1 >= (PROCESS_FROM if process_from is None else process_from)
+    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq,
+                        shared=shared, derived_elsewhere=in_process)
+    verifier.report.passed_over = passed_over
+    if in_process:
+        from services.replay.derive import FOLDED
         from services.replay.worker import verify_in_process
 
-        report = await verify_in_process(log, refusals, end, chunk, began, tree=tree, to_seq=to_seq,
-                                         on_progress=on_progress, snapshots=starts, from_seq=from_seq, first=first,
-                                         shared=shared)
-        report.passed_over = passed_over
-        return report
-    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq,
-                        shared=shared)
-    verifier.report.passed_over = passed_over
+        folded = [s for s in starts if s.service in FOLDED]  # (the child's to hold: taken from the list as sent)
+        del starts
+        return await verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
+                                       on_progress=on_progress, snapshots=folded, first=first, shared=shared)
     del starts  # (the folds hold what they need of them)
     send, receive = anyio.create_memory_object_stream[list[Stored]](1)  # one piece read ahead
 

@@ -81,34 +81,30 @@ from __future__ import annotations
 import json
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from events import DecodeError, Envelope, Event, InputRejected, decode, decode_all, encode, read_envelope, read_pack
+from events import DecodeError, Envelope, InputRejected, decode_all, encode, read_envelope, read_pack
 from events.codec import pack_parts
 from events.commands import COMMANDS
-from events.envelope import DecisionEvent
 from events.subjects import PREFIX
-from events.views import VIEWS
 from services.admission.domain.state import SERVICE as ADMISSION
-from services.admission.domain.state import AdmissionState
-from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
-from services.admission.folder import AdmissionFolder
-from services.common.folding import Folder, gc_paused, rejection_of_fault, rejection_of_malformed
+from services.common.folding import gc_paused
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
-from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
-from services.preemption.folder import PreemptionFolder
-from services.replay.shared import SharedFolds
+from services.replay.decoding import DECISION_TYPES, Decoded
+from services.replay.derive import Derivation, admission_wants, shares
 from services.tree.domain.decide import Refused
 from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
 from services.tree.service import SERVICE as TREE
+from services.tree.service import SUBJECTS as TREE_SUBJECTS
 
-DECISION_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in get_args(DecisionEvent))
+__all__ = ["DECISION_TYPES", "Elsewhere", "Finding", "Made", "Report", "TypeCount", "Verifier", "verify"]
+_tree_wants = subject_filter(TREE_SUBJECTS)
 IGNORED_ENVELOPE_FIELDS: frozenset[str] = frozenset({"trace"})
 REFUSAL_SUBJECTS: tuple[str, ...] = (f"{PREFIX}.rejected.*",)  # where the tree records refused commands
 
@@ -414,84 +410,15 @@ class _Record:
     raw: bytes
 
 
-_VIEWED: frozenset[bytes] = frozenset(model.__name__.encode() for model in VIEWS if issubclass(model, Event))
-_TYPE_AT = b'"event":{"type":"'  # where `events.encode` writes an event's type
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """A piece's part a `Derivation` did in another process (`derive.Derived`, its decisions as
+    `Made`): the verifier of `Verifier(derived_elsewhere=True)` takes them instead of folding."""
 
-
-def _read_one(data: bytes) -> Envelope:
-    """`events.read_envelope(data, tasks=True)` (views of task reports too: every reader of what
-    it gives asks `event_class`), without its attempt at a view for a type that has none (it falls
-    back to `decode` then, after the attempt)."""
-    at = data.find(_TYPE_AT)
-    if at >= 0:
-        start = at + len(_TYPE_AT)
-        if data[start:data.find(b'"', start)] not in _VIEWED:
-            return decode(data)
-    return read_envelope(data, True)
-
-
-class _Decoded:
-    """One piece's messages, each decoded once (as the live services decode: views of the gang
-    events and of task reports, pydantic's models of the rest), handed to every folder (admission
-    and preemption through `_fold_service`, the tree through `TreeView.fold`'s `read`)."""
-
-    __slots__ = ("found",)
-
-    def __init__(self) -> None:
-        self.found: dict[int, list[Envelope] | DecodeError] = {}
-
-    def put(self, stored: Stored) -> list[Envelope] | DecodeError:
-        try:
-            result: list[Envelope] | DecodeError = decode_all(stored.data, _read_one, read_pack)
-        except DecodeError as error:
-            result = error
-        self.found[id(stored.data)] = result
-        return result
-
-    def of(self, stored: Stored) -> list[Envelope]:
-        found = self.found[id(stored.data)]
-        if isinstance(found, DecodeError):
-            raise found
-        return found
-
-
-def _fold_service(folder: Folder, piece: Sequence[Stored], decoded: _Decoded, after: int,
-                  wants: Callable[[str], bool]) -> list[Envelope]:
-    """`fold_batch(folder, [s for s in piece if wants(s.subject)], after, ...)`'s decisions, on the
-    messages decoded once: the same steps (a message's events in order, `last` on its last), the
-    same refusals (a malformed message on a subject the folder owns; an event whose step raises:
-    `internal_error`), without `decode_all` again per message and folder."""
-    out: list[Envelope] = []
-    step, owns, service, found = folder.step, folder.owns, folder.service, decoded.found
-    for stored in piece:
-        seq = stored.seq
-        if seq <= after or not wants(stored.subject):
-            continue
-        envelopes = found[id(stored.data)]
-        if isinstance(envelopes, DecodeError):
-            if owns(stored.subject):
-                out.append(rejection_of_malformed(service, stored, envelopes, folder.now))
-            continue
-        if len(envelopes) == 1:
-            try:
-                out += step(envelopes[0], seq, 0, True)
-            except Exception as error:  # a poison input: refused, and the fold goes on (as `fold_batch`)
-                out.append(rejection_of_fault(service, envelopes[0], seq, 0, error, folder.now))
-            continue
-        end = len(envelopes) - 1
-        for part, envelope in enumerate(envelopes):
-            try:
-                out += step(envelope, seq, part, part == end)
-            except Exception as error:
-                out.append(rejection_of_fault(service, envelope, seq, part, error, folder.now))
-    return out
-
-
-def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot]) -> bool:
-    """Whether a `Verifier(shared=True)` folds admission's state once for both services: from the
-    start (no snapshot of either), the whole log, every tree. Otherwise (and when asked for
-    `shared=False`) each service folds its own, as live."""
-    return tree is None and to_seq is None and not any(s.service in (ADMISSION, PREEMPTION) for s in snapshots)
+    made: list[Made]
+    recording: frozenset[int]
+    events: int
+    malformed: int
 
 
 class Verifier:
@@ -501,16 +428,19 @@ class Verifier:
     judged again as the fold reaches their basis. `tree`, `to_seq`: the scope (module docstring).
     `snapshots` (`--from`): a service's fold starts from its snapshot (at most one each of
     admission, preemption and tree), and the log is to be fed from `position + 1` (the earliest
-    start); `from_seq` is only reported."""
+    start); `from_seq` is only reported.
+
+    `derived_elsewhere`: admission's and preemption's decisions are re-derived by a `Derivation`
+    in another process (worker.py) and handed to `feed` with each piece (`Elsewhere`); this one
+    decodes only what that one does not (the messages the tree folds, those recording decisions,
+    those on no subject of admission's), folds the tree, judges the refusals and compares."""
 
     def __init__(self, refusals: Iterable[Refusal] = (), *, tree: str | None = None,
                  to_seq: int | None = None, snapshots: Iterable[Snapshot] = (),
-                 from_seq: int | None = None, shared: bool = False) -> None:
+                 from_seq: int | None = None, shared: bool = False, derived_elsewhere: bool = False) -> None:
         self.report = Report(tree=tree, to_seq=to_seq, from_seq=from_seq)
         self.tree = tree
         self.to_seq = to_seq
-        self.admission: Folder = AdmissionFolder()
-        self.preemption: Folder = PreemptionFolder()
         self.view = TreeView()
         self.starts: dict[str, int] = {}  # service -> the position its fold starts after
         pending: list[Envelope] = []
@@ -520,11 +450,11 @@ class Verifier:
             pending += snapshot.pending
         # `shared`: admission's state folded once for both services (`shared.py`), when the
         # whole log is folded from the start and every decision reported (else each its own)
-        self.shared: SharedFolds | None = SharedFolds() if shared and shares(tree=tree, to_seq=to_seq,
-                                                                            snapshots=snapshots) else None
+        self.derivation = None if derived_elsewhere else Derivation(tree=tree, to_seq=to_seq, snapshots=snapshots,
+                                                                     shared=shared)
         if from_seq is not None:
             self.report.starts = {name: self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)}
-        self.report.shared = self.shared is not None
+        self.report.shared = shared and shares(tree=tree, to_seq=to_seq, snapshots=snapshots)
         tree_start = self.starts.get(TREE, 0)
         self.refusals = sorted((r for r in refusals if (to_seq is None or r.seq <= to_seq)
                                 and (r.envelope.basis or 0) >= tree_start),  # (before: not judged, `_unchecked`)
@@ -536,30 +466,18 @@ class Verifier:
         self.repeats: dict[str, tuple[int, Made]] = {}  # re-derived more than once: (times, decision)
         self.found: list[tuple[int, int, Finding]] = []  # findings on records, with (seq, part)
         self.position = min((self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)), default=0)
-        self._admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))
-        self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
         self._finished = False
         for decision in pending:  # decided before a snapshot, not in the log then: as if re-derived
             self._derive(decision)
 
     def _start_from(self, snapshot: Snapshot) -> None:
-        """A service's fold from its snapshot (`services/common/snapshots.py`: what its folder's
-        `export` returned, or the tree service's `TreeView`)."""
-        state = snapshot.state
-        if snapshot.service == ADMISSION:
-            if isinstance(state, tuple):  # the live service's `ExplainingFolder`: explain's notes are not needed
-                state = state[0]
-            assert isinstance(state, AdmissionState), type(state)
-            state.on_forget = None
-            self.admission = AdmissionFolder(state)
-        elif snapshot.service == PREEMPTION:
-            folder = PreemptionFolder()
-            folder.load(state)
-            self.preemption = folder
-        elif snapshot.service == TREE:
+        """Where a service's fold starts (its snapshot's position); the tree's fold from its
+        snapshot (the tree service's `TreeView`), admission's and preemption's in `Derivation`."""
+        if snapshot.service == TREE:
+            state = snapshot.state
             assert isinstance(state, TreeView), type(state)
             self.view = state
-        else:
+        elif snapshot.service not in (ADMISSION, PREEMPTION):
             raise ValueError(f"a snapshot of {snapshot.service!r}: not a service replay folds")
         self.starts[snapshot.service] = snapshot.seq
 
@@ -589,8 +507,10 @@ class Verifier:
 
     # -- feeding
 
-    def feed(self, piece: Sequence[Stored]) -> None:
-        """The next messages of the log, in order (any number; a position read twice is skipped)."""
+    def feed(self, piece: Sequence[Stored], elsewhere: Elsewhere | None = None) -> None:
+        """The next messages of the log, in order (any number; a position read twice is skipped).
+        `elsewhere`: with `derived_elsewhere`, what the `Derivation` made of the same messages
+        (through `to_seq`)."""
         if piece and piece[0].seq <= self.position:
             piece = [s for s in piece if s.seq > self.position]
         if not piece:
@@ -599,41 +519,53 @@ class Verifier:
             cut = bisect_right([s.seq for s in piece], self.to_seq)
             head, tail = piece[:cut], piece[cut:]
             if head:
-                self.feed(head)
+                self.feed(head, elsewhere)
             self.position = max(self.position, self.to_seq)
             self._look_past(tail)
             return
         with gc_paused():
-            self._fold(piece)
+            self._fold(piece, elsewhere)
 
-    def _fold(self, piece: Sequence[Stored]) -> None:
+    def _fold(self, piece: Sequence[Stored], elsewhere: Elsewhere | None) -> None:
         report = self.report
-        decoded = _Decoded()
-        for stored in piece:
-            result = decoded.put(stored)
-            if isinstance(result, DecodeError):
-                report.malformed += 1
-            else:
-                report.events += len(result)
+        decoded = Decoded()
+        put = decoded.put
+        if elsewhere is None:
+            for stored in piece:
+                result = put(stored)
+                if isinstance(result, DecodeError):
+                    report.malformed += 1
+                else:
+                    report.events += len(result)
+        else:  # the derivation decoded (and counted) every message on admission's subjects
+            report.events += elsewhere.events
+            report.malformed += elsewhere.malformed
+            recording = elsewhere.recording
+            for stored in piece:
+                subject = stored.subject
+                if not admission_wants(subject):
+                    result = put(stored)
+                    if isinstance(result, DecodeError):
+                        report.malformed += 1
+                    else:
+                        report.events += len(result)
+                elif stored.seq in recording or _tree_wants(subject):
+                    put(stored)
         report.messages += len(piece)
         after = self.position
         # 1. re-derive: each service folds the piece (decisions made before their records are read)
-        if self.shared is not None:
-            for decision in _fold_service(self.shared, piece, decoded, after, self._admission_wants):
+        if self.derivation is not None:
+            for decision in self.derivation.fold(piece, decoded, after):
                 self._derive(decision)
-            for decision in self.shared.take():
-                self._derive(decision)
-        else:
-            for folder, wants in ((self.admission, self._admission_wants),
-                                  (self.preemption, self._preemption_wants)):
-                start = max(after, self.starts.get(folder.service, 0))
-                for decision in _fold_service(folder, piece, decoded, start, wants):
-                    self._derive(decision)
+        elif elsewhere is not None:
+            for made in elsewhere.made:
+                self.add_made(made)
         self._fold_tree(piece, decoded)
         # 2. compare what the piece records
+        found = decoded.found
         for stored in piece:
-            envelopes = decoded.found[id(stored.data)]
-            if isinstance(envelopes, DecodeError):
+            envelopes = found.get(id(stored.data))
+            if envelopes is None or isinstance(envelopes, DecodeError):
                 continue
             parts: list[bytes] | None = None
             for part, envelope in enumerate(envelopes):
@@ -648,7 +580,7 @@ class Verifier:
         self.position = piece[-1].seq
         report.last_seq = report.read_to = self.position
 
-    def _fold_tree(self, piece: Sequence[Stored], decoded: _Decoded) -> None:
+    def _fold_tree(self, piece: Sequence[Stored], decoded: Decoded) -> None:
         """The tree's view folded through the piece; each refusal judged before the first message
         beyond its basis is folded (on the tree as of its basis)."""
         view = self.view

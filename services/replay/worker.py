@@ -1,12 +1,20 @@
-"""The verifier in a child process of its own, fed the log's pieces through a pipe (`reader.py`).
+"""Admission's and preemption's fold in a child process of its own, fed the log's pieces through a
+pipe (`reader.py`), while this process reads the log and verifies the rest.
 
 Reading a JetStream log is Python work in the reading process (nats-py parses every message), as
-is verifying: in one process they share one core (the GIL), in two they take one each. The child
-(`spawn`: nothing of the parent's event loop or threads is inherited) runs the same `Verifier`;
-the parent sends it the command refusals, then each piece as it is read, and takes back after
-each piece its position (progress; `done` with `to_seq`), and at the end the `Report`. A piece is
-sent from a worker thread, so the next ones are read meanwhile; the child holds one piece at a
-time, the pipe and the parent at most two more.
+is verifying: in one process they share one core (the GIL), in two they take one each. The fold
+of admission's and preemption's states is most of a replay's work (about two thirds of the
+verifier's CPU on the 100k-gang soak log), so it runs in the child (`Derivation`, derive.py:
+`spawn`, nothing of the parent's event loop or threads is inherited), which decodes the messages
+on their subjects, folds them and sends back each piece's decisions (as `Made`: id, keys and the
+bytes the service would write), which of those messages record decisions, and the counts. The
+parent reads, decodes only the messages the tree folds, those that record decisions and those on
+no subject of admission's, folds the tree, judges the refusals and compares
+(`Verifier(derived_elsewhere=True)`): the same report as one process makes.
+
+The pieces go one ahead: the child folds piece k+1 while the parent verifies piece k with the
+child's decisions of it (the verifier takes a piece's decisions before its records, as when it
+folds them itself). The child holds its states and a piece, the pipe and the parent two more.
 """
 
 from __future__ import annotations
@@ -15,26 +23,20 @@ import multiprocessing
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import anyio
 
+from services.common.folding import gc_paused
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import Snapshot
+from services.replay.derive import Derivation
 from services.replay.progress import Progress
-from services.replay.verify import Report, Verifier, command_refusals
+from services.replay.verify import Elsewhere, Made, Report, Verifier
 
 Row = tuple[int, str, bytes, str | None]  # a Stored as sent (plain values pickle fastest)
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    position: int = 0
-    messages: int = 0
-    events: int = 0
-    done: bool = False
+MadeRow = tuple[str, str, str, int | None, str | None, bytes]  # a `Made` as sent
 
 
 def _rows(piece: Sequence[Stored]) -> list[Row]:
@@ -46,23 +48,22 @@ def _stored(rows: list[Row]) -> list[Stored]:
 
 
 def child(inbox: Connection, outbox: Connection) -> None:
-    """The child's whole life: ("start", refusals, tree, to_seq, snapshots, from_seq, shared), then ("piece",
-    rows)..., then ("finish",). Answers ("fed", Status) per piece, ("report", Report) at the end, or
+    """The child's whole life: ("start", tree, to_seq, snapshots, shared), then ("piece", rows)...,
+    then ("finish",). Answers ("made", made rows, recording, events, malformed) per piece, or
     ("error", text)."""
     try:
-        _, refusals, tree, to_seq, snapshots, from_seq, shared = inbox.recv()
-        verifier = Verifier(command_refusals(_stored(refusals)), tree=tree, to_seq=to_seq, snapshots=snapshots,
-                            from_seq=from_seq, shared=shared)
+        _, tree, to_seq, snapshots, shared = inbox.recv()
+        derivation = Derivation(tree=tree, to_seq=to_seq, snapshots=snapshots, shared=shared)
         del snapshots
         while True:
             message = inbox.recv()
-            if message[0] == "piece":
-                verifier.feed(_stored(message[1]))
-                report = verifier.report
-                outbox.send(("fed", Status(verifier.position, report.messages, report.events, verifier.done)))
-            else:
-                outbox.send(("report", verifier.finish()))
+            if message[0] != "piece":
                 return
+            with gc_paused():
+                derived = derivation.feed(_stored(message[1]))
+                rows = [(m.id, m.type, m.source, m.basis, m.tree, m.data)
+                        for m in map(Made.of, derived.decisions)]
+            outbox.send(("made", rows, derived.recording, derived.events, derived.malformed))
     except EOFError:  # the parent went away
         return
     except BaseException:
@@ -70,7 +71,7 @@ def child(inbox: Connection, outbox: Connection) -> None:
 
 
 class ChildFailed(Exception):
-    """The verifier's process failed (its traceback is the message)."""
+    """The derivation's process failed (its traceback is the message)."""
 
 
 class _Child:
@@ -80,7 +81,6 @@ class _Child:
         self.outbox_r, self.outbox_w = context.Pipe(duplex=False)
         self.process = context.Process(target=child, args=(self.inbox_r, self.outbox_w), name="poolwise-replay",
                                        daemon=True)
-        self.status = Status()
 
     def start(self) -> None:
         self.process.start()
@@ -97,43 +97,66 @@ class _Child:
     def send(self, message: Any) -> None:
         self.inbox_w.send(message)
 
-    def take(self, block: bool) -> Any:
-        """The child's next answer (None when not `block` and there is none yet)."""
-        while block or self.outbox_r.poll():
-            try:
-                kind, *rest = self.outbox_r.recv()
-            except EOFError:
-                raise ChildFailed(f"the verifier's process ended (exit code {self.process.exitcode})") from None
-            if kind == "fed":
-                self.status = rest[0]
-                continue
-            if kind == "error":
-                raise ChildFailed(rest[0])
-            return rest[0]
-        return None
+    def take(self) -> Elsewhere:
+        """The child's next piece's work."""
+        try:
+            kind, *rest = self.outbox_r.recv()
+        except EOFError:
+            raise ChildFailed(f"the derivation's process ended (exit code {self.process.exitcode})") from None
+        if kind == "error":
+            raise ChildFailed(rest[0])
+        rows, recording, events, malformed = rest
+        return Elsewhere([Made(*row) for row in rows], recording, events, malformed)
 
 
-async def verify_in_process(log: EventLog, refusals: Sequence[Stored], end: int, chunk: int, began: float, *,
+async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: int, began: float, *,
                             tree: str | None, to_seq: int | None, on_progress: Any,
-                            snapshots: Sequence[Snapshot] = (), from_seq: int | None = None, first: int = 1,
-                            shared: bool = False) -> Report:
+                            snapshots: list[Snapshot], first: int = 1, shared: bool = False) -> Report:
+    """`verifier` (`derived_elsewhere`) fed the log from `first` through `end` (or until it is
+    `done`), with admission's and preemption's decisions derived in a child process, from
+    `snapshots` (of admission and preemption: emptied once sent, the child holds them)."""
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
     try:
-        await anyio.to_thread.run_sync(worker.send, ("start", _rows(refusals), tree, to_seq, list(snapshots), from_seq,
-                                                       shared))
-        async for piece in read_in_chunks(log, first, (), chunk, end_seq=end):
-            await anyio.to_thread.run_sync(worker.send, ("piece", _rows(piece)))  # waits for the child to take it
-            worker.take(block=False)
-            status = worker.status
-            if on_progress is not None:
-                on_progress(Progress(min(status.position, stop), stop, status.messages, status.events,
-                                     time.perf_counter() - began))
-            if status.done:
-                break
-        await anyio.to_thread.run_sync(worker.send, ("finish",))
-        report: Report = await anyio.to_thread.run_sync(worker.take, True)
+        await anyio.to_thread.run_sync(worker.send, ("start", tree, to_seq, list(snapshots), shared))
+        snapshots.clear()
+        # Three tasks: the reader; the sender, piece after piece to the child (a pipe holds less
+        # than a piece: sending and taking the child's answers go on in threads of their own, or
+        # each end would wait for the other); and here, the verifier, which takes the child's
+        # work on a piece and then feeds the piece (the child folds the next piece meanwhile).
+        read_s, read_r = anyio.create_memory_object_stream[list[Stored]](1)
+        sent_s, sent_r = anyio.create_memory_object_stream[list[Stored]](1)
+
+        async def read() -> None:
+            async with read_s:
+                async for piece in read_in_chunks(log, first, (), chunk, end_seq=end):
+                    await read_s.send(piece)
+
+        async def send() -> None:
+            async with read_r, sent_s:
+                async for piece in read_r:
+                    # (abandoned when the verifier is done early: the child is killed then)
+                    await anyio.to_thread.run_sync(worker.send, ("piece", _rows(piece)), abandon_on_cancel=True)
+                    await sent_s.send(piece)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            tg.start_soon(send)
+            async with sent_r:
+                async for piece in sent_r:
+                    elsewhere = await anyio.to_thread.run_sync(worker.take)
+                    verifier.feed(piece, elsewhere)
+                    if on_progress is not None:
+                        report = verifier.report
+                        on_progress(Progress(min(verifier.position, stop), stop, report.messages, report.events,
+                                             time.perf_counter() - began))
+                    if verifier.done:  # with `to_seq`: nothing further can change the report
+                        break
+            tg.cancel_scope.cancel()
+        if not verifier.done:
+            await anyio.to_thread.run_sync(worker.send, ("finish",))
+        report = verifier.finish()
         if on_progress is not None:
             on_progress(Progress(min(report.read_to, stop), stop, report.messages, report.events,
                                  time.perf_counter() - began))

@@ -26,7 +26,9 @@ def snapshot_of(messages: list[Stored], service: str, cut: int, *, explaining: b
     """What `service`'s fold holds through position `cut`, as a snapshot read back from its bytes."""
     verifier = Verifier(command_refusals(messages))
     verifier.feed([m for m in messages if m.seq <= cut])
-    state: Any = {"admission": verifier.admission, "preemption": verifier.preemption}.get(service)
+    folds = verifier.derivation
+    assert folds is not None
+    state: Any = {"admission": folds.admission, "preemption": folds.preemption}.get(service)
     state = verifier.view if state is None else state.export()
     if explaining:  # the live service's `ExplainingFolder` exports (state, explain's notes)
         from services.admission.domain.explain import History

@@ -40,9 +40,9 @@ def state_at(messages: list[Stored], service: str, cut: int) -> Any:
     if service == "admission":
         from services.admission.domain.explain import History
 
-        return (verifier.admission.export(), History())  # type: ignore[attr-defined]
+        return (verifier.derivation.admission.export(), History())  # type: ignore[union-attr,attr-defined]
     if service == "preemption":
-        return verifier.preemption.export()  # type: ignore[attr-defined]
+        return verifier.derivation.preemption.export()  # type: ignore[union-attr,attr-defined]
     return verifier.view
 
 

@@ -1,0 +1,93 @@
+"""A piece of the log decoded once for every fold of a replay (`Decoded`), and a service's fold of
+it (`fold_service`): what the verifier (verify.py) and the derivation (derive.py, maybe in a
+process of its own) share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import get_args
+
+from events import DecodeError, Envelope, Event, decode, decode_all, read_envelope, read_pack
+from events.envelope import DecisionEvent
+from events.views import VIEWS
+from services.common.folding import Folder, rejection_of_fault, rejection_of_malformed
+from services.common.log import Stored
+
+DECISION_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in get_args(DecisionEvent))
+
+_VIEWED: frozenset[bytes] = frozenset(model.__name__.encode() for model in VIEWS if issubclass(model, Event))
+_TYPE_AT = b'"event":{"type":"'  # where `events.encode` writes an event's type
+
+
+def _read_one(data: bytes) -> Envelope:
+    """`events.read_envelope(data, tasks=True)` (views of task reports too: every reader of what
+    it gives asks `event_class`), without its attempt at a view for a type that has none (it falls
+    back to `decode` then, after the attempt)."""
+    at = data.find(_TYPE_AT)
+    if at >= 0:
+        start = at + len(_TYPE_AT)
+        if data[start:data.find(b'"', start)] not in _VIEWED:
+            return decode(data)
+    return read_envelope(data, True)
+
+
+class Decoded:
+    """One piece's messages, each decoded once (as the live services decode: views of the gang
+    events and of task reports, pydantic's models of the rest), handed to every folder (admission
+    and preemption through `fold_service`, the tree through `TreeView.fold`'s `read`)."""
+
+    __slots__ = ("found",)
+
+    def __init__(self) -> None:
+        self.found: dict[int, list[Envelope] | DecodeError] = {}
+
+    def put(self, stored: Stored) -> list[Envelope] | DecodeError:
+        try:
+            result: list[Envelope] | DecodeError = decode_all(stored.data, _read_one, read_pack)
+        except DecodeError as error:
+            result = error
+        self.found[id(stored.data)] = result
+        return result
+
+    def of(self, stored: Stored) -> list[Envelope]:
+        found = self.found[id(stored.data)]
+        if isinstance(found, DecodeError):
+            raise found
+        return found
+
+
+def records_decisions(envelopes: list[Envelope] | DecodeError) -> bool:
+    """Whether a message (as decoded) records an event of a decision type (what is compared)."""
+    return not isinstance(envelopes, DecodeError) and any(e.event.type in DECISION_TYPES for e in envelopes)
+
+
+def fold_service(folder: Folder, piece: Sequence[Stored], decoded: Decoded, after: int,
+                 wants: Callable[[str], bool]) -> list[Envelope]:
+    """`fold_batch(folder, [s for s in piece if wants(s.subject)], after, ...)`'s decisions, on the
+    messages decoded once: the same steps (a message's events in order, `last` on its last), the
+    same refusals (a malformed message on a subject the folder owns; an event whose step raises:
+    `internal_error`), without `decode_all` again per message and folder."""
+    out: list[Envelope] = []
+    step, owns, service, found = folder.step, folder.owns, folder.service, decoded.found
+    for stored in piece:
+        seq = stored.seq
+        if seq <= after or not wants(stored.subject):
+            continue
+        envelopes = found[id(stored.data)]
+        if isinstance(envelopes, DecodeError):
+            if owns(stored.subject):
+                out.append(rejection_of_malformed(service, stored, envelopes, folder.now))
+            continue
+        if len(envelopes) == 1:
+            try:
+                out += step(envelopes[0], seq, 0, True)
+            except Exception as error:  # a poison input: refused, and the fold goes on (as `fold_batch`)
+                out.append(rejection_of_fault(service, envelopes[0], seq, 0, error, folder.now))
+            continue
+        end = len(envelopes) - 1
+        for part, envelope in enumerate(envelopes):
+            try:
+                out += step(envelope, seq, part, part == end)
+            except Exception as error:
+                out.append(rejection_of_fault(service, envelope, seq, part, error, folder.now))
+    return out

@@ -1,0 +1,120 @@
+"""`Derivation`: admission's and preemption's decisions re-derived from the log, a piece at a time,
+as their shells decide live: in the verifier's process (`Verifier`, verify.py, on the pieces it
+decodes), or in a process of its own (`worker.py`), where it decodes what it folds and says which
+messages record decisions, so that the verifier's process decodes only what it compares and what
+the tree folds.
+
+Folded exactly as live: `fold_service` of each service's `Folder` (`AdmissionFolder`,
+`PreemptionFolder`) over the messages of their subjects, each from its snapshot if it has one
+(`--from`), or with admission's state folded once for both (`SharedFolds`, shared.py) where
+`shares` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from events import DecodeError, Envelope
+from services.admission.domain.state import SERVICE as ADMISSION
+from services.admission.domain.state import AdmissionState
+from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
+from services.admission.folder import AdmissionFolder
+from services.common.folding import Folder
+from services.common.log import Stored
+from services.common.memlog import subject_filter
+from services.common.snapshots import Snapshot
+from services.preemption.domain.state import SERVICE as PREEMPTION
+from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
+from services.preemption.folder import PreemptionFolder
+from services.replay.decoding import Decoded, fold_service, records_decisions
+from services.replay.shared import SharedFolds
+
+FOLDED = (ADMISSION, PREEMPTION)  # the services whose folds a `Derivation` runs
+admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))  # (preemption's are the same)
+
+
+def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot]) -> bool:
+    """Whether a `Verifier(shared=True)` folds admission's state once for both services: from the
+    start (no snapshot of either), the whole log, every tree. Otherwise (and when asked for
+    `shared=False`) each service folds its own, as live."""
+    return tree is None and to_seq is None and not any(s.service in FOLDED for s in snapshots)
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """What `Derivation.feed` made of a piece: the decisions, in the order made; the positions of
+    the messages it decoded that record an event of a decision type; the events and the malformed
+    messages among those it decoded (every message on admission's subjects)."""
+
+    decisions: list[Envelope]
+    recording: frozenset[int]
+    events: int
+    malformed: int
+
+
+class Derivation:
+    def __init__(self, *, tree: str | None = None, to_seq: int | None = None, snapshots: Iterable[Snapshot] = (),
+                 shared: bool = False) -> None:
+        self.admission: Folder = AdmissionFolder()
+        self.preemption: Folder = PreemptionFolder()
+        self.starts: dict[str, int] = {}  # service -> the position its fold starts after
+        snapshots = list(snapshots)
+        for snapshot in snapshots:
+            self._start_from(snapshot)
+        self.shared: SharedFolds | None = SharedFolds() if shared and shares(tree=tree, to_seq=to_seq,
+                                                                            snapshots=snapshots) else None
+        self.to_seq = to_seq
+        self.position = 0  # the last position fed (`feed`)
+        self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
+
+    def _start_from(self, snapshot: Snapshot) -> None:
+        """A service's fold from its snapshot (`services/common/snapshots.py`: what its folder's
+        `export` returned); a snapshot of another service is not this one's."""
+        state = snapshot.state
+        if snapshot.service == ADMISSION:
+            if isinstance(state, tuple):  # the live service's `ExplainingFolder`: explain's notes are not needed
+                state = state[0]
+            assert isinstance(state, AdmissionState), type(state)
+            state.on_forget = None
+            self.admission = AdmissionFolder(state)
+        elif snapshot.service == PREEMPTION:
+            folder = PreemptionFolder()
+            folder.load(state)
+            self.preemption = folder
+        else:
+            return
+        self.starts[snapshot.service] = snapshot.seq
+
+    def fold(self, piece: Sequence[Stored], decoded: Decoded, after: int) -> list[Envelope]:
+        """The decisions the piece's messages after `after` make (`decoded` holds every message
+        on admission's subjects)."""
+        if self.shared is not None:
+            out = fold_service(self.shared, piece, decoded, after, admission_wants)
+            return out + self.shared.take()
+        out = []
+        for folder, wants in ((self.admission, admission_wants), (self.preemption, self._preemption_wants)):
+            out += fold_service(folder, piece, decoded, max(after, self.starts.get(folder.service, 0)), wants)
+        return out
+
+    def feed(self, piece: Sequence[Stored]) -> Derived:
+        """The next messages of the log, in order, decoded here (a position fed twice is skipped;
+        past `to_seq` nothing is folded)."""
+        piece = [s for s in piece if s.seq > self.position and (self.to_seq is None or s.seq <= self.to_seq)]
+        if not piece:
+            return Derived([], frozenset(), 0, 0)
+        decoded = Decoded()
+        recording: list[int] = []
+        events = malformed = 0
+        for stored in piece:
+            if admission_wants(stored.subject):
+                result = decoded.put(stored)
+                if isinstance(result, DecodeError):
+                    malformed += 1
+                    continue
+                events += len(result)
+                if records_decisions(result):
+                    recording.append(stored.seq)
+        decisions = self.fold(piece, decoded, self.position)
+        self.position = piece[-1].seq
+        return Derived(decisions, frozenset(recording), events, malformed)
