@@ -60,7 +60,8 @@ from events import (
     encode,
 )
 from events.config import GangTimeoutOptions, PreemptionOptions
-from services.admission.domain.explain import explain, gang_rows
+from services.admission.domain.explain import explain
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.domain.model import ADMITTED, TERMINAL
 from services.admission.domain.views import pool_numbers
 from services.admission.folder import SUBJECTS, AdmissionFolder

@@ -26,7 +26,9 @@ from events import Envelope, event_class
 from events.commands import Reply
 from services.admission.commands import QUERIES, SERVICE, ExplainQuery, GangsQuery, PoolsQuery
 from services.admission.domain.cycle_order import is_cycle_decision
-from services.admission.domain.explain import OBSERVED, TIMED, History, explain, gang_rows
+from services.admission.domain.explain import explain
+from services.admission.domain.explain_history import OBSERVED, TIMED, History
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.domain.model import GANG_STATES
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.views import pool_numbers, queue_heads

@@ -91,7 +91,7 @@ def pool_lists(config: Any, tree: str | None) -> dict[str, Any]:
 def state_document(admission: Any, tree: str | None) -> dict[str, Any]:
     """Per tree: its options' version and capacity, each pool's configuration and numbers, its
     queues (pending gangs per queue), and the gangs."""
-    from services.admission.domain.explain import gang_rows
+    from services.admission.domain.gang_rows import gang_rows
     from services.admission.domain.views import pool_numbers
     from services.tree.domain.views import list_pools, list_trees
 

@@ -13,7 +13,7 @@ import pytest
 
 from events import PoolConfig
 from events.subjects import STREAM
-from services.admission.domain.explain import gang_rows
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.folder import AdmissionFolder
 from services.admission.queries import ExplainingFolder
 from services.cli.dry_run import live_state, what_if

@@ -10,7 +10,10 @@ import pytest
 
 from events import HostRegistered, HostRemoved
 from events.config import GangTimeoutOptions
-from services.admission.domain.explain import History, clock_text, explain, gang_rows
+from services.admission.domain.explain import explain
+from services.admission.domain.explain_history import History
+from services.admission.domain.explain_text import clock_text
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.domain.state import AdmissionState
 from tests.explain.world import START, TREE, World, cancel, gang, pool, task, world
 

@@ -26,7 +26,9 @@ from events import (
 )
 from events.config import GangTimeoutOptions, PreemptionOptions
 from services.admission.domain.decide import decide_tree
-from services.admission.domain.explain import Explanation, History, explain
+from services.admission.domain.explain import explain
+from services.admission.domain.explain_history import History
+from services.admission.domain.explanation import Explanation
 from services.admission.domain.state import AdmissionState
 
 TREE = "default"

@@ -31,7 +31,7 @@ def snapshot_of(messages: list[Stored], service: str, cut: int, *, explaining: b
     state: Any = {"admission": folds.admission, "preemption": folds.preemption}.get(service)
     state = verifier.view if state is None else state.export()
     if explaining:  # the live service's `ExplainingFolder` exports (state, explain's notes)
-        from services.admission.domain.explain import History
+        from services.admission.domain.explain_history import History
 
         state = (state, History())
     data = Snapshot(service, cut, code_fingerprint(), state, pending or []).encode()

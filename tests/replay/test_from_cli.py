@@ -38,7 +38,7 @@ def state_at(messages: list[Stored], service: str, cut: int) -> Any:
     verifier = Verifier(command_refusals(messages))
     verifier.feed([m for m in messages if m.seq <= cut])
     if service == "admission":
-        from services.admission.domain.explain import History
+        from services.admission.domain.explain_history import History
 
         return (verifier.derivation.admission.export(), History())  # type: ignore[union-attr,attr-defined]
     if service == "preemption":

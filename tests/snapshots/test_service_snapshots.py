@@ -15,7 +15,7 @@ import pytest
 
 from events import ClockTicked, Envelope, Event, at_seconds, decode_all
 from events.subjects import STREAM
-from services.admission.domain.explain import gang_rows
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.common.folding import Folder, fold_batch, run_folder
 from services.common.jetstream import JetStreamLog

@@ -21,7 +21,8 @@ import bench.golden_decisions as golden
 from bench.workload import Workload
 from events import ClockTicked, Envelope, TreeConfigured, TreeOptions, encode
 from events.config import GangTimeoutOptions
-from services.admission.domain.explain import explain, gang_rows
+from services.admission.domain.explain import explain
+from services.admission.domain.gang_rows import gang_rows
 from services.admission.domain.views import pool_numbers
 from services.admission.folder import AdmissionFolder
 from services.admission.queries import ExplainingFolder

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
+from services.admission.domain.gang_rows import gang_row
 from services.admission.domain.model import CYCLE_ORDER, Ledger
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.vectors import Vector, add_into
@@ -61,8 +62,6 @@ def queue_heads(state: AdmissionState, tree: str, heads: int, rows: int) -> dict
     """Each leaf's four queues (`CYCLE_ORDER`, leaves in path order): per queue its `length` and
     its first `heads` gangs in queue order (`gang_row`s), at most `rows` gangs in all (the later
     queues then show their lengths only). A leaf whose queues are all empty is left out."""
-    from services.admission.domain.explain import gang_row  # (explain imports far more than this module)
-
     rt = state.runtime(tree)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     left = rows
