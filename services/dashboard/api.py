@@ -15,12 +15,17 @@ from services.common.health_http import Handler, Request, Response, error, json_
 from services.dashboard.source import Source, Unanswered, View
 
 MAX_LIMIT = 1000
+SMALL = 100  # a tree of at most this many pools is shown whole on the page (`/api/overview`)
+DEPTH = 2  # a larger one: its pools down to this depth, and the children of those opened (`expand`)
+MAX_EXPAND = 200  # pools opened at once
+CACHED = 32  # overviews kept per refresh (one per set of pools opened)
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 ENDPOINTS = {
     "/api/": "this list",
     "/api/overview": "everything the page shows: trees with their pools and queues, preemptions, starvation, "
-                     "timeline, log position",
+                     "timeline, log position; a tree of more than 100 pools down to depth 2, and below the pools "
+                     "opened (?expand=/P,/Q), the others collapsed",
     "/api/trees": "the trees: capacity, policy, pools",
     "/api/trees/{tree}": "one tree: its pools (numbers per kind, starvation) and its leaves' queues",
     "/api/trees/{tree}/pools/{path}": "one pool, e.g. /api/trees/default/pools/ATG/Sim",
@@ -43,13 +48,16 @@ def dashboard(source: Source) -> Handler:
         return json_response(200, {"endpoints": ENDPOINTS})
 
     async def _overview(request: Request, rest: list[str]) -> Response:
-        _params(request, ())
+        expand = _expanded(_params(request, ("expand",)))
         view = await source.current()
-        found: Response | None = view.rendered.get("overview")  # every browser's poll: made once per refresh
+        key = ("overview", expand)
+        found: Response | None = view.rendered.get(key)  # every browser's poll: made once per refresh
         if found is None:
-            found = view.rendered["overview"] = json_response(200, {
-                **_head(view), "trees": [_tree(view, t) for t in _tree_names(view)],
+            found = json_response(200, {
+                **_head(view), "trees": [_tree(view, t, expand) for t in _tree_names(view)],
                 "preemptions": view.preemptions[-20:][::-1], "timeline": view.timeline})
+            if len(view.rendered) < CACHED:
+                view.rendered[key] = found
         return found
 
     async def _trees(request: Request, rest: list[str]) -> Response:
@@ -148,6 +156,17 @@ def _limit(query: Mapping[str, str]) -> int:
     return int(text)
 
 
+def _expanded(query: Mapping[str, str]) -> frozenset[str]:
+    """The pools opened on the page: `expand=/a,/a/b` (paths, comma-separated)."""
+    text = query.get("expand")
+    if not text:
+        return frozenset()
+    paths = frozenset(text.split(","))
+    if len(paths) > MAX_EXPAND or not all(p.startswith("/") and len(p) > 1 for p in paths):
+        raise BadQuery(f"expand: at most {MAX_EXPAND} pool paths, comma-separated, each starting with '/'", "expand")
+    return paths
+
+
 def _within(record: Mapping[str, Any], tree: str | None, pool: str | None) -> bool:
     path = record["pool"]
     return (tree is None or record["tree"] == tree) and (
@@ -171,9 +190,10 @@ def _numbers(view: View, tree: str) -> dict[str, dict[str, dict[str, float]]]:
     return {} if found is None else found["pools"]
 
 
-def _tree(view: View, name: str) -> dict[str, Any]:
+def _tree(view: View, name: str, expand: frozenset[str] | None = None) -> dict[str, Any]:
     """One tree as the API gives it: its pools in path order, each with its numbers per kind and
-    its starvation status, and its leaves' queues, each waiting gang with why it waits."""
+    its starvation status, and its leaves' queues, each waiting gang with why it waits. With
+    `expand` (the page's overview), a tree of more than `SMALL` pools is cut (`_collapsed`)."""
     info = next((t for t in view.trees if t["tree"] == name), {"tree": name})
     found: dict[str, Any] = next((t for t in view.pools.get("trees", []) if t["tree"] == name),
                                  {"pools": {}, "queues": {}})
@@ -193,7 +213,36 @@ def _tree(view: View, name: str) -> dict[str, Any]:
     queues = {leaf: {queue: {"length": q["length"], "gangs": [
         {**g, "why": view.explained.get(f"{name}/{g['gang']}")} for g in q["gangs"]]} for queue, q in shown.items()}
         for leaf, shown in found["queues"].items()}
-    return {**info, "pools": pools, "queues": queues}
+    if expand is not None and len(pools) > SMALL:
+        return {**info, **_collapsed(pools, queues, expand)}
+    return {**info, "pools": pools, "queues": queues, "total": len(pools)}
+
+
+def _collapsed(pools: list[dict[str, Any]], queues: dict[str, Any], expand: frozenset[str]) -> dict[str, Any]:
+    """A large tree as the page draws it: the pools down to `DEPTH`, and the children of the pools
+    shown that are in `expand`; a pool shown whose children are not is `collapsed`, with the
+    number of pools `below` it. The queues: those of the leaves shown and of any leaf whose gangs
+    are listed (at most `ROWS` of them in all: services/dashboard/source.py); `hidden_queues`:
+    how many other leaves have gangs waiting."""
+    below: dict[str, int] = {}
+    for pool in pools:
+        parent = pool["parent"]
+        while parent != "/":
+            below[parent] = below.get(parent, 0) + 1
+            parent = parent.rsplit("/", 1)[0] or "/"
+    shown: list[dict[str, Any]] = []
+    visible = {"/"}
+    for pool in pools:  # (path order: a parent before its children)
+        path, parent = pool["path"], pool["parent"]
+        if parent in visible and (path.count("/") <= DEPTH or parent in expand):
+            visible.add(path)
+            shown.append(pool)
+    for pool in shown:
+        path = pool["path"]
+        if not pool["leaf"] and path not in expand and path.count("/") >= DEPTH:
+            pool.update(collapsed=True, below=below.get(path, 0))
+    kept = {leaf: q for leaf, q in queues.items() if leaf in visible or any(x["gangs"] for x in q.values())}
+    return {"pools": shown, "queues": kept, "total": len(pools), "hidden_queues": len(queues) - len(kept)}
 
 
 def _static(name: str) -> Response | None:

@@ -4,13 +4,16 @@ tail, at most once per `every` seconds, and only while someone looks (`Source.vi
 One refresh asks, over one NATS connection of its own:
 
 - the tree service's `tree_list` (trees, their capacity and policy);
-- admission's `pools` (every pool's numbers per kind, each leaf's queues with their first gangs;
-  `services.admission.queries`) and its `explain` of the first `EXPLAINED` waiting gangs shown
+- admission's `pools` tree by tree (the names from `tree_list`), each in pages of at most `PAGE`
+  pools (every pool's numbers per kind, each leaf's queues with their first gangs;
+  `services.admission.queries`): a large tree does not have to fit one NATS message (a page
+  still too large is asked again at half the size), and at most `MAX_POOLS` pools of a tree are
+  read per refresh; and admission's `explain` of the first `EXPLAINED` waiting gangs shown
   (at most `EXPLAIN_PER_REFRESH` of them per refresh; an answer is kept while admission's state
   has not moved);
 - preemption's `list` (the last `PREEMPTIONS` preemptions, every pool's starvation status);
-- the log: its last position, and its newest decisions, read newest first back to what it read
-  before (at most `WINDOW` positions, `TIMELINE` entries kept: `timeline.Timeline`).
+- the log: its last position, and its newest decisions since what it read before, in one read
+  (at most `WINDOW` positions, `TIMELINE` entries kept: `timeline.Timeline`).
 
 Every browser is served the same cached `View`; a request that finds it older than `every`
 wakes the refresher and waits at most `WAIT` seconds for a fresh one (else it gets the one it
@@ -44,6 +47,8 @@ EXPLAIN_CACHE = 256  # explain answers of single gangs kept (each for `every` se
 PREEMPTIONS = 100  # the last preemptions asked for
 HEADS = 10  # gangs shown at the head of each queue
 ROWS = 400  # gangs shown in all
+PAGE = 500  # pools per `pools` reply (~850 bytes a pool of 4 kinds: NATS's 1 MiB holds ~1,200)
+MAX_POOLS = 100_000  # pools of one tree read per refresh, at most (the rest is said in `errors`)
 
 
 @dataclass
@@ -64,7 +69,12 @@ class View:
 
 
 class Unanswered(Exception):
-    """A service did not answer, or answered with an error (the message says which)."""
+    """A service did not answer, or answered with an error (the message says which; `rule`: the
+    error's rule, when it answered one)."""
+
+    def __init__(self, message: str, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 class Source:
@@ -139,10 +149,10 @@ class Source:
                 view.errors[name] = f"{type(exc).__name__}: {exc}"
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(part, "trees", self._trees)
-            tg.start_soon(part, "pools", self._pools)
             tg.start_soon(part, "preemptions", self._preemptions)
-            tg.start_soon(part, "log", self._tail)
+            await part("trees", self._trees)  # (the pools are asked tree by tree: their names first)
+            await part("pools", self._pools)
+            await part("log", self._tail)  # (after the pools: the timeline is not older than the numbers)
         await part("explain", self._explain_heads)
         return view
 
@@ -177,7 +187,8 @@ class Source:
         reply = Reply.model_validate_json(msg.data)
         if not reply.ok:
             error = reply.error
-            raise Unanswered(f"{service} {op}: {error.rule}: {error.message}" if error else f"{service} {op} failed")
+            raise Unanswered(f"{service} {op}: {error.rule}: {error.message}" if error else f"{service} {op} failed",
+                             error.rule if error else None)
         return reply
 
     async def _trees(self, view: View) -> None:
@@ -187,8 +198,52 @@ class Source:
                       for t in reply.data["trees"]]
 
     async def _pools(self, view: View) -> None:
-        reply = await self._ask("admission", "pools", {"heads": HEADS, "rows": ROWS})
-        view.pools = reply.data
+        """Admission's numbers and queues of every tree, one tree and one page at a time (the
+        trees `tree_list` named; without them, admission's own: the first page of each in one
+        reply, then the rest tree by tree)."""
+        rows = ROWS
+        trees: list[dict[str, Any]] = []
+        as_of = None
+        first: dict[str, dict[str, Any]] = {}
+        names = [t["tree"] for t in view.trees]
+        if not names and "trees" in view.errors:  # (the tree service is away: admission still answers)
+            data = await self._page(None, None, rows, PAGE)
+            first = {found["tree"]: found for found in data["trees"]}
+            names, as_of = list(first), data.get("as_of")
+        for name in names:
+            tree: dict[str, Any] = {"tree": name, "pools": {}, "queues": {}}
+            found = first.get(name)
+            if found is not None:
+                tree["pools"].update(found["pools"])
+                tree["queues"].update(found["queues"])
+            after, size = (found["next"], PAGE) if found is not None else (None, PAGE)
+            while found is None or after is not None:
+                if len(tree["pools"]) >= MAX_POOLS:
+                    view.errors[f"pools of {name}"] = f"only the first {len(tree['pools'])} pools are shown"
+                    break
+                try:
+                    data = await self._page(name, after, rows, size)
+                except Unanswered as exc:
+                    if exc.rule != "answer_too_large" or size == 1:
+                        raise
+                    size = max(1, size // 2)  # (pools of many kinds, long paths: smaller pages)
+                    continue
+                as_of = data.get("as_of")
+                if not data["trees"]:  # (deleted meanwhile)
+                    break
+                [found] = data["trees"]
+                tree["pools"].update(found["pools"])
+                tree["queues"].update(found["queues"])
+                after = found["next"]
+            rows -= sum(len(q["gangs"]) for leaf in tree["queues"].values() for q in leaf.values())
+            trees.append(tree)
+        view.pools = {"trees": trees, "as_of": as_of}
+
+    async def _page(self, tree: str | None, after: str | None, rows: int, size: int) -> dict[str, Any]:
+        query = {"heads": HEADS, "rows": max(0, rows), "limit": size, "after": after, "tree": tree}
+        reply = await self._ask("admission", "pools", query)
+        data: dict[str, Any] = reply.data
+        return data
 
     async def _preemptions(self, view: View) -> None:
         reply = await self._ask("preemption", "list", {"limit": PREEMPTIONS})

@@ -2,13 +2,14 @@
 timeouts, requeues, preemptions, starvation changes, finished gangs, refused inputs), read from
 its tail.
 
-`Timeline.follow(log, last)` reads the log's messages newest first, one at a time, back to the
-last one it read before, and stops after `WINDOW` positions or `TIMELINE` new entries (under a
-burst, one pack of a cycle's admissions is enough), whichever comes first; of them it keeps the
-decision and refusal subjects, and decodes only what it keeps: a pack's envelopes are split
-without decoding (`events.pack_parts`), and a cycle's `EntitlementsComputed` and `CycleCompleted`
-(what every cycle writes, not a decision about a gang or a pool) are skipped unread. It keeps the
-newest `TIMELINE` entries."""
+`Timeline.follow(log, last)` reads what the log holds after the last position it read before
+(at most `WINDOW` positions back from `last`) in one batch (`log.read`: one short-lived
+consumer filtered to the decision and refusal subjects, instead of a request per position),
+and goes through it newest first, stopping at `TIMELINE` new entries (under a burst, one pack
+of a cycle's admissions is enough). It decodes only what it keeps: a pack's envelopes are split
+without decoding (`events.pack_parts`), and a cycle's `EntitlementsComputed` and
+`CycleCompleted` (what every cycle writes, not a decision about a gang or a pool) are skipped
+unread. It keeps the newest `TIMELINE` entries."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from typing import Any
 
 from events import DecodeError, decode, subjects
 from events.codec import pack_parts
+from services.common.log import EventLog
 
 WINDOW = 64  # log positions looked at per refresh, at most
 TIMELINE = 100  # entries kept
-DECISIONS = (f"{subjects.PREFIX}.decision.", f"{subjects.PREFIX}.rejected.")  # the subjects read
+SUBJECTS = (subjects.decision("*", "*"), subjects.rejected("*"))  # the subjects read
 SKIPPED = (b'"type":"EntitlementsComputed"', b'"type":"CycleCompleted"')
 
 
@@ -29,39 +31,28 @@ class Timeline:
         self.entries: deque[dict[str, Any]] = deque(maxlen=TIMELINE)
         self.read_to = 0  # the last log position read
 
-    async def follow(self, log: Any, last: int) -> list[dict[str, Any]]:
-        """The entries, newest first, once what the log holds up to `last` is read: its messages
-        are read newest first, one at a time, back to the last one read before (or `WINDOW`
-        positions back), and no further than `TIMELINE` new entries (under a burst, one pack of a
+    async def follow(self, log: EventLog, last: int) -> list[dict[str, Any]]:
+        """The entries, newest first, once what the log holds up to `last` is read: the decisions
+        after the last position read before (or `WINDOW` positions back), in one read, taken
+        newest first, and no more than `TIMELINE` new entries (under a burst, one pack of a
         cycle's admissions is enough)."""
         if last < self.read_to:  # another log (a new stream): start again
             self.entries.clear()
             self.read_to = 0
+        start = max(self.read_to, last - WINDOW) + 1
+        found = await log.read(start, SUBJECTS, end_seq=last) if start <= last else []
         new: list[dict[str, Any]] = []
-        seq = last
-        while seq > max(self.read_to, last - WINDOW) and len(new) < TIMELINE:
-            found = await _message(log, seq)
-            if found is not None and found[0].startswith(DECISIONS):
-                for part, raw in reversed(list(enumerate(pack_parts(found[1])))):
-                    if len(new) >= TIMELINE:
-                        break
-                    if not any(skip in raw for skip in SKIPPED):
-                        new.append(entry(seq, part, raw))
-            seq -= 1
+        for stored in reversed(found):
+            if len(new) >= TIMELINE:
+                break
+            for part, raw in reversed(list(enumerate(pack_parts(stored.data)))):
+                if len(new) >= TIMELINE:
+                    break
+                if not any(skip in raw for skip in SKIPPED):
+                    new.append(entry(stored.seq, part, raw))
         self.read_to = last
         self.entries.extendleft(reversed(new))
         return list(self.entries)
-
-
-async def _message(log: Any, seq: int) -> tuple[str, bytes] | None:
-    """The subject and data of the message at `seq` (None: none there any more)."""
-    from nats.js.errors import NotFoundError
-
-    try:
-        found = await log.jsm.get_msg(log.stream, seq)
-    except NotFoundError:
-        return None
-    return str(found.subject), bytes(found.data or b"")
 
 
 def entry(seq: int, part: int, raw: bytes) -> dict[str, Any]:

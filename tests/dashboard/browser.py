@@ -23,6 +23,18 @@ def find_chromium() -> str | None:
     return next((found for name in NAMES if (found := shutil.which(name))), None)
 
 
+def chromium_or_skip() -> str:
+    """The system's chromium, or the test skipped saying why (no chromium, no websocket-client)."""
+    import pytest
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no chromium here (Debian's `chromium` package; .ci/run installs it): the page is not "
+                    "tested in a browser")
+    pytest.importorskip("websocket", reason="websocket-client (the test extra) is not installed")
+    return chromium
+
+
 class Browser:
     """One headless Chromium with one page (`with Browser(path) as page: ...`)."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard.browser import Browser, find_chromium
+from tests.dashboard.browser import Browser, chromium_or_skip
 from tests.dashboard.conftest import Board
 
 pytestmark = pytest.mark.nats
@@ -37,12 +37,7 @@ def waiting(leaf: str) -> str:
 
 
 def test_the_page_shows_the_pools_and_follows_an_admission(board: Board) -> None:
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("no chromium here (Debian's `chromium` package; .ci/run installs it): the page is not "
-                    "tested in a browser")
-    pytest.importorskip("websocket", reason="websocket-client (the test extra) is not installed")
-    with Browser(chromium) as page:
+    with Browser(chromium_or_skip()) as page:
         page.open(board.url + "/")
         page.wait_for("document.getElementById('live').textContent === 'live'", "the first answer drawn")
         drawn = {name: page.wait_for(number("/W/L", "cpu", name), f"/W/L's cpu {name}")
@@ -59,8 +54,9 @@ def test_the_page_shows_the_pools_and_follows_an_admission(board: Board) -> None
         page.wait_for(f"{number('/W/L', 'cpu', 'allocation')} === '12' && {waiting('/W/L')}.length === 0",
                       "gw2's admission (allocation 12, the queue empty)")
         assert page.evaluate(number("/W/L", "cpu", "demand")) == "0"
-        timeline = page.evaluate("Array.from(document.querySelectorAll('#timeline .text')).map(t => t.textContent)")
-        assert "gang gw2 admitted to /W/L from queue pending (2 tasks)" in timeline
+        admitted = "gang gw2 admitted to /W/L from queue pending (2 tasks)"  # (on the log a moment after the numbers)
+        page.wait_for("Array.from(document.querySelectorAll('#timeline .text')).some(t => t.textContent === "
+                      f"{json.dumps(admitted)})", "gw2's admission on the timeline")
         assert int(page.evaluate("document.getElementById('position').dataset.seq")) > shown
 
         picture = ARTIFACTS / "dashboard.png"

@@ -5,6 +5,10 @@ const POLL_MS = 1000;
 const NUMBERS = ["reservation", "limit", "entitlement", "allocation", "demand"];
 const SLACK = ["slack_entitlement", "slack_allocation", "slack_demand"];
 const QUEUES = ["non_preemptible", "controller", "revocable", "pending"];
+// The pools opened by a click in a large tree (the API collapses a tree of more than 100 pools
+// below depth 2: /api/overview?expand=...); kept across polls.
+const expanded = new Set();
+let pending = null;  // the next poll's timer
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -54,7 +58,13 @@ function poolRow(tree, pool, capacity) {
   const row = el("div", {class: `pool ${status}`, "data-tree": tree.tree, "data-pool": pool.path,
                          style: `margin-left:${(depth(pool.path) - 1) * 1.4}em`});
   const badge = status === "ok" ? null : el("span", {class: `badge ${status}`}, status.replace(/_/g, " "));
-  row.append(el("div", {class: "pool-head"}, el("strong", {}, pool.path), pool.leaf ? el("span", {class: "tag"}, "leaf") : null, badge));
+  let toggle = null;
+  if (pool.collapsed) {
+    toggle = el("button", {class: "toggle", type: "button", "data-toggle": pool.path}, `+ ${pool.below} pools below`);
+  } else if (expanded.has(pool.path) && !pool.leaf) {
+    toggle = el("button", {class: "toggle", type: "button", "data-toggle": pool.path}, "\u2212 fold");
+  }
+  row.append(el("div", {class: "pool-head"}, el("strong", {}, pool.path), pool.leaf ? el("span", {class: "tag"}, "leaf") : null, badge, toggle));
   const kinds = el("div", {class: "kinds"});
   for (const [kind, values] of Object.entries(pool.kinds)) {
     if (!capacity[kind] && NUMBERS.every((n) => !values[n])) continue;  // a kind no host has and nobody uses
@@ -92,11 +102,14 @@ function treeView(tree) {
     pools.append(poolRow(tree, pool, capacity));
   }
   if (!tree.pools.length) pools.append(el("p", {class: "empty"}, "no pools yet"));
-  section.append(el("h3", {}, "Pools"), pools);
+  const total = tree.total ?? tree.pools.length;
+  const shown = total > tree.pools.length ? el("small", {class: "shown"}, ` ${tree.pools.length} of ${total} shown: open a pool to see its children`) : null;
+  section.append(el("h3", {}, "Pools", shown), pools);
   const leaves = Object.entries(tree.queues);
   section.append(el("h3", {}, "Queues"));
-  if (!leaves.length) section.append(el("p", {class: "empty"}, "no gang waits in a queue"));
+  if (!leaves.length && !tree.hidden_queues) section.append(el("p", {class: "empty"}, "no gang waits in a queue"));
   for (const [leaf, queues] of leaves) section.append(queueView(tree, leaf, queues));
+  if (tree.hidden_queues) section.append(el("p", {class: "more"}, `and ${tree.hidden_queues} more leaves with gangs waiting (open their pools)`));
   return section;
 }
 
@@ -129,9 +142,11 @@ function draw(data) {
 }
 
 async function poll() {
+  clearTimeout(pending);
   const live = document.getElementById("live");
   try {
-    const response = await fetch("/api/overview", {cache: "no-store"});
+    const query = expanded.size ? "?expand=" + encodeURIComponent([...expanded].join(",")) : "";
+    const response = await fetch("/api/overview" + query, {cache: "no-store"});
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     draw(await response.json());
     live.textContent = "live";
@@ -140,7 +155,21 @@ async function poll() {
     live.textContent = `not answering (${exc.message}); retrying`;
     live.className = "live down";
   }
-  setTimeout(poll, POLL_MS);
+  clearTimeout(pending);
+  pending = setTimeout(poll, POLL_MS);
 }
+
+// A click on a pool's toggle opens or folds it, and asks again at once.
+document.getElementById("trees").addEventListener("click", (event) => {
+  const button = event.target.closest("[data-toggle]");
+  if (!button) return;
+  const path = button.dataset.toggle;
+  if (expanded.has(path)) {
+    for (const open of [...expanded]) if (open === path || open.startsWith(path + "/")) expanded.delete(open);
+  } else {
+    expanded.add(path);
+  }
+  poll();
+});
 
 poll();
