@@ -44,17 +44,20 @@ CHUNKS = 12  # calls per burst
 
 
 class Serve:
-    """`poolwise serve NAME --replicas 3` against every node (NATS_URL, comma-separated)."""
+    """`poolwise serve NAME --replicas 3` against every node (NATS_URL, comma-separated); `label`
+    names an instance among several of one service (its stderr, its data dir), `env` more of the
+    environment (tests/cluster/test_per_tree_cluster.py)."""
 
-    def __init__(self, name: str, urls: str, where: Path) -> None:
+    def __init__(self, name: str, urls: str, where: Path, *, label: str = "",
+                 env: dict[str, str] | None = None) -> None:
         self.name = name
-        self.err_path = where / f"serve-{name}.err"
+        self.err_path = where / f"serve-{name}{label}.err"
         with self.err_path.open("wb") as err:
             # POOLWISE_DEBUG: a service that fails leaves its traceback in the test's report
             self.proc = subprocess.Popen(
-                [POOLWISE, "serve", name, "--replicas", "3", "--data-dir", str(where / "data")],
-                env=clean_env(NATS_URL=urls, POOLWISE_DEBUG="1"), cwd=where, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err)
+                [POOLWISE, "serve", name, "--replicas", "3", "--data-dir", str(where / f"data{label}")],
+                env=clean_env(NATS_URL=urls, POOLWISE_DEBUG="1", **(env or {})), cwd=where,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
 
     @property
     def err(self) -> str:
