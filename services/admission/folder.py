@@ -83,6 +83,8 @@ class AdmissionFolder:
             if tracing.ON:  # contexts carried from the submitters to the cycles' spans
                 if envelope.trace is not None:  # (an input never ends a gang: admission's decisions do)
                     self.traces.see(envelope)
+                    if tracing.LIVE:  # a task report or a cancel: joined to its gang's trace
+                        tracing.received(envelope, self.traces)
                 if out:
                     if not CYCLE.ran:
                         self.traces.see_all(out)  # (a gang finished)

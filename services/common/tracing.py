@@ -11,6 +11,8 @@ decided it, to any preemption of its tasks.
   link to each sampled gang it decided; each such gang gets a short span in its own trace (`admission
   GangAdmitted`, ...: a child of its enqueue span, linked to the cycle), and the decision's
   envelope carries that span's context (`decided`).
+- A task state report or a cancel carrying a sampled context gets a span in its sender's trace
+  when admission folds it, linked to the gang's trace (`received`).
 - **Preemption** remembers the gangs' contexts from their enqueue and from admission's
   decisions; a `PreemptionRequested` gets a span in its gang's trace, and carries it (`preempted`).
 
@@ -365,6 +367,30 @@ def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[E
         out[index] = with_trace(envelope, carrier_of(made))
         gangs.see(out[index])  # (its context from now on: admission's span; a timed-out gang's forgotten)
     return out
+
+
+FOLLOWED = frozenset({"TaskStateChanged", "GangCancelled"})  # inputs about a gang that admission joins to it
+
+
+def received(envelope: Envelope, gangs: GangTraces) -> None:
+    """A task state report or a cancel that carries a sampled context, folded by admission while
+    `LIVE`: a span in the sender's trace (a child of its `task state` or `cancel` span), linked to
+    the gang's own trace where admission remembers it (its enqueue, or admission's decision): the
+    report and the gang it is about are joined both ways. Nothing for anything else (only inputs
+    carrying a context get here)."""
+    event: Any = envelope.event
+    if event.type not in FOLLOWED:
+        return
+    parent = context_of(envelope.trace)
+    if parent is None:
+        return
+    gang = gangs.context(event.tree, event.gang)
+    attributes = {"poolwise.tree": event.tree, "poolwise.gang": event.gang, "poolwise.input": envelope.id}
+    if event.type == "TaskStateChanged":
+        attributes |= {"poolwise.task": event.task, "poolwise.state": str(event.state)}
+    made = tracer().start_span(f"admission {event.type}", context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                               links=[Link(gang)] if gang is not None else None, attributes=attributes)
+    made.end()
 
 
 def preempted(envelopes: list[Envelope], gangs: GangTraces) -> list[Envelope]:

@@ -153,6 +153,32 @@ def test_an_unsampled_batch_makes_a_cycle_span_only_for_a_sampled_gang() -> None
         tracing.uninstall()
 
 
+def test_a_task_report_and_a_cancel_are_joined_to_their_gangs_trace(spans: InMemorySpanExporter) -> None:
+    from events import GangCancelled, TaskStateChanged
+
+    folder = AdmissionFolder()
+    _fold(folder, *_tree())
+    _fold(folder, _gang("g", "/a"), trace={"traceparent": SAMPLED})
+    with tracing.live():
+        [admitted] = [e for e in _fold(folder, ClockTicked()) if e.type == "GangAdmitted"]
+    decision = tracing.context_of(admitted.trace)
+    assert decision is not None
+    spans.clear()
+    report = "00-11111111111111111111111111111111-2222222222222222-01"
+    inputs = [TaskStateChanged(tree=TREE, gang="g", task="g/0", state="running"), GangCancelled(tree=TREE, gang="g")]
+    for index, event in enumerate(inputs):
+        _fold.seq += 1  # type: ignore[attr-defined]
+        sent = tracing.with_trace(envelope(event, f"r{index}", T0 + _fold.seq), {"traceparent": report})  # type: ignore[attr-defined]
+        with tracing.live():
+            folder.step(sent, _fold.seq)  # type: ignore[attr-defined]
+    made = spans.get_finished_spans()
+    assert [s.name for s in made] == ["admission TaskStateChanged", "admission GangCancelled"]
+    for span in made:
+        assert span.parent is not None and span.parent.span_id == 0x2222222222222222  # in the sender's trace
+        assert [link.context.span_id for link in span.links] == [decision.span_id]  # and to the gang's
+    assert made[0].attributes is not None and made[0].attributes["poolwise.state"] == "running"
+
+
 def test_nothing_is_remembered_or_carried_with_tracing_off() -> None:
     assert not tracing.ON
     folder = AdmissionFolder()
