@@ -27,6 +27,7 @@ an upgrade that touched only, say, the CLI.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.metadata
 import json
@@ -120,11 +121,20 @@ class Snapshot:
         payload = data[data.index(b"\n") + 1:]
         if len(payload) != head.get("length") or zlib.crc32(payload) != head.get("crc"):
             raise Corrupt("payload length or CRC does not match its header")
+        collecting = gc.isenabled()
+        gc.disable()  # a state is ~20 objects per gang kept: collections while it loaded took 2/3 of the load
         try:
             pickled, pending = pickle.loads(zlib.decompress(payload))
             state = pickle.loads(pickled)
         except Exception as exc:  # a payload that does not load is as good as none
             raise Corrupt(f"payload: {type(exc).__name__}: {exc}") from None
+        finally:
+            if collecting:
+                # The state lives as long as its folder: frozen, the collector's next passes do not
+                # walk it (~90 ms each at 36,000 gangs), as the folds freeze what they keep
+                # (`folding.gc_paused`).
+                gc.freeze()
+                gc.enable()
         anchor = head.get("anchor")
         return cls(str(head["service"]), int(head["seq"]), str(head["fingerprint"]), state, list(pending),
                    anchor if isinstance(anchor, int) else None)

@@ -283,9 +283,14 @@ class AdmissionState:
 
     def _forget_job(self, rt: TreeRuntime, gang: Gang) -> None:
         """The gang has finished (timed out, done or cancelled): its job counts one gang less,
-        and the gang is no longer live."""
+        and the gang is no longer live. Its members' specs go: only an admission reads them (what
+        `GangAdmitted` lists), a finished gang is never admitted again, and kept they were an
+        object per task of every gang kept for `gang_retention`, in memory and in each snapshot
+        (a fifth of the time a snapshot took to load)."""
         _count(rt.jobs, gang, -1)
         del rt.live[gang.id]
+        for task in gang.tasks:
+            task.spec = None
 
     def _queues(self, rt: TreeRuntime, pool: str) -> dict[str, GangQueue]:
         found = rt.queues.get(pool)
