@@ -385,7 +385,7 @@ class _Reading:
         table.setdefault(name, []).append((float(value), labels))
 
     def _read(self) -> None:
-        from services.admission.domain.state import running_jobs, total_jobs
+        from services.admission.domain.job_counts import running_jobs, total_jobs
         from services.admission.domain.views import pool_numbers
         from services.tree.domain.effective import effective_pools
 

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.state import running_jobs
+from services.admission.domain.job_counts import running_jobs
 from tests.admission.builders import Log, admitted, cancel, gang, moved, pool, task, world
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from events import GangRequeued
-from services.admission.domain.state import running_jobs, total_jobs
+from services.admission.domain.job_counts import running_jobs, total_jobs
 from tests.admission.builders import (
     admitted,
     cancel,

@@ -7,7 +7,7 @@ import pytest
 
 from events import GangRequeued, GangTimedOut
 from events.config import GangTimeoutOptions
-from services.admission.domain.state import total_jobs
+from services.admission.domain.job_counts import total_jobs
 from services.admission.domain.timing import gang_timeout, jitter_fraction
 from tests.admission.builders import (
     admitted,

@@ -145,7 +145,7 @@ def _engine(state: AdmissionState, tree: str) -> _Prepared:
 
 def _changed_leaves(found: _Prepared, ledgers: dict[str, Ledger]) -> list[str]:
     """The leaves whose ledger changed (or appeared) since they were last written to the engine,
-    in leaf order, marked written. A ledger, once made, stays the leaf's (`state._ledger`): while
+    in leaf order, marked written. A ledger, once made, stays the leaf's (`job_counts.ledger_of`): while
     `rt.ledgers` holds as many as when they were listed, only their `changes` are read (no dict
     lookup per leaf: 100k leaves cost about 3 ms this way)."""
     held = found.held

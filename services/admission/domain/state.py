@@ -22,8 +22,8 @@ as an `Outcome` for the service to publish; reading those back changes nothing.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from events import (
@@ -52,8 +52,7 @@ from events import (
 )
 from events.entitlement_map import fold_entitlements
 from services.admission.domain import rules
-from services.admission.domain.chains import pool_chain
-from services.admission.domain.facts import running_limit
+from services.admission.domain.job_counts import count_job, ledger_of, started_running, stopped_running
 from services.admission.domain.model import (
     ADMITTED,
     CANCELLED,
@@ -66,11 +65,11 @@ from services.admission.domain.model import (
     TIMED_OUT,
     WAITING,
     Gang,
-    Ledger,
     Task,
 )
 from services.admission.domain.queues import GangQueue, UnorderedQueue, fifo_key_of
 from services.admission.domain.runtime import TreeRuntime
+from services.admission.domain.slot_waiters import mark_slot_waiters
 from services.admission.domain.timing import gang_timeout
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
@@ -127,19 +126,6 @@ class AdmissionState:
     # When finished gangs are forgotten: (deadline, gang, tree). Apart from `_timers`, since
     # forgetting decides nothing: it waits for the next event past its time (no tick for it).
     _forgets: list[tuple[float, str, str]] = field(default_factory=list)
-
-    # --- a snapshot's ---------------------------------------------------------------------------
-
-    def __getstate__(self) -> tuple[object, ...]:
-        """What a snapshot (or a copy) keeps: every field but `on_forget`, its holder's callback
-        (explain's notes: `ExplainingFolder.load` binds it again). Pickled, the callback took the
-        holder's notes into the state's pickle, and a reader of the state alone (the what-if,
-        the replay) loaded them too."""
-        return tuple([None if name == "on_forget" else getattr(self, name) for name in _STATE_FIELDS])
-
-    def __setstate__(self, state: tuple[object, ...]) -> None:
-        for name, value in zip(_STATE_FIELDS, state, strict=True):
-            setattr(self, name, value)
 
     # --- the fold -----------------------------------------------------------------------------
 
@@ -263,13 +249,13 @@ class AdmissionState:
             self.full.append(rt.name)
         pool = gang.pool
         (rt.queues.get(pool) or self._queues(rt, pool))["pending"].push(gang)
-        (rt.ledgers.get(pool) or _ledger(rt, pool)).want(gang, 1.0)
+        (rt.ledgers.get(pool) or ledger_of(rt, pool)).want(gang, 1.0)
 
     def _dequeue(self, rt: TreeRuntime, gang: Gang) -> None:
         if gang.state == PENDING and gang.queue is not None:
             pool = gang.pool
             (rt.queues.get(pool) or self._queues(rt, pool))[gang.queue].remove(gang)
-            (rt.ledgers.get(pool) or _ledger(rt, pool)).want(gang, -1.0)
+            (rt.ledgers.get(pool) or ledger_of(rt, pool)).want(gang, -1.0)
         gang.queue = None
 
     def _requeue(self, rt: TreeRuntime, gang: Gang, *, head: bool) -> None:
@@ -288,11 +274,11 @@ class AdmissionState:
 
     def _release(self, rt: TreeRuntime, gang: Gang) -> None:
         """Release what the gang's live tasks hold and stop counting it as running."""
-        ledger = _ledger(rt, gang.pool)
+        ledger = ledger_of(rt, gang.pool)
         for task in gang.tasks:
             if task.state not in TERMINAL and task.state != "pending":
                 ledger.hold(gang, task.resources, -1.0)
-        _stopped_running(rt, gang)
+        stopped_running(rt, gang)
 
     def _forget_job(self, rt: TreeRuntime, gang: Gang) -> None:
         """The gang has finished (timed out, done or cancelled): its job counts one gang less,
@@ -300,7 +286,7 @@ class AdmissionState:
         `GangAdmitted` lists), a finished gang is never admitted again, and kept they were an
         object per task of every gang kept for `gang_retention`, in memory and in each snapshot
         (a fifth of the time a snapshot took to load)."""
-        _count(rt.jobs, gang, -1)
+        count_job(rt.jobs, gang, -1)
         del rt.live[gang.id]
         for task in gang.tasks:
             task.spec = None
@@ -351,9 +337,6 @@ class AdmissionState:
             self.rebuild_queues(rt, pool)
 
 
-_STATE_FIELDS = tuple(f.name for f in fields(AdmissionState))  # (`__getstate__`'s order)
-
-
 # --- handlers: one per event type, wired in one table ------------------------------------------
 
 
@@ -386,7 +369,7 @@ def _first_members(state: AdmissionState, rt: TreeRuntime, event: GangEnqueued, 
     gang = _new_gang(state, rt, event, checked.pool, checked.need)  # its resources: what its members need
     gang.wire_bytes = checked.wire_bytes
     rt.gangs[gang.id] = rt.live[gang.id] = gang
-    _count(rt.jobs, gang, 1)
+    count_job(rt.jobs, gang, 1)
     _add_members(state, rt, gang, event, seq, counted=True)
 
 
@@ -452,7 +435,7 @@ def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) 
     if event.state == "running" and task.started_at is None:
         task.started_at = state.now
     if event.state in TERMINAL:
-        _ledger(rt, gang.pool).hold(gang, task.resources, -1.0)
+        ledger_of(rt, gang.pool).hold(gang, task.resources, -1.0)
     task.state = event.state
     if all(t.state in TERMINAL for t in gang.tasks):
         _gang_stopped(state, rt, gang, out)
@@ -461,7 +444,7 @@ def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) 
 def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[Outcome]) -> None:
     """Every task of an admitted gang ended: done, or (if preempted) back to pending as a new attempt."""
     if any(t.state == "preempted" for t in gang.tasks):
-        _stopped_running(rt, gang)
+        stopped_running(rt, gang)
         for task in gang.tasks:
             task.state, task.started_at, task.preemption_requested = "pending", None, False
         gang.admitted_at, gang.head_rank, gang.slot_wait = None, 0, None
@@ -470,7 +453,7 @@ def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[
                                         reason="its tasks were preempted"), f"requeued:{gang.id}:{gang.attempt}"))
         return
     gang.state = DONE
-    _stopped_running(rt, gang)
+    stopped_running(rt, gang)
     state._forget_job(rt, gang)
     out.append(_finished(rt, gang, "done"))
     state._retire(rt, gang)
@@ -509,7 +492,7 @@ def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcom
     if gang is None or gang.state != PENDING or event.attempt != gang.attempt + 1:
         return  # decided on a state that moved on (e.g. cancelled in between): no effect
     pool = gang.pool
-    ledger = rt.ledgers.get(pool) or _ledger(rt, pool)
+    ledger = rt.ledgers.get(pool) or ledger_of(rt, pool)
     if gang.queue is not None:  # `_dequeue`, with the pool's ledger at hand
         (rt.queues.get(pool) or state._queues(rt, pool))[gang.queue].remove(gang)
         ledger.want(gang, -1.0)
@@ -520,7 +503,7 @@ def _on_admitted(state: AdmissionState, event: Event, seq: int, out: list[Outcom
     for task in tasks:
         task.state = "ready"
     ledger.hold_all(gang, [task.resources for task in tasks], 1.0)
-    _started_running(rt, gang)
+    started_running(rt, gang)
     heapq.heappush(state._timers, (now + gang.timeout, gang.id, gang.tree, "placement", gang.attempt))
 
 
@@ -544,7 +527,7 @@ def _on_preemption(state: AdmissionState, event: Event, seq: int, out: list[Outc
     if gang is None or gang.state != ADMITTED:
         return
     rt.dirty = True
-    ledger = _ledger(rt, gang.pool)
+    ledger = ledger_of(rt, gang.pool)
     for task in gang.tasks:  # whole gangs: every live task, whichever the request names
         if task.state in TERMINAL or task.state == "pending":
             continue
@@ -572,63 +555,6 @@ def _on_cycle(state: AdmissionState, event: Event, seq: int, out: list[Outcome])
         rt = state.runtime(event.tree)
         rt.dirty, rt.fresh = False, 0
         mark_slot_waiters(state.config, rt)
-
-
-def mark_slot_waiters(config: TreeState, rt: TreeRuntime) -> None:
-    """After a cycle's decisions are in (DOMAIN §4 check 4): every queued gang of a job that would
-    break a running-job limit waits at the first pool on its way up whose limit is full
-    (`Gang.slot_wait`); the next cycle takes the waiting jobs first, by arrival. A gang whose job
-    runs in its pool needs no slot; one whose pools all have room again keeps its place in line
-    until it is admitted (its slot has freed: it is first to take it)."""
-    def limit(pool: str) -> int | None:
-        return running_limit(config, rt.name, pool)  # memoised per configuration
-
-    # Whether any pool with queues has a running-job limit on its way up: memoised with the number
-    # of pools with queues (they are only added between configuration changes, which empty the
-    # cache), since the fold asks after every cycle.
-    key = ("admission_queues_limited", rt.name)
-    memo = cast(tuple[int, bool] | None, config.cache.get(key))
-    if memo is not None and memo[0] == len(rt.queues):
-        limited = memo[1]
-    else:
-        limited = any(limit(p) is not None for leaf in rt.queues for p in pool_chain(leaf))
-        config.cache[key] = (len(rt.queues), limited)
-    if not limited:
-        for gang_id in rt.slot_waiters:  # no running-job limit anywhere gangs wait (any more)
-            rt.gangs[gang_id].slot_wait = None
-        rt.slot_waiters = set()
-        return
-    marked: set[str] = set()
-    # where a job waits for a slot depends on its leaf and the running jobs only: found once per
-    # (job, leaf) (a leaf's queues hold many gangs of the same few jobs)
-    found: dict[tuple[str, str], str | None] = {}
-    for queues in rt.queues.values():
-        for queue in queues.values():
-            for gang in queue.members():  # (in any order: each gang's mark is its own)
-                key = (gang.job, gang.pool)
-                wait = found[key] if key in found else found.setdefault(key, _slot_wait(rt, gang, limit))
-                if wait != _ROOM:
-                    gang.slot_wait = wait
-                if gang.slot_wait is not None:
-                    marked.add(gang.id)
-    rt.slot_waiters = marked
-
-
-_ROOM = ""  # `_slot_wait`: a slot everywhere (no pool path is empty)
-
-
-def _slot_wait(rt: TreeRuntime, gang: Gang, limit: Callable[[str], int | None]) -> str | None:
-    """Where the gang's job waits for a slot: None if it runs in the gang's leaf (it needs none),
-    else the first pool up from the leaf whose running-job limit it finds full, else `_ROOM` (the
-    gang keeps its mark: first in line for the slot that freed)."""
-    if gang.job in rt.running.get(gang.pool, {}):
-        return None
-    for pool in pool_chain(gang.pool):
-        running = rt.running.get(pool, {})
-        cap = limit(pool)
-        if cap is not None and gang.job not in running and len(running) >= cap:
-            return pool
-    return _ROOM
 
 
 def _on_pool_changed(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -684,45 +610,6 @@ def _order(view: EffectivePool | None) -> tuple[str, ...]:
     return view.fifo_sort if view is not None else ("priority", "arrival")
 
 
-def _ledger(rt: TreeRuntime, pool: str) -> Ledger:
-    found = rt.ledgers.get(pool)
-    if found is None:
-        found = rt.ledgers[pool] = Ledger()
-    return found
-
-
-def _started_running(rt: TreeRuntime, gang: Gang) -> None:
-    """The gang is admitted: counted as running, and held in its pool's admitted gangs."""
-    _count(rt.running, gang, 1)
-    held = rt.admitted.get(gang.pool)
-    if held is None:
-        held = rt.admitted[gang.pool] = {}
-    held[gang.id] = gang
-
-
-def _stopped_running(rt: TreeRuntime, gang: Gang) -> None:
-    """The gang is no longer admitted (requeued, cancelled or done)."""
-    _count(rt.running, gang, -1)
-    held = rt.admitted[gang.pool]
-    del held[gang.id]  # (it is there: `_started_running` put it there; a KeyError is a bug)
-    if not held:
-        del rt.admitted[gang.pool]
-
-
-def _count(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
-    """Count the gang's job up or down in its pool and every ancestor (root excluded)."""
-    job = gang.job
-    for pool in pool_chain(gang.pool):
-        jobs = table.get(pool)
-        if jobs is None:
-            jobs = table[pool] = {}
-        value = jobs.get(job, 0) + delta
-        if value > 0:
-            jobs[job] = value
-        else:
-            jobs.pop(job, None)
-
-
 def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
     return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type,unused-ignore]
                    f"finished:{gang.id}")
@@ -746,19 +633,6 @@ def _forgotten(state: AdmissionState, rt: TreeRuntime, gang: str, task: str | No
 def _rejected(rt: TreeRuntime, event: Event, seq: int, rule: str, message: str, ref: str) -> Outcome:
     return Outcome(InputRejected(tree=rt.name, ref=ref, input_type=event.type, reason=message, rule=rule,
                                  input=event.model_dump_json()[:INPUT_QUOTE_LIMIT], input_seq=seq), f"rejected:{seq}")
-
-
-def running_jobs(rt: TreeRuntime, pool: str) -> int:
-    return len(rt.running.get(pool, {}))
-
-
-def total_jobs(rt: TreeRuntime, pool: str) -> int:
-    return len(rt.jobs.get(pool, {}))
-
-
-def gangs_of(rt: TreeRuntime, states: Iterable[str]) -> list[Gang]:
-    wanted = set(states)
-    return [g for g in rt.gangs.values() if g.state in wanted]
 
 
 _Handler = Callable[[AdmissionState, Event, int, list[Outcome]], None]
