@@ -16,9 +16,10 @@ import random
 import pytest
 
 from events import CycleCompleted, Envelope, decode_all, event_class
-from services.admission.held_trees import HeldTreesFolder
+from services.admission.held_trees import HeldTreesFolder, WhenSettled
 from services.common.folding import fold_batch
 from services.common.log import Stored
+from services.common.snapshots import SnapshotPolicy
 from tests.admission.builders import without_slot_waits
 from tests.admission.test_interleavings import TREES, _random_log
 
@@ -88,3 +89,21 @@ def test_an_instance_decides_no_cycle_of_a_tree_it_does_not_hold() -> None:
     assert folder.decided["default"] > 0
     assert set(folder.read) - {"default"}  # the other trees' cycles were read from the log
     assert folder.settled()
+
+
+def test_a_snapshot_waits_until_nothing_waits() -> None:
+    """A snapshot of a fold holding inputs behind another instance's open cycle would not be the
+    state at the position it names: `WhenSettled` waits (and a service-wide start can load what it
+    saves)."""
+    log = _random_log(3, out_of_order=False)
+    folder = HeldTreesFolder()
+    policy = WhenSettled.of(SnapshotPolicy(store=None, every=1, least=1), folder.settled)  # type: ignore[arg-type]
+    assert policy.due(10, 0.0)
+    for stored in log.messages:  # up to the first trigger whose cycle is read from the log
+        fold_batch(folder, [stored], stored.seq - 1)
+        if folder.waiting_trees():
+            break
+    assert not folder.settled()
+    assert not policy.due(10_000, 0.0) and not policy.unsaved(10_000)
+    fold_batch(folder, log.messages[stored.seq:], stored.seq)
+    assert folder.settled() and policy.due(10_000, 0.0)
