@@ -243,3 +243,34 @@ def test_a_limit_reached_below_the_guarantees_is_left_to_the_filling() -> None:
     q6 = got.entitlement[arr.index["/q1/q5/q6"]]
     assert q6[1] == pytest.approx(0.216)  # memory at its limit
     assert dict(got.stops)["/q1/q5/q6"] == (Stop("memory", "/q1/q5/q6"),)
+
+
+@pytest.mark.parametrize(("pools", "seed", "factor", "limit"), [(400, 4, 0.15, 0.0), (400, 5, 0.1, 0.1),
+                                                                (300, 6, 0.25, 0.05)])
+def test_later_epochs_sum_only_what_moved_and_give_the_same_bits(
+        pools: int, seed: int, factor: float, limit: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first epoch the pools' shares are summed again only where jobs moved
+    (`hdrf_runs._sum_moved`: the live leaves' jobs, every level's groups): the very same bits as
+    summing every job (`sum_up`), so the same entitlements, job by job, and the same stops."""
+    from bench.entitlement import _some_kinds, random_tree
+    from services.admission.domain.entitlement import hdrf_runs
+
+    base = random_tree(pools, seed=seed, policy="dominant")
+    cap = {k: v * factor for k, v in base.capacity.items()}
+    limited = tuple(dataclasses.replace(p, limit={k: cap[k] * limit for k in cap})
+                    if limit and p.path.count("/") == 1 else p for p in base.pools)
+    tree = _some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
+    calls: list[bool] = []
+    real = hdrf_runs._sum_moved
+
+    def checked(arr: object, job_row: np.ndarray, given: np.ndarray, dshare: np.ndarray, live: hdrf_runs.Live,
+                share: np.ndarray) -> np.ndarray:
+        got = real(arr, job_row, given, dshare, live, share)  # type: ignore[arg-type]
+        whole = hdrf_runs.sum_up(arr, job_row, given[:, None] * dshare)  # type: ignore[arg-type]
+        calls.append(got.tobytes() == whole.tobytes())
+        return got
+
+    monkeypatch.setattr(hdrf_runs, "_sum_moved", checked)
+    got = hdrf_entitlements(build_arrays(tree))
+    assert calls and all(calls)
+    assert got.phases == 0 and got.stops

@@ -73,7 +73,7 @@ import numpy as np
 
 from services.admission.domain.entitlement.arrays import TreeArrays
 from services.admission.domain.entitlement.dominant import DrfInputs, dominant_entitlements, drf_inputs
-from services.admission.domain.entitlement.hdrf_runs import FULL, MET, Runs, by_runs
+from services.admission.domain.entitlement.hdrf_runs import FULL, MET, Runs, by_runs, row_max
 from services.admission.domain.entitlement.hdrf_runs import sum_up as _sum_up
 from services.admission.domain.entitlement.model import ROOT, Alert, BoolArray, FloatArray, IntArray
 from services.admission.domain.entitlement.polylines import EPS
@@ -293,7 +293,7 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     # a job needing a kind the tree has none of: that kind is used up at the tree from the start
     inactive = [i for i in range(k) if i not in active]
     lacking = (drf.job_demand[inactive] > 0).any(axis=0) if inactive else np.zeros(dshare.shape[0], dtype=bool)
-    idle = (dshare.max(axis=1, initial=0.0) <= FULL) | (drf.job_weight <= EPS)  # nothing to give, no weight
+    idle = (row_max(dshare) <= FULL) | (drf.job_weight <= EPS)  # nothing to give, no weight
     # Nothing contended (every demand fits every limit on its path and the capacity): no kind is
     # used up before the last demand is met, so every job gets its demand, without a phase.
     whole = np.where(lacking | idle, 0.0, 1.0)

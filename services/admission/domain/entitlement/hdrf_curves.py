@@ -46,14 +46,14 @@ from services.admission.domain.entitlement.polylines import (
     TINY,
     Polylines,
     _counts,
+    _diff,
     _offsets,
     _segmented_cumsum,
-    _segments,
     _shift,
     compose,
     evaluate,
     fit,
-    polyline_events,
+    polyline_jumps,
     segmented_cumsum_at,
     start_slopes,
 )
@@ -88,7 +88,7 @@ class Inner:
 
     def as_polylines(self) -> Polylines:
         """`h` over its ordinal argument, for `compose`."""
-        u = (np.arange(self.x.size) - np.repeat(self.off[:-1], np.diff(self.off))).astype(np.float64)
+        u = (np.arange(self.x.size) - np.repeat(self.off[:-1], _diff(self.off))).astype(np.float64)
         return Polylines(self.off, u, self.v, u.copy(), np.zeros(u.size, dtype=bool))
 
 
@@ -130,13 +130,11 @@ def _run_events(s: Polylines, group_of_row: IntArray, first_row: int) -> tuple[_
     `group_of_row[i]`), and each row's first value, with each run segment (a segment shorter than
     `TINY`, relatively: those events come last, in segment order) naming its row and the vertex
     ending it."""
-    ev, at0 = polyline_events(s, group_of_row)
-    i1 = _segments(s.off) + 1
-    j = np.flatnonzero(s.x[i1] - s.x[i1 - 1] <= TINY * np.maximum(1.0, s.x[i1]))
-    ns = ev.x.size - j.size
+    ev, at0, run_first, run_row = polyline_jumps(s, group_of_row)
+    ns = ev.x.size - run_first.size
     owner = np.full(ev.x.size, NONE, dtype=np.intp)
     end = owner.copy()
-    owner[ns:], end[ns:] = first_row + s.row_ids()[i1[j] - 1], i1[j]
+    owner[ns:], end[ns:] = first_row + run_row, run_first + 1
     vec = ev.vec.copy()
     vec[:, ns:] = np.maximum(vec[:, ns:], 0.0)  # a run never goes down (but by the last bits)
     return _Events(ev.x, vec, ev.jump, ev.group, owner, end, ev.start_vec, ev.start_group), at0
@@ -167,7 +165,10 @@ def _concat(parts: list[_Events]) -> _Events:
 def _snap_sorted(x: FloatArray, new_group: BoolArray) -> FloatArray:
     """Arguments sorted within groups, each within `TINY` (relatively) of the one before made
     equal to it (the first of the cluster): siblings' runs an ulp apart are one run."""
-    gap = np.diff(x, prepend=-np.inf) > TINY * np.maximum(1.0, np.abs(x))
+    step = np.empty_like(x)  # np.diff(x, prepend=-inf), without its Python-level cost
+    step[:1] = np.inf
+    np.subtract(x[1:], x[:-1], out=step[1:])
+    gap = step > TINY * np.maximum(1.0, np.abs(x))
     start = gap | new_group
     idx = np.maximum.accumulate(np.where(start, np.arange(x.size), 0))
     out: FloatArray = x[idx]
@@ -205,41 +206,41 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
         by_key = np.arange(n)
     else:
         ends = ev.end[first].astype(np.int64) + 1
-        key = (np.cumsum(point0) * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
+        key = (point0.cumsum() * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
         by_key = np.argsort(key)
     order, xs = first[by_key], xsnap[by_key]
     gs, js = ev.group[order], ev.jump[order]
-    vs = np.take(ev.vec, order, axis=1)
+    vs = ev.vec.take(order, axis=1)
     gnew = np.ones(n, dtype=bool)
     gnew[1:] = gs[1:] != gs[:-1]
     new = gnew.copy()
     new[1:] |= xs[1:] != xs[:-1]
-    ds = np.flatnonzero(new)
-    de = np.append(ds[1:], n) - 1
+    ds = new.nonzero()[0]
+    de = np.concatenate((ds[1:], [n])) - 1
     dg, dx = gs[ds], xs[ds]
     nd = ds.size
-    gfirst = np.flatnonzero(gnew[ds])
+    gfirst = gnew[ds].nonzero()[0]
     slopes = vs * ~js
-    gi = np.flatnonzero(gnew)
-    start_slope = np.take(slope0, gs[gi], axis=1)
+    gi = gnew.nonzero()[0]
+    start_slope = slope0.take(gs[gi], axis=1)
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
     slope_after = segmented_cumsum_at(slopes, gi, de)
     slope_before = _shift(slope_after, gfirst, start_slope)
     xprev = _shift(dx, gfirst, start[dg[gfirst]])
     inc = slope_before * (dx - xprev)
-    point = np.cumsum(new) - 1  # the distinct argument of each event
-    ji = np.flatnonzero(js)
-    jv = np.take(vs, ji, axis=1)
+    point = new.cumsum() - 1  # the distinct argument of each event
+    ji = js.nonzero()[0]
+    jv = vs.take(ji, axis=1)
     dj = np.zeros((dims, nd))
     for k in range(dims):
         dj[k] = np.bincount(point[ji], weights=jv[k], minlength=nd)
-    top = np.take(init, dg, axis=1) + _segmented_cumsum(inc + dj, gfirst, rebase=True)
+    top = init.take(dg, axis=1) + _segmented_cumsum(inc + dj, gfirst, rebase=True)
     foot = top - dj
     # each run segment's vertex: the foot of its argument plus the segments before it there
     rstart = np.ones(ji.size, dtype=bool)
     rstart[1:] = point[ji][1:] != point[ji][:-1]
-    run_v = np.take(foot, point[ji], axis=1) + _segmented_cumsum(jv, np.flatnonzero(rstart), rebase=False)
+    run_v = foot.take(point[ji], axis=1) + _segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
     emit_foot = dx > xprev
     nj = np.bincount(point[ji], minlength=nd)
     cnt = emit_foot.astype(np.intp) + nj
@@ -251,11 +252,11 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     owner = np.full(total, NONE, dtype=np.intp)
     end = np.full(total, NONE, dtype=np.intp)
     v[:, off[:-1]] = init
-    pos = np.cumsum(cnt) - cnt + dg + 1
-    fi = np.flatnonzero(emit_foot)
+    pos = cnt.cumsum() - cnt + dg + 1
+    fi = emit_foot.nonzero()[0]
     x[pos[fi]] = dx[fi]
-    v[:, pos[fi]] = np.take(foot, fi, axis=1)
-    rank = np.arange(ji.size) - np.flatnonzero(rstart)[np.cumsum(rstart) - 1]
+    v[:, pos[fi]] = foot.take(fi, axis=1)
+    rank = np.arange(ji.size) - rstart.nonzero()[0][rstart.cumsum() - 1]
     pr = pos[point[ji]] + emit_foot[point[ji]] + rank
     x[pr] = xs[ji]
     v[:, pr] = run_v
@@ -289,9 +290,10 @@ def curves(arr: Rows, drf: DrfInputs, job_share: FloatArray, state: State, given
         lo, hi = np.searchsorted(drf.job_row, [lv.start, lv.stop])
         if hi > lo or not parts:
             group = drf.job_row[lo:hi] - lv.start
-            held = job_share[:, lo:hi] * given[lo:hi]
-            for k in range(init.shape[0]):
-                init[k] += np.bincount(group, weights=held[k], minlength=rows)
+            if given[lo:hi].any():  # (nothing is held yet in the first epoch: adding zeros changes nothing)
+                held = job_share[:, lo:hi] * given[lo:hi]
+                for k in range(init.shape[0]):
+                    init[k] += np.bincount(group, weights=held[k], minlength=rows)
             parts.append(_job_events(job_share[:, lo:hi], drf.job_weight[lo:hi], group,
                                      state.t[drf.job_row[lo:hi]], growing[lo:hi]))
         sl = slice(lv.start, lv.stop)
@@ -333,7 +335,7 @@ def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> floa
     for depth in range(len(levels) - 1, -1, -1):
         lv, s = levels[depth], c.s[depth]
         last = s.off[1:] - 1
-        v_last = np.take(s.v, last, axis=1).T
+        v_last = s.v.take(last, axis=1).T
         rows = np.arange(lv.start, lv.stop)
         reach = ((v_last >= box[rows] - FULL_SHARE) & (held[rows] < box[rows] - FULL_SHARE)).any(axis=1)
         for i in np.flatnonzero(reach).tolist():
@@ -345,7 +347,7 @@ def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> floa
         h_up = c.h[depth - 1] if depth > 0 else c.root
         s_up = c.s[depth - 1] if depth > 0 else None
         up_first = levels[depth - 1].start if depth > 0 else 0
-        runs = np.flatnonzero(h_up.owner >= 0)
+        runs = (h_up.owner >= 0).nonzero()[0]
         keys = h_up.owner[runs].astype(np.int64) * (s.x.size + 1) + h_up.end[runs]
         by_key = np.argsort(keys)
         keys, runs = keys[by_key], runs[by_key]
@@ -393,7 +395,7 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
         _, p_kid, _ = evaluate(s, y, np.zeros(lv.stop - lv.start, dtype=bool))
         p_kid = p_kid.copy()
         # children on a run of their parent's at its argument: done, part-way, or at the foot
-        rv = np.flatnonzero(h_up.owner >= 0)
+        rv = (h_up.owner >= 0).nonzero()[0]
         if rv.size:
             key_o = h_up.owner[rv]
             order = np.lexsort((rv, key_o))
@@ -404,9 +406,9 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
             jk, fk, jnk = j[parent], f[parent], jn[parent]
             on_run = (fk <= 0.0) | (h_up.owner[jnk] >= 0) & (jnk > jk)
             q = np.searchsorted(keys, kid_rows.astype(np.int64) * big + jk, "right") - 1
-            qc = np.clip(q, 0, rv.size - 1)
+            qc = np.minimum(np.maximum(q, 0), rv.size - 1)  # np.clip costs 10x on ints
             same = (q >= 0) & (key_o[qc] == kid_rows) & (h_up.x[rv[qc]] == h_up.x[jk])
-            q2 = np.clip(q + 1, 0, rv.size - 1)
+            q2 = np.minimum(np.maximum(q + 1, 0), rv.size - 1)
             later = (q + 1 < rv.size) & (key_o[q2] == kid_rows) & (h_up.x[rv[q2]] == h_up.x[jk])
             done = on_run & same
             foot = on_run & ~same & later
@@ -429,6 +431,6 @@ def _real(pos: FloatArray, h: Inner) -> tuple[IntArray, FloatArray, FloatArray]:
     off = h.off
     last = off[1:] - 1
     j = np.minimum(off[:-1] + np.floor(pos).astype(np.intp), last)
-    f = np.clip(np.where(j >= last, 0.0, pos - (j - off[:-1])), 0.0, 1.0)
+    f = np.minimum(np.maximum(np.where(j >= last, 0.0, pos - (j - off[:-1])), 0.0), 1.0)
     jn = np.minimum(j + 1, h.x.size - 1)
     return j, f, np.where(f > 0.0, h.x[j] + f * (h.x[jn] - h.x[j]), h.x[j])

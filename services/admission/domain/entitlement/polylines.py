@@ -39,6 +39,8 @@ EPS = 1e-12
 """Fit tolerance, in shares."""
 TINY = 1e-13
 """Arguments closer than this (relatively) are one: a steeper segment is taken as a jump."""
+_NO_STOP = int(np.iinfo(np.intp).max)
+"""`compose`'s stop of a row that never leaves its box (`np.iinfo` costs microseconds a call)."""
 
 
 @dataclass(slots=True)
@@ -54,7 +56,7 @@ class Polylines:
         return len(self.off) - 1
 
     def row_ids(self) -> IntArray:
-        return np.repeat(np.arange(self.rows, dtype=np.intp), np.diff(self.off))
+        return np.repeat(np.arange(self.rows, dtype=np.intp), _diff(self.off))
 
 
 @dataclass(slots=True)
@@ -85,11 +87,18 @@ class Events:
         )
 
 
+def _diff(a: IntArray) -> IntArray:
+    """`np.diff` of a 1-d array, without its Python-level overhead (~10 µs a call, called a few
+    hundred times a computation on arrays of a few dozen entries in `hdrf`'s later epochs)."""
+    out: IntArray = a[1:] - a[:-1]
+    return out
+
+
 def _segments(off: IntArray) -> IntArray:
     """Index of the first vertex of every segment (two consecutive vertices of one row)."""
     seg = np.ones(int(off[-1]), dtype=bool)
     seg[off[1:] - 1] = False
-    return np.flatnonzero(seg)
+    return seg.nonzero()[0]
 
 
 def _counts(ids: IntArray, weights: IntArray | BoolArray, rows: int) -> IntArray:
@@ -117,28 +126,36 @@ def _shift(a: FloatArray, first: IntArray, fill: FloatArray | float) -> FloatArr
 def polyline_events(p: Polylines, group_of_row: IntArray) -> tuple[Events, FloatArray]:
     """The events of the rows of `p` (each summed into group `group_of_row[row]`), and each row's
     value at 0. A segment shorter than `TINY` (relatively) is a jump at its start."""
+    events, at0, _, _ = polyline_jumps(p, group_of_row)
+    return events, at0
+
+
+def polyline_jumps(p: Polylines, group_of_row: IntArray) -> tuple[Events, FloatArray, IntArray, IntArray]:
+    """`polyline_events`, and the first vertex and the row of each segment taken as a jump (in
+    the order of its events, which come last), for `hdrf`'s runs (found once, not again)."""
     i0 = _segments(p.off)
     i1 = i0 + 1
-    grp = group_of_row[p.row_ids()[i0]]
+    seg_row = p.row_ids()[i0]
+    grp = group_of_row[seg_row]
     x0, x1 = p.x[i0], p.x[i1]
-    delta = np.take(p.v, i1, axis=1) - np.take(p.v, i0, axis=1)
+    delta = p.v.take(i1, axis=1) - p.v.take(i0, axis=1)
     dx = x1 - x0
     sloped = dx > TINY * np.maximum(1.0, x1)
-    s = np.flatnonzero(sloped)
-    j = np.flatnonzero(~sloped)
-    sl = np.take(delta, s, axis=1) * (1.0 / dx[s])
+    s = sloped.nonzero()[0]
+    j = (~sloped).nonzero()[0]
+    sl = delta.take(s, axis=1) * (1.0 / dx[s])
     at0 = x0[s] <= 0.0
-    s0 = np.flatnonzero(at0)
-    s1 = np.flatnonzero(~at0)
+    s0 = at0.nonzero()[0]
+    s1 = (~at0).nonzero()[0]
     sg = grp[s]
     ns, nj = s1.size, j.size
     x = np.concatenate([x0[s][s1], x1[s], x0[j]])
-    vec = np.concatenate([np.take(sl, s1, axis=1), -sl, np.take(delta, j, axis=1)], axis=1)
+    vec = np.concatenate([sl.take(s1, axis=1), -sl, delta.take(j, axis=1)], axis=1)
     jump = np.zeros(ns + s.size + nj, dtype=bool)
     jump[ns + s.size :] = True
     group = np.concatenate([sg[s1], sg, grp[j]])
-    events = Events(x, vec, jump, group, np.take(sl, s0, axis=1), sg[s0])
-    return events, np.take(p.v, p.off[:-1], axis=1)
+    events = Events(x, vec, jump, group, sl.take(s0, axis=1), sg[s0])
+    return events, p.v.take(p.off[:-1], axis=1), i0[j], seg_row[j]
 
 
 def ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> Events:
@@ -159,19 +176,20 @@ def _segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> Flo
     (terms of one sign, whose sums keep growing), a second pass takes each segment's total (as the
     first pass found it) off at its last term, so that the running sum is back near 0 at every
     segment's start and rounding is relative to each segment's own sums, not to all before it."""
-    lengths = np.diff(np.append(starts, values.shape[1]))
-    c = np.cumsum(values, axis=1)
+    lengths = _diff(np.concatenate((starts, [values.shape[1]])))
+    c = values.cumsum(axis=1)
     ends: IntArray | None = None
     totals = np.zeros(0)
     if rebase and starts.size > 1:
-        ends = np.append(starts[1:], values.shape[1]) - 1
-        totals = np.diff(np.take(c, ends, axis=1), axis=1, prepend=0.0)
+        ends = np.concatenate((starts[1:], [values.shape[1]])) - 1
+        totals = c.take(ends, axis=1)  # np.diff(.., prepend=0.0), without its Python-level cost
+        totals[:, 1:] -= totals[:, :-1].copy()
         values = values.copy()
         for k in range(values.shape[0]):
             values[k][ends] -= totals[k]
-        c = np.cumsum(values, axis=1)
+        c = values.cumsum(axis=1)
     before = np.zeros((values.shape[0], starts.size))
-    before[:, 1:] = np.take(c, starts[1:] - 1, axis=1)
+    before[:, 1:] = c.take(starts[1:] - 1, axis=1)
     out: FloatArray = c - np.repeat(before, lengths, axis=1)
     if ends is not None:
         for k in range(values.shape[0]):
@@ -182,11 +200,11 @@ def _segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> Flo
 def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray) -> FloatArray:
     """`_segmented_cumsum(values, starts, rebase=False)[:, at]`, the same numbers, without the
     whole `(kinds, n)` difference: each `at`'s cumulative sum less its segment's sum before it."""
-    c = np.cumsum(values, axis=1)
+    c = values.cumsum(axis=1)
     before = np.zeros((values.shape[0], starts.size))
-    before[:, 1:] = np.take(c, starts[1:] - 1, axis=1)
+    before[:, 1:] = c.take(starts[1:] - 1, axis=1)
     seg = np.searchsorted(starts, at, side="right") - 1
-    out: FloatArray = np.take(c, at, axis=1) - np.take(before, seg, axis=1)
+    out: FloatArray = c.take(at, axis=1) - before.take(seg, axis=1)
     return out
 
 
@@ -225,22 +243,22 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     key.sort()
     order = by_x[key % n]
     xs, gs, js = ev.x[order], ev.group[order], ev.jump[order]
-    vs = np.take(ev.vec, order, axis=1)
+    vs = ev.vec.take(order, axis=1)
     gnew = np.ones(n, dtype=bool)
     gnew[1:] = gs[1:] != gs[:-1]
     new = gnew.copy()
     new[1:] |= xs[1:] != xs[:-1]
-    ds = np.flatnonzero(new)  # first event of each distinct (group, x)
-    de = np.append(ds[1:], n) - 1  # last one
+    ds = new.nonzero()[0]  # first event of each distinct (group, x)
+    de = np.concatenate((ds[1:], [n])) - 1  # last one
     dg, dx = gs[ds], xs[ds]
     nd = ds.size
-    gfirst = np.flatnonzero(gnew[ds])
+    gfirst = gnew[ds].nonzero()[0]
     any_jump = bool(js.any())
     # slope after each distinct argument: cumulative sums of the slope changes, per group, from
     # the slope at 0
     slopes = vs * ~js if any_jump else vs.copy()
-    gi = np.flatnonzero(gnew)
-    start_slope = np.take(slope0, gs[gi], axis=1)
+    gi = gnew.nonzero()[0]
+    start_slope = slope0.take(gs[gi], axis=1)
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
     slope_after = segmented_cumsum_at(slopes, gi, de)
@@ -250,31 +268,31 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     dj = np.zeros((dims, nd))
     lifted = np.zeros(nd, dtype=bool)
     if any_jump:
-        ji = np.flatnonzero(js)
-        run = (np.cumsum(new) - 1)[ji]
+        ji = js.nonzero()[0]
+        run = (new.cumsum() - 1)[ji]
         rnew = np.ones(ji.size, dtype=bool)
         rnew[1:] = run[1:] != run[:-1]
         runs = run[rnew]
-        sums = np.maximum(np.add.reduceat(np.take(vs, ji, axis=1), np.flatnonzero(rnew), axis=1), 0.0)
+        sums = np.maximum(np.add.reduceat(vs.take(ji, axis=1), rnew.nonzero()[0], axis=1), 0.0)
         _scatter(dj, runs, sums)
         lifted[runs] = (sums > 0.0).any(axis=0)
-    top = np.take(init, dg, axis=1) + _segmented_cumsum(inc + dj if any_jump else inc, gfirst, rebase=True)
-    before = _shift(top, gfirst, np.take(init, dg[gfirst], axis=1))
+    top = init.take(dg, axis=1) + _segmented_cumsum(inc + dj if any_jump else inc, gfirst, rebase=True)
+    before = _shift(top, gfirst, init.take(dg[gfirst], axis=1))
     foot = before + inc
     emit_foot = dx > xprev
     emit_top = lifted & (dx > 0.0)
     v0 = init.copy()
-    at0 = np.flatnonzero(lifted & (dx <= 0.0))  # a jump at 0 lifts the first vertex
-    _scatter(v0, dg[at0], np.take(top, at0, axis=1))
+    at0 = (lifted & (dx <= 0.0)).nonzero()[0]  # a jump at 0 lifts the first vertex
+    _scatter(v0, dg[at0], top.take(at0, axis=1))
     cnt = emit_foot.astype(np.intp) + emit_top
     off = _offsets(_counts(dg, cnt, rows) + 1)
     total = int(off[-1])
     x = np.zeros(total)
     r = np.zeros(total, dtype=bool)
     # every vertex's source: the first vertices, then the feet, then the tops
-    pos_foot = np.cumsum(cnt) - cnt + dg + 1
-    fi = np.flatnonzero(emit_foot)
-    ti = np.flatnonzero(emit_top)
+    pos_foot = cnt.cumsum() - cnt + dg + 1
+    fi = emit_foot.nonzero()[0]
+    ti = emit_top.nonzero()[0]
     src = np.empty(total, dtype=np.intp)
     src[off[:-1]] = np.arange(rows)
     pf = pos_foot[fi]
@@ -285,8 +303,8 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
         src[pt] = rows + fi.size + np.arange(ti.size)
         x[pt] = dx[ti]
         r[pt] = True
-    pool = np.concatenate([v0, np.take(foot, fi, axis=1), np.take(top, ti, axis=1)], axis=1)
-    return Polylines(off, x, np.take(pool, src, axis=1), x.copy(), r)
+    pool = np.concatenate([v0, foot.take(fi, axis=1), top.take(ti, axis=1)], axis=1)
+    return Polylines(off, x, pool.take(src, axis=1), x.copy(), r)
 
 
 def _y_of(above: FloatArray, inv: FloatArray, weighted: BoolArray) -> FloatArray:
@@ -298,10 +316,9 @@ def _y_of(above: FloatArray, inv: FloatArray, weighted: BoolArray) -> FloatArray
 
 def _first_true(mask: BoolArray) -> IntArray:
     """Per column, the first row where `mask` holds (rows when none)."""
-    n = mask.shape[0]
-    out: IntArray = np.full(mask.shape[1], n, dtype=np.intp)
-    for j in range(n - 1, -1, -1):
-        out = np.where(mask[j], j, out)
+    # argmax of booleans is the first True (0 when none): three calls, not one per row
+    out: IntArray = mask.argmax(axis=0)
+    out[~mask.any(axis=0)] = mask.shape[0]
     return out
 
 
@@ -373,7 +390,7 @@ def snap(y: FloatArray, off: IntArray) -> tuple[FloatArray, FloatArray]:
     prev = _shift(y, start, 0.0)
     new = y - prev > tol
     idx = np.arange(total)
-    row_first = np.repeat(off[:-1], np.diff(off))
+    row_first = np.repeat(off[:-1], _diff(off))
     while True:
         last_new = np.maximum.accumulate(np.where(new, idx, -1))
         kept = np.where(last_new >= row_first, y[np.maximum(last_new, 0)], 0.0)
@@ -403,17 +420,17 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     x0, x1 = h.x[i0], h.x[i1]
     # at every vertex of h: whether it fits, how far above its guarantee, its y, and which line
     # gives that y
-    fits = np.logical_not((h.v > np.take(cap, vrow, axis=1) + EPS).any(axis=0))
-    above = h.v - np.take(g, vrow, axis=1)
+    fits = np.logical_not((h.v > cap.take(vrow, axis=1) + EPS).any(axis=0))
+    above = h.v - g.take(vrow, axis=1)
     yh = _y_of(above, inv[vrow], weighted[vrow])
     line = _top_line(above)
     is_jump = x1 <= x0
     fits_b = fits[i1]
     # where a segment leaves the box: the largest s in [0, 1] with a + s (b - a) <= cap (1 when b fits)
     smax = np.ones(i0.size)
-    out = np.flatnonzero(~fits_b & ~is_jump)
+    out = (~fits_b & ~is_jump).nonzero()[0]
     if out.size:
-        ao, bo, co = np.take(h.v, i0[out], axis=1), np.take(h.v, i1[out], axis=1), np.take(cap, srow[out], axis=1)
+        ao, bo, co = h.v.take(i0[out], axis=1), h.v.take(i1[out], axis=1), cap.take(srow[out], axis=1)
         over = (bo > co + EPS) & (bo > ao)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = np.where(over, (co - ao) / (bo - ao), 1.0)
@@ -421,8 +438,8 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     fail = np.where(is_jump, ~fits_b, smax < 1.0)
     # each row stops at its first failing segment (included: a cut segment still gives vertices)
     pos = i0 - off[srow]
-    stop = np.full(rows, np.iinfo(np.intp).max, dtype=np.intp)
-    fi = np.flatnonzero(fail)
+    stop = np.full(rows, _NO_STOP, dtype=np.intp)
+    fi = fail.nonzero()[0]
     if fi.size:
         fr = srow[fi]
         firsts = np.ones(fi.size, dtype=bool)
@@ -434,23 +451,23 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     # top at both ends, it is on top throughout)
     nk = np.zeros(i0.size, dtype=np.intp)
     kink_s = np.zeros((dims + 1, 0))
-    kseg = np.flatnonzero(active & ~is_jump & weighted[srow] & (smax > 0.0))
+    kseg = (active & ~is_jump & weighted[srow] & (smax > 0.0)).nonzero()[0]
     if kseg.size:
         sc = smax[kseg]
         end_line = line[i1[kseg]]
-        part = np.flatnonzero(sc < 1.0)
+        part = (sc < 1.0).nonzero()[0]
         if part.size:
             pk = kseg[part]
-            ap = np.take(h.v, i0[pk], axis=1)
-            cut = ap + sc[part] * (np.take(h.v, i1[pk], axis=1) - ap)
-            end_line[part] = _top_line(cut - np.take(g, srow[pk], axis=1))
+            ap = h.v.take(i0[pk], axis=1)
+            cut = ap + sc[part] * (h.v.take(i1[pk], axis=1) - ap)
+            end_line[part] = _top_line(cut - g.take(srow[pk], axis=1))
         kseg = kseg[line[i0[kseg]] != end_line]
         if kseg.size:
             invk = inv[srow[kseg]]
             cs = np.zeros((dims + 1, kseg.size))
             ms = np.zeros((dims + 1, kseg.size))
-            cs[1:] = np.take(above, i0[kseg], axis=1) * invk
-            ms[1:] = (np.take(h.v, i1[kseg], axis=1) - np.take(h.v, i0[kseg], axis=1)) * invk
+            cs[1:] = above.take(i0[kseg], axis=1) * invk
+            ms[1:] = (h.v.take(i1[kseg], axis=1) - h.v.take(i0[kseg], axis=1)) * invk
             kink_s, kc = _kinks(cs, ms, smax[kseg])
             nk[kseg] = kc
     # how many vertices each segment gives, and where they go (after the row's first vertex)
@@ -459,8 +476,8 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     cnt = np.where(jump_ok, 2, 0) + np.where(seg_ok, nk + np.where(brk, smax > 0.0, 1), 0)
     ooff = _offsets(_counts(srow, cnt, rows) + 1)
     total = int(ooff[-1])
-    orow = np.repeat(np.arange(rows, dtype=np.intp), np.diff(ooff))
-    pos_seg = np.cumsum(cnt) - cnt + srow + 1
+    orow = np.repeat(np.arange(rows, dtype=np.intp), _diff(ooff))
+    pos_seg = cnt.cumsum() - cnt + srow + 1
     ot = np.empty(total)
     orr = np.zeros(total, dtype=bool)
     ofoot = np.zeros(total, dtype=bool)
@@ -471,29 +488,29 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     orr[ooff[:-1]] = h.r[first]
     nv = h.x.size
     # kinks and cuts: points inside segments, at s
-    kq = np.flatnonzero(nk[kseg] > 0) if kseg.size else np.zeros(0, dtype=np.intp)
+    kq = (nk[kseg] > 0).nonzero()[0] if kseg.size else np.zeros(0, dtype=np.intp)
     reps = nk[kseg[kq]]
     ks = np.repeat(kseg[kq], reps)
-    within = np.arange(ks.size) - np.repeat(np.cumsum(reps) - reps, reps)
-    c = np.flatnonzero(seg_ok & brk & (smax > 0.0))
+    within = np.arange(ks.size) - np.repeat(reps.cumsum() - reps, reps)
+    c = (seg_ok & brk & (smax > 0.0)).nonzero()[0]
     inner_seg = np.concatenate([ks, c])
     inner_s = np.concatenate([kink_s[within, np.repeat(kq, reps)], smax[c]])
     inner_pos = np.concatenate([pos_seg[ks] + within, pos_seg[c] + nk[c]])
-    ai = np.take(h.v, i0[inner_seg], axis=1)
-    inner_v = ai + inner_s * (np.take(h.v, i1[inner_seg], axis=1) - ai)
+    ai = h.v.take(i0[inner_seg], axis=1)
+    inner_v = ai + inner_s * (h.v.take(i1[inner_seg], axis=1) - ai)
     src[inner_pos] = nv + np.arange(inner_seg.size)
     x0i = x0[inner_seg]
     ti = x0i + inner_s * (x1[inner_seg] - x0i)
     ot[inner_pos] = ti
     orr[inner_pos] = (ti == x0i) & h.r[i0[inner_seg]]  # a point at its segment's start is that vertex
     # segment ends: h's vertices
-    e = np.flatnonzero(seg_ok & ~brk)
+    e = (seg_ok & ~brk).nonzero()[0]
     p = pos_seg[e] + nk[e]
     src[p] = i1[e]
     ot[p] = x1[e]
     orr[p] = h.r[i1[e]]
     # jumps of h: the foot (kept only when its top needs a larger y), then the top
-    jj = np.flatnonzero(jump_ok)
+    jj = jump_ok.nonzero()[0]
     pj = pos_seg[jj]
     src[pj] = i0[jj]
     ot[pj] = x0[jj]
@@ -504,7 +521,7 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     orr[pj + 1] = h.r[i1[jj]]
     ov = np.take(np.concatenate([h.v, inner_v], axis=1), src, axis=1)
     ri = srow[inner_seg]
-    y_inner = _y_of(inner_v - np.take(g, ri, axis=1), inv[ri], weighted[ri])
+    y_inner = _y_of(inner_v - g.take(ri, axis=1), inv[ri], weighted[ri])
     oy = np.concatenate([yh, y_inner])[src]
     yb = yh[i1[jj]]
     oy[pj] = yb
@@ -512,19 +529,19 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     keep = ~ofoot | (oy > prev)
     # at y = 0 only the top of the chain is kept
     zeros_in_row = _counts(orow, keep & (y <= 0.0), rows)
-    kept_before: IntArray = np.cumsum(keep) - keep
+    kept_before: IntArray = keep.cumsum() - keep
     kept_rank: IntArray = kept_before - kept_before[ooff[:-1]][orow]
     keep &= kept_rank >= zeros_in_row[orow] - 1
     noff = _offsets(_counts(orow, keep, rows))
-    kept = np.flatnonzero(keep)
-    return Polylines(noff, y[kept], np.take(ov, kept, axis=1), ot[kept], orr[kept])
+    kept = keep.nonzero()[0]
+    return Polylines(noff, y[kept], ov.take(kept, axis=1), ot[kept], orr[kept])
 
 
 def evaluate(p: Polylines, y: FloatArray, right: BoolArray) -> tuple[FloatArray, FloatArray, BoolArray]:
     """Each row's value, inner argument and jump-top flag at its own `y`: at an argument where the
     row jumps, the top of the jump when `right`, else its foot; between vertices, interpolated."""
     off = p.off
-    n = np.diff(off)
+    n = _diff(off)
     vrow = p.row_ids()
     yv = y[vrow]
     lo = _counts(vrow, p.x < yv, p.rows)
@@ -535,16 +552,16 @@ def evaluate(p: Polylines, y: FloatArray, right: BoolArray) -> tuple[FloatArray,
     exact = ~at_first & ~at_last & (hi > lo)
     idx = np.where(at_first, first, last)
     idx = np.where(exact, np.where(right, first + hi - 1, first + lo), idx)
-    v = np.take(p.v, idx, axis=1)
+    v = p.v.take(idx, axis=1)
     t = p.t[idx]
     r = p.r[idx]
-    k = np.flatnonzero(~at_first & ~at_last & ~exact)
+    k = (~at_first & ~at_last & ~exact).nonzero()[0]
     if k.size:
         hi_i = first[k] + lo[k]
         lo_i = np.where(lo[k] >= 1, hi_i - 1, last[k])
         f = (y[k] - p.x[lo_i]) / (p.x[hi_i] - p.x[lo_i])
-        va = np.take(p.v, lo_i, axis=1)
-        _scatter(v, k, va + f * (np.take(p.v, hi_i, axis=1) - va))
+        va = p.v.take(lo_i, axis=1)
+        _scatter(v, k, va + f * (p.v.take(hi_i, axis=1) - va))
         ta = p.t[lo_i]
         tk = ta + f * (p.t[hi_i] - ta)
         t[k] = tk
