@@ -113,7 +113,7 @@ def one_round(gangs: int, mode: str, attributed: Attributed | None = None) -> fl
                     seq += 1
                     decided += folder.step(sent, seq)
                 if current is not None:
-                    current.set_attribute("decisions", len(decided))
+                    current.decisions = len(decided)
             if decided and metrics.RECORDING:
                 stored(folder.service, [(arrived, len(decided))], time.perf_counter())
                 published(folder.service, decided, folder)

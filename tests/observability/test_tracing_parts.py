@@ -124,6 +124,23 @@ def test_a_cycle_makes_spans_only_for_sampled_gangs_and_only_live(spans: InMemor
     assert spans.get_finished_spans() == ()
 
 
+def test_a_batch_that_decides_nothing_makes_no_span(spans: InMemorySpanExporter) -> None:
+    folder = AdmissionFolder()
+    _fold(folder, *_tree())
+    with tracing.live("admission", 1) as batch:
+        assert batch is not None
+        batch.decisions = len(_fold(folder, _gang("g", "/a")))  # (folded: nothing decided yet)
+    assert spans.get_finished_spans() == ()
+    with tracing.live("admission", 1) as batch:
+        assert batch is not None
+        batch.decisions = len(_fold(folder, ClockTicked()))
+    made = {s.name: s for s in spans.get_finished_spans()}
+    assert set(made) == {"fold batch", "admission cycle"}
+    assert made["fold batch"].attributes == {"service": "admission", "events": 1, "decisions": batch.decisions}
+    assert made["admission cycle"].parent is not None
+    assert made["admission cycle"].parent.span_id == made["fold batch"].context.span_id
+
+
 def test_an_unsampled_batch_makes_a_cycle_span_only_for_a_sampled_gang() -> None:
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
@@ -136,7 +153,7 @@ def test_an_unsampled_batch_makes_a_cycle_span_only_for_a_sampled_gang() -> None
         _fold(folder, *_tree())
         _fold(folder, _gang("bare", "/a"))
         with tracing.live("admission", 1) as batch:
-            assert batch is not None and not batch.is_recording()
+            assert batch is not None and not batch.span().is_recording()
             _fold(folder, ClockTicked())
         assert exporter.get_finished_spans() == ()  # no cycle span: it would not be recorded
         _fold(folder, _gang("sampled", "/b"), trace={"traceparent": SAMPLED})
