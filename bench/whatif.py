@@ -15,7 +15,9 @@ are not counted):
   cycle and the preemption passes): one pool's reservation changed;
 - `--at` (time travel): the fold up to a position after the snapshot (half-way through the
   tail), and up to a position before it (half-way through the log: no snapshot at or before it
-  is kept there, so the fold starts from the log's start).
+  is kept there, so the fold starts from the log's start);
+- the snapshot alone, as the what-if loads it (admission's state) and as admission's restart
+  loads it (the state and explain's notes: issue 18's restart starts there).
 
 The goal (issue 21): the what-if answers in at most 2 s on the 100k-gang history.
 """
@@ -52,7 +54,8 @@ class WhatIfResult:
     messages: int
     snapshot_seq: int  # 0: none
     gangs_held: int  # gangs in admission's state at the end (finished ones are kept an hour of log time)
-    load: Timing  # the snapshot alone: fetched from the object store, decoded, loaded
+    load: Timing  # the snapshot alone: fetched from the object store, decoded, loaded (the state)
+    restart: Timing  # the same with explain's notes, as the admission service loads it
     fold: Timing
     predict: Timing
     at_tail: Timing
@@ -96,12 +99,15 @@ async def measure(gangs: int, on_progress: Callable[[str], None] | None = None,
 
 
 async def _measure_on(url: str, gangs: int, last: int, snapshot: int, say: Callable[[str], None]) -> WhatIfResult:
+    from services.admission.folder import AdmissionFolder
+    from services.admission.queries import ExplainingFolder
     from services.cli.dry_run import live_state, what_if
     from services.cli.folds import fold_admission
     from services.tree.domain.cluster import config_of
 
     say("whatif: the snapshot alone, then the what-if (fold from the snapshot, then predict)")
-    _, load = await _timed(lambda: _load_snapshot(url, last))
+    _, load = await _timed(lambda: _load_snapshot(url, last, AdmissionFolder()))
+    _, restart = await _timed(lambda: _load_snapshot(url, last, ExplainingFolder()))
     state, fold = await _timed(lambda: live_state(url))
     held = sum(len(rt.gangs) for rt in state.trees.values())
     target = config_of(state.config)
@@ -121,18 +127,19 @@ async def _measure_on(url: str, gangs: int, last: int, snapshot: int, say: Calla
     say(f"whatif: --at {tail_at:,} and --at {head_at:,}")
     _, at_tail = await _timed(lambda: fold_admission(url, str(tail_at)))
     _, at_head = await _timed(lambda: fold_admission(url, str(head_at)))
-    return WhatIfResult(gangs, last, snapshot, held, load, fold, predicted, at_tail, at_head, tail_at, head_at)
+    return WhatIfResult(gangs, last, snapshot, held, load, restart, fold, predicted, at_tail, at_head, tail_at,
+                        head_at)
 
 
-async def _load_snapshot(url: str, last: int) -> int:
-    """Admission's newest snapshot fetched and loaded, nothing folded (the fold's first part)."""
-    from services.admission.queries import ExplainingFolder
+async def _load_snapshot(url: str, last: int, folder: Any) -> int:
+    """Admission's newest snapshot fetched and loaded into `folder`, nothing folded (the fold's
+    first part; an `ExplainingFolder` loads explain's notes too, an `AdmissionFolder` the state alone)."""
     from services.cli.folds import restore
     from services.common.jetstream import JetStreamLog
 
     log = await JetStreamLog.connect(url, name="bench-whatif")
     try:
-        return await restore(log, ExplainingFolder(), last)
+        return await restore(log, folder, last)
     finally:
         await log.close()
 
@@ -177,6 +184,8 @@ def rows(result: WhatIfResult) -> Section:
     s.add(Row("  fold, CPU", r.fold.cpu, "CPU s"))
     s.add(Row("    of which the snapshot alone (fetched, decoded, loaded)", r.load.wall, "s"))
     s.add(Row("    the snapshot alone, CPU", r.load.cpu, "CPU s"))
+    s.add(Row("admission's restart: its snapshot with explain's notes", r.restart.wall, "s"))
+    s.add(Row("  the same, CPU", r.restart.cpu, "CPU s"))
     s.add(Row("  predict: plan, copy, entitlements, cycles and passes", r.predict.wall, "s"))
     s.add(Row("  predict, CPU", r.predict.cpu, "CPU s"))
     s.add(Row(f"--at {r.at_tail_seq:,} (after the snapshot)", r.at_tail.wall, "s"))

@@ -289,10 +289,9 @@ def next_passes(state: AdmissionState) -> tuple[Pick, ...]:
 
 
 async def live_state(url: str) -> AdmissionState:
-    """Admission's fold of the live log, from its newest snapshot and the tail after it."""
-    from services.cli.folds import fold_admission
+    """Admission's fold of the live log, from its newest snapshot and the tail after it (without
+    explain's notes: not needed)."""
+    from services.cli.folds import fold_state
 
-    folder, _ = await fold_admission(url)
-    state = folder.state
-    state.on_forget = None  # explain's notes are not needed (nor copied with the state)
+    state, _ = await fold_state(url)
     return state

@@ -2,8 +2,9 @@
 what `apply --dry-run` and `whatif` compute on, and what `--at` (`poolwise state`, `pool tree`,
 `gangs`, `explain`) answers from (issue 21).
 
-The fold is the service's (`ExplainingFolder`: admission's folder with explain's notes), started
-from admission's newest snapshot at or before the position asked for (the object store keeps
+The fold is the service's (`ExplainingFolder`: admission's folder with explain's notes; the
+what-if's, `fold_state`, without them: it reads the state alone), started from admission's newest
+snapshot at or before the position asked for (the object store keeps
 each service's newest `snapshots.KEEP`, taken every `POOLWISE_SNAPSHOT_EVERY` positions), then
 the log after it up to that position. With no snapshot that old (or none this code made), it
 folds from the start: a position far back in a long history costs a fold of the log up to it.
@@ -27,6 +28,8 @@ from services.admission.queries import ExplainingFolder
 from services.common.input_error import InputError
 
 if TYPE_CHECKING:
+    from services.admission.domain.state import AdmissionState
+    from services.admission.folder import AdmissionFolder
     from services.common.log import EventLog
 
 SEQ = re.compile(r"^\d+$")
@@ -45,20 +48,36 @@ class Position:
 async def fold_admission(url: str, at: str | None = None) -> tuple[ExplainingFolder, Position | None]:
     """Admission's fold (with explain's notes) of the log at `url` up to now, or up to `--at`;
     where it stopped (None: the end)."""
+    folder = ExplainingFolder()
+    return folder, await _fold_at(url, folder, at)
+
+
+async def fold_state(url: str, at: str | None = None) -> tuple[AdmissionState, Position | None]:
+    """`fold_admission` without explain's notes (the what-if's: it reads the state alone). The
+    notes cost a fifth of a snapshot's load (a note per gang kept, ~3 µs each) and a note made
+    per decision folded."""
+    from services.admission.folder import AdmissionFolder
+
+    folder = AdmissionFolder()
+    position = await _fold_at(url, folder, at)
+    return folder.state, position
+
+
+async def _fold_at(url: str, folder: ExplainingFolder | AdmissionFolder, at: str | None) -> Position | None:
+    """Fold the log at `url` into `folder` up to now, or up to `--at`: where it stopped (None: the end)."""
     from services.common.jetstream import JetStreamLog
 
     log = await JetStreamLog.connect(url, name="poolwise-fold")
     try:
         position = None if at is None else await resolve_at(log, at)
         end = await log.last_seq() if position is None else position.seq
-        folder = ExplainingFolder()
         await fold_into(log, folder, end)
-        return folder, position
+        return position
     finally:
         await log.close()
 
 
-async def fold_into(log: EventLog, folder: ExplainingFolder, end: int) -> int:
+async def fold_into(log: EventLog, folder: ExplainingFolder | AdmissionFolder, end: int) -> int:
     """Fold `log` into `folder` up to `end`, from the newest snapshot at or before it; the
     position the fold started from (0: the start of the log)."""
     from events import read_envelope
@@ -77,8 +96,10 @@ async def fold_into(log: EventLog, folder: ExplainingFolder, end: int) -> int:
     return started
 
 
-async def restore(log: EventLog, folder: ExplainingFolder, end: int) -> int:
-    """Load admission's newest usable snapshot at or before `end`: its position (0: none)."""
+async def restore(log: EventLog, folder: ExplainingFolder | AdmissionFolder, end: int) -> int:
+    """Load admission's newest usable snapshot at or before `end`: its position (0: none). The
+    service's snapshot holds its state and explain's notes, pickled apart: a folder without
+    notes loads the state alone (`Snapshot.decode(part=0)`)."""
     from nats.js import JetStreamContext
 
     from services.common.folding import anchored_on
@@ -87,11 +108,9 @@ async def restore(log: EventLog, folder: ExplainingFolder, end: int) -> int:
     nc, stream = getattr(log, "nc", None), getattr(log, "stream", None)
     if nc is None or not isinstance(stream, str):
         return 0
-
-
     store = ObjectStoreSnapshots(JetStreamContext(nc), stream, read_only=True)
-    snapshot, skipped = await load_newest(store, "admission", at_most=end,
-                                          anchored=anchored_on(log))
+    part = None if isinstance(folder, ExplainingFolder) else 0
+    snapshot, skipped = await load_newest(store, "admission", at_most=end, anchored=anchored_on(log), part=part)
     for why in skipped:
         logger.info("snapshot passed over: %s", why)
     if snapshot is None:

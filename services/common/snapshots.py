@@ -13,8 +13,13 @@ On JetStream snapshots live in the object store `poolwise_snapshots` (one object
 `KEEP` of each service are kept. The in-memory log's twin is `MemorySnapshots`.
 
 What goes in (`Snapshot.encode`): a header line of JSON (format, service, seq, fingerprint, the
-payload's length and CRC), then the payload: the pickled state, zlib-compressed. A header or CRC
-that does not match, or a payload that does not load, is "corrupt".
+payload's length and CRC), then the payload: the pickled state, zlib-compressed. A state exported
+as a tuple (admission's: its fold and explain's notes) is pickled part by part (`pickled`,
+`Parts`), so that a reader that needs one part loads only that one (`decode(part=)`: the what-if
+folds admission's state without the notes). A header or CRC that does not match, or a payload
+that does not load, is "corrupt". It loads with the garbage collector off: a state is tens of
+objects per gang kept, and the collector's passes while they were made took two thirds of the
+time.
 
 The fingerprint is a digest of all of poolwise's own source (`events/` and `services/`, every
 `.py` file), the Python version and the versions of the libraries whose objects a pickled state
@@ -45,7 +50,7 @@ from events import Envelope
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: a tuple state's parts pickled apart (`Parts`): a format 1 snapshot is passed over
 KEEP = 3  # snapshots kept per service (the newest)
 BUCKET = "poolwise_snapshots"
 _ROOT = Path(__file__).resolve().parents[2]
@@ -88,15 +93,14 @@ class Snapshot:
     anchor: int | None = None  # CRC-32 of the log's message at `seq`: the log it was made from
 
     def encode(self) -> bytes:
-        return self.encode_pickled(self.service, self.seq, self.fingerprint,
-                                   pickle.dumps(self.state, protocol=pickle.HIGHEST_PROTOCOL), self.pending,
+        return self.encode_pickled(self.service, self.seq, self.fingerprint, pickled(self.state), self.pending,
                                    self.anchor)
 
     @staticmethod
     def encode_pickled(service: str, seq: int, fingerprint: str, state: bytes,
                        pending: Sequence[Envelope] = (), anchor: int | None = None) -> bytes:
-        """A snapshot of a state pickled already (pickling must happen while the state stands
-        still; compressing need not)."""
+        """A snapshot of a state pickled already by `pickled` (pickling must happen while the
+        state stands still; compressing need not)."""
         payload = zlib.compress(pickle.dumps((state, list(pending)), protocol=pickle.HIGHEST_PROTOCOL), 1)
         header = {"format": FORMAT, "service": service, "seq": seq, "fingerprint": fingerprint,
                   "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor}
@@ -116,7 +120,9 @@ class Snapshot:
         return found
 
     @classmethod
-    def decode(cls, data: bytes) -> Snapshot:
+    def decode(cls, data: bytes, part: int | None = None) -> Snapshot:
+        """The snapshot in `data`; with `part`, its state is only that part of a state exported as
+        a tuple (the others are not loaded; a state stored whole is its own part 0)."""
         head = cls.header(data)
         payload = data[data.index(b"\n") + 1:]
         if len(payload) != head.get("length") or zlib.crc32(payload) != head.get("crc"):
@@ -124,8 +130,8 @@ class Snapshot:
         collecting = gc.isenabled()
         gc.disable()  # a state is ~20 objects per gang kept: collections while it loaded took 2/3 of the load
         try:
-            pickled, pending = pickle.loads(zlib.decompress(payload))
-            state = pickle.loads(pickled)
+            stored, pending = pickle.loads(zlib.decompress(payload))
+            state = _unpickled(pickle.loads(stored), part)
         except Exception as exc:  # a payload that does not load is as good as none
             raise Corrupt(f"payload: {type(exc).__name__}: {exc}") from None
         finally:
@@ -138,6 +144,36 @@ class Snapshot:
         anchor = head.get("anchor")
         return cls(str(head["service"]), int(head["seq"]), str(head["fingerprint"]), state, list(pending),
                    anchor if isinstance(anchor, int) else None)
+
+
+class Parts:
+    """A state exported as a tuple, each part pickled apart (`pickled`)."""
+
+    __slots__ = ("pickled",)
+
+    def __init__(self, pickled: list[bytes]) -> None:
+        self.pickled = pickled
+
+    def __reduce__(self) -> tuple[type[Parts], tuple[list[bytes]]]:
+        return (Parts, (self.pickled,))
+
+
+def pickled(state: object) -> bytes:
+    """`state` pickled as a snapshot holds it: a tuple part by part (`Parts`), anything else whole."""
+    if isinstance(state, tuple):
+        state = Parts([pickle.dumps(one, protocol=pickle.HIGHEST_PROTOCOL) for one in state])
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unpickled(stored: object, part: int | None) -> Any:
+    """The state `pickled` made (`stored`: loaded once), whole or only its `part`."""
+    if not isinstance(stored, Parts):
+        if part not in (None, 0):
+            raise Corrupt(f"no part {part}: the state is stored whole")
+        return stored
+    if part is None:
+        return tuple(pickle.loads(one) for one in stored.pickled)
+    return pickle.loads(stored.pickled[part])
 
 
 class Snapshotting(Protocol):
@@ -163,10 +199,11 @@ Anchored = Callable[[int, int | None], Awaitable[bool]]
 
 
 async def load_newest(store: SnapshotStore, service: str, fingerprint: str | None = None, at_most: int | None = None,
-                      anchored: Anchored | None = None) -> tuple[Snapshot | None, list[str]]:
+                      anchored: Anchored | None = None, part: int | None = None) -> tuple[Snapshot | None, list[str]]:
     """The newest usable snapshot of `service` (at or before `at_most`), and why the newer ones
     were passed over. `anchored(seq, anchor)` says whether the log holds, at `seq`, the message
-    the snapshot was made after (a stream deleted and made again under the same name does not)."""
+    the snapshot was made after (a stream deleted and made again under the same name does not).
+    `part`: only that part of its state is loaded (`Snapshot.decode`)."""
     fingerprint = fingerprint or code_fingerprint()
     skipped: list[str] = []
     try:
@@ -185,7 +222,7 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
             if head.get("fingerprint") != fingerprint:
                 skipped.append(f"{service}@{seq}: made by other code ({head.get('fingerprint')})")
                 continue
-            snapshot = Snapshot.decode(data)
+            snapshot = Snapshot.decode(data, part)
         except Corrupt as exc:
             skipped.append(f"{service}@{seq}: corrupt ({exc})")
             continue
