@@ -14,31 +14,20 @@ Each step at `at` seconds after the fold's time (the log's time now), as `scenar
    over its entitlement gives back once `grace` has passed since it went over), its requests
    folded;
 3. the step's report (the `scenario run` report's shape: pools, gangs, tasks, decisions) and
-   its expectations checked with the runner's own `expect.check`.
+   its expectations checked with the runner's own `expect.check`, built by the runner's own
+   `state_report.step_report`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from events import ClockTicked, CycleCompleted, Envelope, Event, at_seconds, derived_id
 from services.admission.domain.state import AdmissionState
 from services.scenario.format import Scenario
 from services.scenario.report import DecisionReport, ScenarioReport, StepReport
-
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    """A task as a selector sees it; `requested`: preemption asked for it and it has not ended."""
-
-    tree: str
-    gang: str
-    task: str
-    pool: str
-    state: str
-    requested: bool
+from services.scenario.state_report import state_tasks, step_report
 
 
 class StepRun:
@@ -61,7 +50,6 @@ class StepRun:
         return ScenarioReport.build(self.scenario.name, [self.step(plan) for plan in expander.plans()])
 
     def step(self, plan: Any) -> StepReport:
-        from services.scenario.expect import check
         from services.scenario.report import decisions_of
 
         time = self.base + plan.at
@@ -75,9 +63,7 @@ class StepRun:
         reports: list[DecisionReport] = []
         for found in decided:
             reports += [found] if isinstance(found, DecisionReport) else decisions_of(found, self._key)
-        report = StepReport(at=plan.at, pools=self._pools(), gangs=self._gangs(), tasks=self._tasks_report(),
-                            decisions=reports)
-        return report.with_failures(check(plan.expect, report))
+        return step_report(plan, self.state, self._key, reports)
 
     # --- inputs ------------------------------------------------------------------------------------
 
@@ -97,9 +83,9 @@ class StepRun:
                 return [DecisionReport(kind="rejected", ref=ident, reason=f"not a valid GangEnqueued: "
                                                                           f"{exc.errors()[0]['msg']}")]
         elif isinstance(body, TaskSelector):
-            events = list(body.resolve(self._tasks(), can_move))
+            events = list(body.resolve(state_tasks(self.state), can_move))
         elif isinstance(body, AckPreemptions):
-            events = list(body.resolve(t for t in self._tasks() if t.requested))
+            events = list(body.resolve(t for t in state_tasks(self.state) if t.requested))
         else:
             events = [body]
         return list(self._fold(ident, events, time, "scenario"))
@@ -137,34 +123,3 @@ class StepRun:
 
     def _key(self, tree: str | None, path: str) -> str:
         return self.scenario.pool_key(tree, path)
-
-    def _gang_list(self) -> list[Any]:
-        return [g for rt in self.state.trees.values() for g in rt.gangs.values()]
-
-    def _tasks(self) -> list[Any]:
-        from services.admission.domain.model import TERMINAL
-
-        return [_Task(g.tree, g.id, t.id, g.pool, t.state, t.preemption_requested and t.state not in TERMINAL)
-                for g in self._gang_list() for t in g.tasks]
-
-    def _gangs(self) -> dict[str, Any]:
-        from services.scenario.report import GangReport
-
-        return {g.id: GangReport(state=g.state, pool=self._key(g.tree, g.pool),
-                                 queue=g.queue if g.state == "pending" else None) for g in self._gang_list()}
-
-    def _tasks_report(self) -> dict[str, Any]:
-        from services.scenario.report import TaskReport
-
-        return {t.id: TaskReport(state=t.state) for g in self._gang_list() for t in g.tasks}
-
-    def _pools(self) -> dict[str, Any]:
-        from services.admission.domain.views import pool_numbers
-        from services.scenario.report import PoolReport, resource_map
-
-        out: dict[str, Any] = {}
-        for tree in self.state.config.tree_names():
-            kinds = self.state.config.tree(tree).kinds
-            for path, numbers in pool_numbers(self.state, tree).items():
-                out[self._key(tree, path)] = PoolReport(**{k: resource_map(v, kinds) for k, v in numbers.items()})
-        return out

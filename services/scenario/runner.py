@@ -16,7 +16,6 @@ server). Per step (SCENARIOS.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +32,18 @@ from events import (
     subjects,
 )
 from events.commands import HostAdd, HostRemove, PoolDelete, PoolUpsert, TreeConfigure
-from services.admission.domain.model import RANK, TERMINAL, Gang
+from services.admission.domain.model import RANK, TERMINAL
 from services.admission.domain.state import trees_ticked
-from services.admission.domain.views import pool_numbers
 from services.admission.service import serve_admission
 from services.common.log import EventLog
 from services.preemption.domain.state import PreemptionState
 from services.preemption.folder import PreemptionFolder
 from services.preemption.service import serve_preemption
 from services.scenario.errors import ScenarioError
-from services.scenario.expect import check
 from services.scenario.format import Scenario
 from services.scenario.inputs import AckPreemptions, EnqueueInput, Expander, StepInput, StepPlan, TaskSelector
-from services.scenario.report import (
-    GangReport,
-    PoolReport,
-    ScenarioReport,
-    StepReport,
-    TaskReport,
-    decisions_of,
-    resource_map,
-)
+from services.scenario.report import ScenarioReport, StepReport, decisions_of
+from services.scenario.state_report import state_tasks, step_report
 from services.tree.service import TreeService, serve_tree
 
 SETTLE_TIMEOUT = 30.0
@@ -61,15 +51,6 @@ SETTLE_TIMEOUT = 30.0
 
 class ScenarioRunError(Exception):
     """The system did not settle, or a service failed: the run cannot say pass or fail."""
-
-
-@dataclass(frozen=True, slots=True)
-class _TaskView:
-    tree: str
-    gang: str
-    task: str
-    pool: str
-    state: str
 
 
 def can_move(current: str, new: str) -> bool:
@@ -159,9 +140,9 @@ class Run:
         if isinstance(body, TaskSelector | AckPreemptions):
             await self.catch_up()
             if isinstance(body, TaskSelector):
-                events = list(body.resolve(self._tasks(), can_move))
+                events = list(body.resolve(state_tasks(self.view.admission), can_move))
             else:
-                events = list(body.resolve(self._requested()))
+                events = list(body.resolve(t for t in state_tasks(self.view.admission) if t.requested))
         else:
             events = [body]
         envelopes = [Envelope(id=derived_id(item.id, n), time=time, source="scenario", event=e)
@@ -179,40 +160,10 @@ class Run:
         (appended,) = await self.log.append([tick])  # 2.
         await self.settle(appended.seq)  # 3.
         decisions = [d for seq, env in self.seen if seq > start for d in decisions_of(env.event, self._key)]
-        report = StepReport(at=plan.at, pools=self._pools(), gangs=self._gangs(), tasks=self._task_states(),
-                            decisions=decisions)
-        return report.with_failures(check(plan.expect, report))
-
-    # --- the state, as reports --------------------------------------------------------------
+        return step_report(plan, self.view.admission, self._key, decisions)
 
     def _key(self, tree: str | None, path: str) -> str:
         return self.scenario.pool_key(tree, path)
-
-    def _all_gangs(self) -> list[Gang]:
-        return [g for rt in self.view.admission.trees.values() for g in rt.gangs.values()]
-
-    def _tasks(self) -> list[_TaskView]:
-        return [_TaskView(g.tree, g.id, t.id, g.pool, t.state) for g in self._all_gangs() for t in g.tasks]
-
-    def _requested(self) -> list[_TaskView]:
-        return [_TaskView(g.tree, g.id, t.id, g.pool, t.state) for g in self._all_gangs() for t in g.tasks
-                if t.preemption_requested and t.state not in TERMINAL]
-
-    def _gangs(self) -> dict[str, GangReport]:
-        return {g.id: GangReport(state=g.state, pool=self._key(g.tree, g.pool),
-                                 queue=g.queue if g.state == "pending" else None)
-                for g in self._all_gangs()}
-
-    def _task_states(self) -> dict[str, TaskReport]:
-        return {t.id: TaskReport(state=t.state) for g in self._all_gangs() for t in g.tasks}
-
-    def _pools(self) -> dict[str, PoolReport]:
-        result: dict[str, PoolReport] = {}
-        for tree in self.view.admission.config.tree_names():
-            kinds = self.view.admission.config.tree(tree).kinds
-            for path, numbers in pool_numbers(self.view.admission, tree).items():
-                result[self._key(tree, path)] = PoolReport(**{k: resource_map(v, kinds) for k, v in numbers.items()})
-        return result
 
 
 async def run_on(log: EventLog, scenario: Scenario, run_id: str) -> ScenarioReport:
