@@ -8,6 +8,13 @@ are pydantic's exactly. An envelope is 2 to 3 times faster this way (most of pyd
 dispatching the event union); an event alone 1.1 (gang events, whose tasks are checked one by
 one here) to 3 times (small flat events).
 
+Derived, not restated: each model's converter is made at import from its fields as
+`events.shapes` reads them through pydantic's public API (a field added to a model is written
+with no edit here); a model with a field of a kind not listed below, or that `events.shapes`
+does not read, is left to pydantic. Serializers are not visible through that API: an
+import-time probe writes a sample of each model both ways, and a model whose sample differs is
+left to pydantic.
+
 Shape. A model is written as a msgspec struct of its fields in declaration order, each defaulting
 to None with `omit_defaults`: a None value is left out, as `exclude_none` leaves it out, at every
 level of models (not inside dicts and lists: there both write `null`). Its `__dict__` is read by
@@ -15,34 +22,32 @@ field name (a field missing: not handled; an extra key is not read, as pydantic 
 it). Pydantic writes the fields in the `__dict__`'s order: the same, since validation,
 `model_construct`, `model_copy` and the trusted builders of `services.admission` all fill
 `__dict__` in declaration order (tests hold the builders to it; a `__dict__` filled by hand in
-another order would be written differently here). A `TaskSpec` is written as its `__dict__`
-itself, so in its order. Models are recognised by their exact class: a subclass, or anything
-else where a model is expected, goes to pydantic, as does an event whose `type` is not its class's.
+another order would be written differently here). A model whose fields are all written as they
+are or checked in place (TaskSpec) is written as its `__dict__` itself, so in its order. Models
+are recognised by their exact class: a subclass, or anything else where a model is expected,
+goes to pydantic, as does an event whose `type` is not its class's.
 
-Values, by the kind of their field (read from the model's core schema; `_EXPECTED` lists the
-kinds this module was written for, and the import fails if a model no longer has them; a kind
-`x?` allows None):
+Values, by the kind of their field (`events.shapes.Shape`; None is left out wherever it is):
 
-- `str`, `bool`, `lit` (a Literal of strings or of ints), `strs` (list[str]), `strmap`
-  (dict[str, str]): written as they are, trusting the model's types. The two writers agree on
-  strings (non-ASCII as UTF-8, the same escapes); a str subclass is refused by msgspec, a lone
-  surrogate by both;
+- `str`, `bool`, a Literal of strings or of ints, `list[str]`, `dict[str, str]`: written as they
+  are, trusting the model's types. The two writers agree on strings (non-ASCII as UTF-8, the
+  same escapes); a str subclass is refused by msgspec, a lone surrogate by both;
 - `int`: a bool goes to pydantic (it writes `1`, msgspec `true`); ints of any size agree;
-- `float`, `floats` (dict[str, float]): only a `float` (not an int or bool: pydantic writes `1.0`
-  for `1`; not a subclass) with `-1e16 < x < 1e16`, where both write the same shortest repr
+- `float`, `dict[str, float]`: only a `float` (not an int or bool: pydantic writes `1.0` for
+  `1`; not a subclass) with `-1e16 < x < 1e16`, where both write the same shortest repr
   (`0.1`, `1e-7`, `5e-324`, `-0.0`, `9999999999999998.0`); from 1e16 up pydantic writes `1e+16`
   and msgspec `1e16`. nan and inf go to pydantic too;
 - `datetime`: a `datetime` (not a subclass) whose UTC offset is whole minutes (`Z` for UTC,
   `+05:30`, microseconds as 6 digits, alike; pydantic drops the seconds of an offset, msgspec
   rounds them);
-- `list:<Model>`: a list of that model, each written as above; `event`: the envelope's event.
+- a model, or a list of models: each written as above; a tagged union of models (the
+  envelope's event): the converter of the value's own class.
 
-Handled: the envelope and the event types in `_EXPECTED` (all but `TreeConfigured` and
-`PoolConfigChanged`, whose nested configs go to pydantic); an event alone, the same but for
-`EntitlementsComputed` (`_BODY_BY_PYDANTIC`: pydantic writes that one as fast). An import-time
-probe encodes a few awkward envelopes both ways: if pydantic's or msgspec's format ever differs
-from what this module expects, `ENABLED` is False and both functions return None (a test checks
-that it is True).
+Handled: the envelope and every event type whose fields are of these kinds (`handled_types()`);
+an event alone, the same but for `EntitlementsComputed` (`_BODY_BY_PYDANTIC`: pydantic writes
+that one as fast). An import-time probe encodes a few awkward envelopes both ways: if pydantic's
+or msgspec's format ever differs from what this module expects, `ENABLED` is False and both
+functions return None (a test checks that it is True).
 """
 
 from __future__ import annotations
@@ -50,191 +55,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
+from pydantic import BaseModel
 
-from events.base import Event, Frozen
-from events.decisions import GangAdmitted, LendingFactor, LentPool, PoolEntitlement, PoolStarvationChanged
+from events.base import Event
+from events.decisions import GangAdmitted, PoolStarvationChanged
 from events.envelope import EVENT_TYPES, Envelope
 from events.inputs import GangEnqueued, TaskSpec
-
-# -- what this module was written for --------------------------------------------------------------
-#
-# Each handled model's fields, in declaration order, with their kinds (see the module docstring).
-# The import fails if a model's fields or their kinds differ: update this table, and the tests.
-
-_EXPECTED: Final[dict[str, tuple[tuple[str, str], ...]]] = {
-    "TaskSpec": (("id", "str"), ("resources", "floats")),
-    "PoolEntitlement": (("path", "str"), ("entitlement", "floats"), ("non_slack_entitlement", "floats"),
-                        ("slack_entitlement", "floats"), ("fair_share", "float"), ("usage_share", "float"),
-                        ("demand_share", "float"), ("dominant_kind", "str?")),
-    "LentPool": (("path", "str"), ("given", "floats"), ("share", "floats"), ("limit", "floats")),
-    "LendingFactor": (("group", "str"), ("factor", "floats")),
-    "Envelope": (("id", "str"), ("time", "datetime"), ("source", "str"), ("causation", "str?"), ("basis", "int?"),
-                 ("trace", "strmap?"), ("event", "event")),
-    # inputs
-    "PoolDeleted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("path", "str")),
-    "HostRegistered": (("type", "lit"), ("version", "lit"), ("host", "str"), ("resources", "floats"),
-                       ("revocable", "floats"), ("tags", "strs")),
-    "HostRemoved": (("type", "lit"), ("version", "lit"), ("host", "str")),
-    "GangEnqueued": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
-                     ("job", "str"), ("user", "str"), ("size", "int"), ("priority", "int"), ("preemptible", "bool"),
-                     ("revocable", "bool"), ("controller", "bool"), ("timeout", "float?"),
-                     ("tasks", "list:TaskSpec")),
-    "TaskStateChanged": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("task", "str"),
-                         ("state", "lit"), ("message", "str?")),
-    "GangCancelled": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("reason", "str?")),
-    "ClockTicked": (("type", "lit"), ("version", "lit"), ("tree", "str?")),
-    # decisions
-    "EntitlementsComputed": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("capacity", "floats"),
-                             ("slack_capacity", "floats"), ("pools", "list:PoolEntitlement"), ("alerts", "strs"),
-                             ("removed", "strs"), ("replace", "bool"), ("part", "int"), ("parts", "int"),
-                             ("factors", "list:LendingFactor?"), ("lent", "list:LentPool?")),
-    "CycleCompleted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("service", "str"),
-                       ("trigger_seq", "int"), ("decisions", "int")),
-    "GangAdmitted": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
-                     ("queue", "str"), ("tasks", "list:TaskSpec"), ("attempt", "int")),
-    "GangFinished": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
-                     ("outcome", "lit")),
-    "GangMovedToQueue": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
-                         ("queue", "lit"), ("reason", "str")),
-    "GangTimedOut": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
-                     ("members", "int"), ("size", "int"), ("deadline", "float")),
-    "GangRequeued": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("gang", "str"), ("pool", "str"),
-                     ("reason", "str"), ("cause", "lit")),
-    "PreemptionRequested": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("pool", "str"), ("gang", "str"),
-                            ("tasks", "strs"), ("reason", "str"), ("excess", "floats"), ("entitlement", "floats"),
-                            ("allocation", "floats"), ("grace_period", "float")),
-    "PoolStarvationChanged": (("type", "lit"), ("version", "lit"), ("tree", "str"), ("pool", "str"),
-                              ("status", "lit"), ("previous", "lit"), ("since", "float"), ("below_since", "float?"),
-                              ("kinds", "strs"), ("usage", "floats"), ("entitlement", "floats"),
-                              ("demand", "floats")),
-    "InputRejected": (("type", "lit"), ("version", "lit"), ("tree", "str?"), ("ref", "str"), ("input_type", "str"),
-                      ("reason", "str"), ("rule", "str"), ("field", "str?"), ("input", "str"), ("input_id", "str?"),
-                      ("input_seq", "int?"), ("input_part", "int?")),
-}
-
-_MODELS: Final[dict[str, type[Frozen]]] = {"TaskSpec": TaskSpec, "PoolEntitlement": PoolEntitlement,
-                                           "LentPool": LentPool, "LendingFactor": LendingFactor,
-                                           "Envelope": Envelope, **EVENT_TYPES}
+from events.shapes import FieldShape, Shape, Unsupported, model_fields
 
 # floats strictly inside (-_LIMIT, _LIMIT) are written alike by pydantic (serde/ryu) and msgspec
 _LIMIT: Final = 1e16
+_float = float
 
-
-# -- the kinds of a model's fields, read from its core schema ---------------------------------------
-
-_CONFIG_KEYS: Final = frozenset({"title", "allow_inf_nan", "extra_fields_behavior"})  # none changes the output
-_FIELD_KEYS: Final = frozenset({"type", "schema", "metadata", "frozen", "validation_alias"})
-_PLAIN_KEYS: Final = frozenset({"type", "metadata", "strict", "ref",  # what a value's schema may hold
-                                "min_length", "max_length", "pattern", "strip_whitespace", "to_lower", "to_upper",
-                                "ge", "gt", "le", "lt", "multiple_of", "allow_inf_nan",
-                                "microseconds_precision", "tz_constraint", "now_op", "now_utc_offset",
-                                "expected", "keys_schema", "values_schema", "items_schema", "schema",
-                                "default", "default_factory", "default_factory_takes_data", "validate_default",
-                                "fail_fast", "on_error"})
-
-
-class SchemaChanged(TypeError):
-    """A model this module handles is not what it was written for (see `_EXPECTED`)."""
-
-
-def _plain(schema: dict[str, Any]) -> bool:
-    return set(schema) <= _PLAIN_KEYS
-
-
-def _value_kind(schema: dict[str, Any], event_union: bool) -> str | None:
-    """The kind of a field's value schema (`?` after it: None is allowed too), or None if this
-    module does not write it."""
-    nullable = False
-    while schema.get("type") in ("default", "nullable") and _plain(schema):
-        nullable = nullable or schema["type"] == "nullable"
-        schema = schema["schema"]
-    kind = _kind(schema, event_union)
-    return f"{kind}?" if kind is not None and nullable else kind
-
-
-def _kind(schema: dict[str, Any], event_union: bool) -> str | None:
-    if event_union and schema.get("type") == "tagged-union":
-        return "event" if _is_event_union(schema) else None
-    if not _plain(schema):  # e.g. a custom serializer
-        return None
-    kind = schema.get("type")
-    if kind in ("str", "bool", "int", "float", "datetime"):
-        return str(kind)
-    if kind == "literal":
-        expected = schema.get("expected", [])
-        ok = all(type(v) is str for v in expected) or all(type(v) is int for v in expected)
-        return "lit" if expected and ok else None
-    if kind == "dict":
-        keys, values = schema.get("keys_schema", {}), schema.get("values_schema", {})
-        if keys.get("type") == "str" and _plain(keys):
-            value = _value_kind(values, False)
-            return {"float": "floats", "str": "strmap"}.get(value or "")
-        return None
-    if kind == "list":
-        items = schema.get("items_schema", {})
-        item = _value_kind(items, False)
-        if item == "str":
-            return "strs"
-        if items.get("type") == "model" and _model_schema_ok(items):
-            return f"list:{items['cls'].__name__}"
-        return None
-    return None
-
-
-def _is_event_union(schema: dict[str, Any]) -> bool:
-    """The envelope's `event`: a union tagged by `type` whose members are the event types (so an
-    event is written by its own class's serializer, as it is here)."""
-    choices: dict[str, Any] = schema.get("choices", {})
-    return (set(schema) <= {"type", "choices", "discriminator", "from_attributes", "strict", "metadata", "ref"}
-            and schema.get("discriminator") == "type"
-            and all(EVENT_TYPES.get(tag) is choice.get("cls") for tag, choice in choices.items()))
-
-
-def _model_schema_ok(schema: dict[str, Any]) -> bool:
-    inner = schema.get("schema", {})
-    return (schema.get("type") == "model" and not schema.get("root_model")
-            and set(schema.get("config", {})) <= _CONFIG_KEYS
-            and schema.get("config", {}).get("extra_fields_behavior") in ("forbid", "ignore")
-            and "serialization" not in schema and "serialization" not in inner
-            and inner.get("type") == "model-fields" and not inner.get("computed_fields")
-            and not inner.get("extras_schema"))
-
-
-def field_kinds(cls: type[Frozen]) -> tuple[tuple[str, str | None], ...] | None:
-    """Each field of `cls` with the kind of its value (None: a kind this module does not write),
-    in declaration order; None if the model as a whole is not one this module writes."""
-    schema: dict[str, Any] = dict(cls.__pydantic_core_schema__)
-    if schema.get("type") == "definitions":
-        schema = schema["schema"]
-    if schema.get("cls") is not cls or not _model_schema_ok(schema):
-        return None
-    fields: dict[str, dict[str, Any]] = schema["schema"]["fields"]
-    if list(fields) != list(cls.__pydantic_fields__):
-        return None
-    out: list[tuple[str, str | None]] = []
-    for name, field in fields.items():
-        plain_field = field.get("type") == "model-field" and set(field) <= _FIELD_KEYS
-        out.append((name, _value_kind(field["schema"], cls is Envelope) if plain_field else None))
-    return tuple(out)
-
-
-def expect_kinds(cls: type[Frozen], expected: tuple[tuple[str, str], ...]) -> None:
-    """`cls` has exactly the `expected` fields, in this order, of these kinds (else SchemaChanged:
-    a field added, removed, reordered or retyped must be looked at here before it is encoded)."""
-    found = field_kinds(cls)
-    if found != expected:
-        raise SchemaChanged(f"{cls.__name__} changed: its fields are now {found}, events/fastencode.py was "
-                            f"written for {expected}; update _EXPECTED there (and its tests)")
-
-
-for _name, _expected in _EXPECTED.items():
-    expect_kinds(_MODELS[_name], _expected)
-
-
-# -- converters: a model -> a msgspec struct of the same fields (generated from the table) ----------
 
 class _Unhandled(Exception):
     """Raised inside a converter: this value goes to pydantic."""
@@ -243,106 +78,228 @@ class _Unhandled(Exception):
 _TIME_SEEN: list[datetime | None] = [None]  # the last time checked, not UTC but fine (often the next one)
 
 
-def _check_offset(time: datetime) -> None:
+def _check_time(time: Any) -> None:
     """A time not in `UTC` (e.g. pydantic's `TzInfo(0)`, as decoded) is written alike if its offset
     is whole minutes. The decisions of a cycle share the time object of the log: it is checked once."""
+    if time.__class__ is not datetime:
+        raise _Unhandled
+    if time.tzinfo is UTC or time is _TIME_SEEN[0]:
+        return
     offset = time.utcoffset()
     if offset is None or offset.microseconds or offset.seconds % 60:
         raise _Unhandled
     _TIME_SEEN[0] = time
 
 
+# -- converters: a model -> what msgspec writes as pydantic would (derived from its fields) --------
+
 _Converter = Callable[[Any], Any]
-_NAMESPACE: dict[str, Any] = {"_Unhandled": _Unhandled, "_float": float, "_datetime": datetime, "_UTC": UTC,
-                              "_check_offset": _check_offset, "_TIME_SEEN": _TIME_SEEN}
+_PASSED: Final = frozenset({"str", "bool", "literal"})  # kinds written as they are
 
 
-_PASSED: Final = ("str", "bool", "lit", "strs", "strmap")  # kinds written as they are, None or not
+def _passed(shape: Shape) -> bool:
+    """Written as it is: the kinds above, and lists and maps of strings."""
+    if shape.kind in ("list", "dict"):
+        return cast(Shape, shape.item).kind == "str" and not cast(Shape, shape.item).nullable
+    return shape.kind in _PASSED
 
 
-def _body(cls: type[Frozen], indent: str, make: str, var: str = "v", item: str = "m",
-          as_dict: bool = False) -> list[str]:
-    """Lines that read the model `{item}` (of exactly `cls`) into its struct, and `make` it (a
-    format of one `{}`: the expression that gives the struct). Field values go in `{var}0`, ...
-
-    `as_dict`: a model whose fields are all plain and never None (TaskSpec) is written as its
-    `__dict__` itself (in the dict's order, as pydantic writes it), a little faster than a struct;
-    it must then hold no other key and no None (pydantic would leave that field out)."""
-    name = cls.__name__
-    fields = _EXPECTED[name]
-    if len(fields) < 2:  # pragma: no cover - itemgetter of one key gives no tuple; no such model yet
-        raise SchemaChanged(f"{name}: a model of fewer than two fields is not handled")
-    if f"_S_{name}" not in _NAMESPACE:
-        _NAMESPACE[f"_C_{name}"] = cls
-        _NAMESPACE[f"_G_{name}"] = itemgetter(*(f for f, _ in fields))
-        _NAMESPACE[f"_S_{name}"] = msgspec.defstruct(f"_{name}", [(f, object, None) for f, _ in fields],
-                                                      omit_defaults=True, gc=False)
-    names = [f"{var}{i}" for i in range(len(fields))]
-    as_dict = as_dict and all(k in (*_PASSED, "int", "float", "floats") for _, k in fields)
-    lines = [f"if {item}.__class__ is not _C_{name}: raise _Unhandled",  # a subclass or anything else: pydantic
-             # a field missing: KeyError, not handled; an extra key: not read (pydantic ignores it too)
-             f"{', '.join(names)} = _G_{name}({f'{item}_dict := ' if as_dict else ''}{item}.__dict__)"]
-    if as_dict:
-        unchecked = "".join(f" or {v} is None" for v, (_, k) in zip(names, fields, strict=True)
-                            if k not in ("float", "floats"))
-        lines.append(f"if len({item}_dict) != {len(fields)}{unchecked}: raise _Unhandled")
-    bounded = f"-{_LIMIT!r} < {{0}} < {_LIMIT!r}"  # (one loop over all the floats of a model is slower)
-    for v, (field, kind) in zip(names, fields, strict=True):
-        if field == "type" and kind == "lit":  # the union picks the serializer by it: it must be the class's
-            lines.append(f"if {v} != {cls.model_fields['type'].default!r}: raise _Unhandled")
-        elif kind.rstrip("?") in _PASSED:
-            pass
-        elif kind in ("int", "int?"):
-            lines.append(f"if {v} is True or {v} is False: raise _Unhandled")
-        elif kind in ("float", "float?"):
-            check = f"not ({v}.__class__ is _float and {bounded.format(v)})"
-            lines.append(f"if {f'{v} is not None and ' if kind == 'float?' else ''}{check}: raise _Unhandled")
-        elif kind in ("floats", "floats?"):
-            loop = [f"for x in {v}.values():",
-                    f"    if not (x.__class__ is _float and {bounded.format('x')}): raise _Unhandled"]
-            lines += [f"if {v} is not None:", *("    " + line for line in loop)] if kind == "floats?" else loop
-        elif kind == "datetime":
-            lines += [f"if {v}.__class__ is not _datetime: raise _Unhandled",
-                      f"if {v}.tzinfo is not _UTC and {v} is not _TIME_SEEN[0]: _check_offset({v})"]
-        elif kind == "event":
-            lines.append(f"{v} = _EVENTS[{v}.__class__]({v})")  # KeyError: not handled
-        elif kind.startswith("list:"):  # the items converted in a loop, in line
-            step = [f"{v}_out = []",
-                    f"{v}_add = {v}_out.append",
-                    f"for {v}_item in {v}:",
-                    *_body(_MODELS[kind[5:].rstrip("?")], "    ", f"{v}_add({{}})", f"{v}_", f"{v}_item", True),
-                    f"{v} = {v}_out"]
-            lines += [f"if {v} is not None:", *("    " + line for line in step)] if kind.endswith("?") else step
-        else:  # pragma: no cover - _EXPECTED has no other kinds
-            raise SchemaChanged(f"no converter for kind {kind!r}")
-    lines.append(make.format(f"{item}_dict" if as_dict else f"_S_{name}({', '.join(names)})"))
-    return [indent + line for line in lines]
+def _float_map(shape: Shape) -> bool:
+    item = shape.item
+    return shape.kind == "dict" and item is not None and item.kind == "float" and not item.nullable
 
 
-def _converter(cls: type[Frozen]) -> _Converter:
+_CONVERTERS: dict[type, _Converter] = {}  # by exact model class; the envelope's event union reads it
+_MADE: dict[type, _Converter | None] = {}
+_encode: Final = msgspec.json.Encoder().encode
+
+
+def converter(cls: type[BaseModel]) -> _Converter | None:
     """The converter of a model of exactly `cls` to what msgspec writes as pydantic would (it
-    raises if the model is not handled here)."""
-    name = f"_M_{cls.__name__}"
-    exec("\n".join([f"def {name}(m):", *_body(cls, "    ", "return {}")]), _NAMESPACE)  # our own source
-    converter: _Converter = _NAMESPACE[name]
-    return converter
+    raises for a value not handled here), or None if `cls` has a field of a kind not handled."""
+    if cls in _MADE:
+        return _MADE[cls]
+    _MADE[cls] = None  # (a model inside itself: not handled)
+    try:
+        fields = model_fields(cls)
+        made = _make(cls, fields) if len(fields) >= 2 else None  # itemgetter of one key gives no tuple
+    except Unsupported:
+        made = None
+    if made is not None and not _sample_agrees(cls, fields, made):
+        made = None
+    _MADE[cls] = made
+    return made
 
 
-_EVENTS: Final[dict[type, _Converter]] = {}
-_NAMESPACE["_EVENTS"] = _EVENTS
-for _name in _EXPECTED:
-    if _name in EVENT_TYPES:
-        _EVENTS[EVENT_TYPES[_name]] = _converter(EVENT_TYPES[_name])
-_ENVELOPE: Final = _converter(Envelope)
+def _sample(shape: Shape) -> Any:
+    """A value of `shape` that the fast path writes (lower-case text: a serializer that changes it shows)."""
+    kind = shape.kind
+    if kind in ("list", "dict"):
+        item = _sample(cast(Shape, shape.item))
+        return [item] if kind == "list" else {"k": item}
+    if kind == "model":
+        return _sample_model(cast(type[BaseModel], shape.model))
+    if kind == "union":
+        return _sample_model(next(c for c in shape.choices if c in _CONVERTERS))
+    return {"str": "x", "int": 7, "float": 0.5, "bool": True, "datetime": datetime(2023, 1, 2, tzinfo=UTC),
+            "literal": shape.values[0] if shape.values else None}[kind]
+
+
+def _sample_model(cls: type[BaseModel], fields: tuple[FieldShape, ...] | None = None) -> BaseModel:
+    values = {f.name: f.default if f.name == "type" else _sample(f.shape) for f in fields or model_fields(cls)}
+    return cls.model_construct(**values)
+
+
+def _sample_agrees(cls: type[BaseModel], fields: tuple[FieldShape, ...], made: _Converter) -> bool:
+    """A sample of `cls` is written alike by `made` and pydantic (what `events.shapes` cannot see,
+    a serializer, shows here: such a model is left to pydantic)."""
+    try:
+        sample = _sample_model(cls, fields)
+        return bool(_encode(made(sample)) == sample.model_dump_json(exclude_none=True).encode())
+    except Exception:
+        return False
+
+
+def encode_model(model: BaseModel) -> bytes | None:
+    """`model.model_dump_json(exclude_none=True).encode()` of any model the fast path can write
+    (its converter is made on first use), or None."""
+    convert = converter(model.__class__)
+    if convert is None or not ENABLED:
+        return None
+    try:
+        return _encode(convert(model))
+    except Exception:
+        return None
+
+
+_MODEL, _LIST, _UNION = 0, 1, 2  # how a nested value is converted: a model, a list of models, a union member
+
+
+def _nested(shape: Shape) -> tuple[int, _Converter] | None:
+    """How a value of `shape` that is not written as it is gets converted: a model, a list of
+    models, a tagged union of models (None: not handled)."""
+    item = shape.item
+    if shape.kind == "model":
+        found = converter(cast(type[BaseModel], shape.model))
+        return None if found is None else (_MODEL, found)
+    if shape.kind == "list" and item is not None and item.kind == "model" and not item.nullable:
+        found = converter(cast(type[BaseModel], item.model))
+        return None if found is None else (_LIST, found)
+    # a union: each member by its own class's converter (one that has none: pydantic)
+    if shape.kind == "union" and any([converter(choice) is not None for choice in shape.choices]):
+        return _UNION, _CONVERTERS.__getitem__
+    return None
+
+
+def _make(cls: type[BaseModel], fields: tuple[FieldShape, ...]) -> _Converter | None:
+    """The converter of `cls`, one closure over the indices of the fields each check reads (the
+    loops over empty ones skipped: this runs for every event written)."""
+    tag: Any = None
+    tag_index = -1
+    ints: list[int] = []
+    floats: list[int] = []
+    float_maps: list[int] = []
+    times: list[int] = []
+    nested: list[tuple[int, int, _Converter]] = []
+    for index, field in enumerate(fields):
+        shape = field.shape
+        if field.name == "type" and shape.kind == "literal" and issubclass(cls, Event):
+            tag, tag_index = field.default, index  # the union picks the serializer by it: it must be the class's
+        elif _passed(shape):
+            pass
+        elif shape.kind == "int":
+            ints.append(index)
+        elif shape.kind == "float":
+            floats.append(index)
+        elif _float_map(shape):
+            float_maps.append(index)
+        elif shape.kind == "datetime":
+            times.append(index)
+        else:
+            found = _nested(shape)
+            if found is None:
+                return None
+            nested.append((index, *found))
+    names = tuple(field.name for field in fields)
+    get = itemgetter(*names)
+    size = len(names)
+    struct = msgspec.defstruct(f"_{cls.__name__}", [(name, object, None) for name in names], omit_defaults=True,
+                               gc=False)
+    ints_, floats_, maps_, times_, nested_ = tuple(ints), tuple(floats), tuple(float_maps), tuple(times), tuple(nested)
+    map_names = tuple(names[i] for i in float_maps)
+
+    checked = bool(ints or floats or float_maps or times)
+
+    def check(values: tuple[Any, ...]) -> None:
+        """The values of the fields that are not written as they are (see the module doc)."""
+        for i in ints_:
+            if values[i] is True or values[i] is False:
+                raise _Unhandled
+        for i in floats_:
+            x = values[i]
+            if x is not None and not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
+                raise _Unhandled
+        for i in maps_:
+            if values[i] is not None:
+                for x in values[i].values():
+                    if not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
+                        raise _Unhandled
+        for i in times_:
+            time = values[i]
+            if time.__class__ is not datetime or (time.tzinfo is not UTC and time is not _TIME_SEEN[0]):
+                _check_time(time)
+
+    def convert(model: Any) -> Any:
+        if model.__class__ is not cls:  # a subclass or anything else: pydantic
+            raise _Unhandled
+        values = get(model.__dict__)  # a field missing: KeyError, not handled; an extra key: not read (nor by pydantic)
+        if tag_index >= 0 and values[tag_index] != tag:
+            raise _Unhandled
+        if checked:
+            check(values)
+        if not nested_:
+            return struct(*values)
+        out = list(values)
+        for i, how, one in nested_:
+            value = out[i]
+            if value is not None:
+                if how == _LIST:
+                    out[i] = [one(item) for item in value]
+                elif how == _MODEL:
+                    out[i] = one(value)
+                else:
+                    out[i] = one(value.__class__)(value)  # KeyError: not handled
+        return struct(*out)
+
+    def convert_as_dict(model: Any) -> Any:
+        """A model written as its `__dict__` itself (a little faster than a struct): it must then
+        hold no other key and no None (pydantic would leave that field out)."""
+        if model.__class__ is not cls:
+            raise _Unhandled
+        data = model.__dict__
+        if len(data) != size or None in get(data):
+            raise _Unhandled
+        for name in map_names:
+            for x in data[name].values():
+                if not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
+                    raise _Unhandled
+        return data
+
+    return convert_as_dict if tag_index < 0 and not (ints or floats or times or nested) else convert
+
+
+for _cls in EVENT_TYPES.values():
+    _found = converter(_cls)
+    if _found is not None:
+        _CONVERTERS[_cls] = _found
+_ENVELOPE: Final = cast(_Converter, converter(Envelope))
 
 # Bodies of these events are left to pydantic: without the envelope's union to dispatch, pydantic
-# writes them as fast (EntitlementsComputed: its cost is formatting ~1500 floats at 100 pools, the
-# same in both, and checking them here costs more than pydantic's walk over the model).
+# writes them as fast (EntitlementsComputed: its cost is formatting many floats, the same in
+# both, and checking them here costs more than pydantic's walk over the model).
 _BODY_BY_PYDANTIC: Final = frozenset({"EntitlementsComputed"})
-_BODIES: Final[dict[type, _Converter]] = {cls: conv for cls, conv in _EVENTS.items()
+_BODIES: Final[dict[type, _Converter]] = {cls: conv for cls, conv in _CONVERTERS.items()
                                           if cls.__name__ not in _BODY_BY_PYDANTIC}
-
-_encode: Final = msgspec.json.Encoder().encode
 
 ENABLED = True
 
@@ -361,18 +318,18 @@ def encode_event_body(event: Event) -> bytes | None:
     """`event.model_dump_json(exclude_none=True).encode()` (the event alone), or None."""
     if not ENABLED:
         return None
-    converter = _BODIES.get(event.__class__)
-    if converter is None:
+    convert = _BODIES.get(event.__class__)
+    if convert is None:
         return None
     try:
-        return _encode(converter(event))
+        return _encode(convert(event))
     except Exception:
         return None
 
 
 def handled_types(body: bool = False) -> frozenset[str]:
     """The event types the fast path writes in an envelope (`body`: alone); others give None."""
-    return frozenset(cls.__name__ for cls in (_BODIES if body else _EVENTS))
+    return frozenset(cls.__name__ for cls in (_BODIES if body else _CONVERTERS))
 
 
 # -- the probe: pydantic's format as this module expects it -------------------------------------------

@@ -67,7 +67,11 @@ from events.shapes import REQUIRED, Shape, Unsupported, model_fields
 
 ENABLED = os.environ.get("POOLWISE_EVENT_VIEWS", "1") != "0"
 
-_FINITE = 1.7976931348623157e308  # the largest float: `le` it refuses inf (msgspec reads 1e999 as inf)
+# A view holds only floats strictly inside (-1e16, 1e16), which msgspec and pydantic write alike
+# (the shortest repr; from 1e16 up pydantic writes `1e+16`, msgspec `1e16`: events/fastencode.py), so
+# a view's event is written by msgspec as its model is by pydantic; one holding another float is
+# read by pydantic (rare: 10 PB of memory in bytes).
+_LIMIT = 1e16
 
 _V = TypeVar("_V")
 _new = object.__new__
@@ -115,12 +119,16 @@ def _msgspec_type(shape: Shape) -> Any:
     does not coerce where pydantic would, and refuses ints beyond 64 bits)."""
     kind = shape.kind
     bounds = dict(shape.bounds)
+    if kind == "float":  # only what msgspec and pydantic write alike (also refuses inf, as 1e999 reads)
+        low = bounds.get("ge", bounds.get("gt", -_LIMIT))
+        high = bounds.get("le", bounds.get("lt", _LIMIT))
+        if low <= -_LIMIT:
+            bounds.pop("ge", None)
+            bounds["gt"] = -_LIMIT
+        if high >= _LIMIT:
+            bounds.pop("le", None)
+            bounds["lt"] = _LIMIT
     found: Any
-    if kind == "float" and shape.finite:  # `le` the largest float refuses inf (msgspec reads 1e999 as inf)
-        if "ge" not in bounds and "gt" not in bounds:
-            bounds["ge"] = -_FINITE
-        if "le" not in bounds and "lt" not in bounds:
-            bounds["le"] = _FINITE
     if kind in ("str", "int", "float", "bool"):
         found = {"str": str, "int": int, "float": float, "bool": bool}[kind]
     elif kind == "literal":
@@ -185,6 +193,7 @@ def view_of(model: type[Frozen], base: type[_View] | None = None, name: str | No
                                                namespace=namespace, frozen=True, kw_only=True, **options))
     if base is None and name is None and types is None:
         _DERIVED[model] = view
+    globals().setdefault(view.__name__, view)  # found by its name: pickled with the folds' snapshots
     return view
 
 
@@ -323,10 +332,6 @@ def as_model(value: _V) -> _V:
 # -- writing a view's event as pydantic writes it -------------------------------------------------------
 
 _encode = msgspec.json.Encoder().encode
-# A float from 1e16 up is written `1e16` by msgspec, `1e+16` by pydantic (below, both write the same
-# shortest repr: events/fastencode.py). A number is written after `:`, `,` or `[`, never after a
-# quote, so a string (an id like `g1e5`) rarely looks like one; what does is written by pydantic.
-_BIG_FLOAT = re.compile(rb"[:,\[]-?\d+(?:\.\d+)?e\d")
 
 
 def _nulls(shape: Shape, seen: tuple[type[Frozen], ...] = ()) -> list[bytes] | None:
@@ -353,7 +358,8 @@ def _nulls(shape: Shape, seen: tuple[type[Frozen], ...] = ()) -> list[bytes] | N
     return list(dict.fromkeys(out))
 
 
-def _body_nulls() -> dict[type, tuple[bytes, ...]]:
+def _bodies() -> dict[type, tuple[bytes, ...]]:
+    """Per event view whose body is written here: the nulls to cut out."""
     out: dict[type, tuple[bytes, ...]] = {}
     for model, view in VIEWS.items():
         if _tag(model) is not None:
@@ -363,20 +369,18 @@ def _body_nulls() -> dict[type, tuple[bytes, ...]]:
     return out
 
 
-_BODY_NULLS = _body_nulls()
+_BODIES = _bodies()
 
 
 def view_body(event: object) -> bytes | None:
     """`event.model_dump_json(exclude_none=True)` of the model a view stands for, as bytes
     (msgspec writes the tag, then the fields in order, as pydantic does, and the fields that are
-    None are cut out); None if `event` is not a view, or holds a float the two write differently
-    (from 1e16 up), or what reads like one."""
-    nulls = _BODY_NULLS.get(event.__class__)
+    None are cut out; a view's floats are written alike: see `_LIMIT`); None if `event` is not a
+    view."""
+    nulls = _BODIES.get(event.__class__)
     if nulls is None:
         return None
     data = _encode(event)
-    if _BIG_FLOAT.search(data) is not None:
-        return None
     for null in nulls:
         if null in data:
             data = data.replace(null, b"")
