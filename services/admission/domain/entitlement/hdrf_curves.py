@@ -45,16 +45,16 @@ from services.admission.domain.entitlement.polylines import (
     EPS,
     TINY,
     Polylines,
-    _counts,
-    _diff,
-    _offsets,
-    _segmented_cumsum,
-    _shift,
     compose,
     evaluate,
     fit,
+    int_diff,
+    offsets_of,
     polyline_jumps,
+    row_sums,
+    segmented_cumsum,
     segmented_cumsum_at,
+    shifted,
     start_slopes,
 )
 
@@ -88,7 +88,7 @@ class Inner:
 
     def as_polylines(self) -> Polylines:
         """`h` over its ordinal argument, for `compose`."""
-        u = (np.arange(self.x.size) - np.repeat(self.off[:-1], _diff(self.off))).astype(np.float64)
+        u = (np.arange(self.x.size) - np.repeat(self.off[:-1], int_diff(self.off))).astype(np.float64)
         return Polylines(self.off, u, self.v, u.copy(), np.zeros(u.size, dtype=bool))
 
 
@@ -226,8 +226,8 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
     slope_after = segmented_cumsum_at(slopes, gi, de)
-    slope_before = _shift(slope_after, gfirst, start_slope)
-    xprev = _shift(dx, gfirst, start[dg[gfirst]])
+    slope_before = shifted(slope_after, gfirst, start_slope)
+    xprev = shifted(dx, gfirst, start[dg[gfirst]])
     inc = slope_before * (dx - xprev)
     point = new.cumsum() - 1  # the distinct argument of each event
     ji = js.nonzero()[0]
@@ -235,16 +235,16 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     dj = np.zeros((dims, nd))
     for k in range(dims):
         dj[k] = np.bincount(point[ji], weights=jv[k], minlength=nd)
-    top = init.take(dg, axis=1) + _segmented_cumsum(inc + dj, gfirst, rebase=True)
+    top = init.take(dg, axis=1) + segmented_cumsum(inc + dj, gfirst, rebase=True)
     foot = top - dj
     # each run segment's vertex: the foot of its argument plus the segments before it there
     rstart = np.ones(ji.size, dtype=bool)
     rstart[1:] = point[ji][1:] != point[ji][:-1]
-    run_v = foot.take(point[ji], axis=1) + _segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
+    run_v = foot.take(point[ji], axis=1) + segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
     emit_foot = dx > xprev
     nj = np.bincount(point[ji], minlength=nd)
     cnt = emit_foot.astype(np.intp) + nj
-    off = _offsets(_counts(dg, cnt, rows) + 1)
+    off = offsets_of(row_sums(dg, cnt, rows) + 1)
     total = int(off[-1])
     x = np.zeros(total)
     x[off[:-1]] = start

@@ -56,7 +56,7 @@ class Polylines:
         return len(self.off) - 1
 
     def row_ids(self) -> IntArray:
-        return np.repeat(np.arange(self.rows, dtype=np.intp), _diff(self.off))
+        return np.repeat(np.arange(self.rows, dtype=np.intp), int_diff(self.off))
 
 
 @dataclass(slots=True)
@@ -87,7 +87,7 @@ class Events:
         )
 
 
-def _diff(a: IntArray) -> IntArray:
+def int_diff(a: IntArray) -> IntArray:
     """`np.diff` of a 1-d array, without its Python-level overhead (~10 µs a call, called a few
     hundred times a computation on arrays of a few dozen entries in `hdrf`'s later epochs)."""
     out: IntArray = a[1:] - a[:-1]
@@ -101,18 +101,18 @@ def _segments(off: IntArray) -> IntArray:
     return seg.nonzero()[0]
 
 
-def _counts(ids: IntArray, weights: IntArray | BoolArray, rows: int) -> IntArray:
+def row_sums(ids: IntArray, weights: IntArray | BoolArray, rows: int) -> IntArray:
     """Per row, the sum of `weights` over the entries `ids` name (a count for booleans)."""
     return np.bincount(ids, weights=weights, minlength=rows).astype(np.intp)
 
 
-def _offsets(counts: IntArray) -> IntArray:
+def offsets_of(counts: IntArray) -> IntArray:
     off = np.zeros(len(counts) + 1, dtype=np.intp)
     np.cumsum(counts, out=off[1:])
     return off
 
 
-def _shift(a: FloatArray, first: IntArray, fill: FloatArray | float) -> FloatArray:
+def shifted(a: FloatArray, first: IntArray, fill: FloatArray | float) -> FloatArray:
     """`a` moved one step along the last axis; at the indices `first`, `fill` instead."""
     out = np.empty_like(a)
     out[..., 1:] = a[..., :-1]
@@ -169,14 +169,14 @@ def ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> Even
     return Events(top / w, -sl, np.zeros(w.size, dtype=bool), grp, sl, grp)
 
 
-def _segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> FloatArray:
+def segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> FloatArray:
     """Inclusive cumulative sums along axis 1, restarting at the indices `starts` (0 among them).
 
     One cumulative sum over all segments, less its value before each segment. With `rebase`
     (terms of one sign, whose sums keep growing), a second pass takes each segment's total (as the
     first pass found it) off at its last term, so that the running sum is back near 0 at every
     segment's start and rounding is relative to each segment's own sums, not to all before it."""
-    lengths = _diff(np.concatenate((starts, [values.shape[1]])))
+    lengths = int_diff(np.concatenate((starts, [values.shape[1]])))
     c = values.cumsum(axis=1)
     ends: IntArray | None = None
     totals = np.zeros(0)
@@ -198,7 +198,7 @@ def _segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> Flo
 
 
 def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray) -> FloatArray:
-    """`_segmented_cumsum(values, starts, rebase=False)[:, at]`, the same numbers, without the
+    """`segmented_cumsum(values, starts, rebase=False)[:, at]`, the same numbers, without the
     whole `(kinds, n)` difference: each `at`'s cumulative sum less its segment's sum before it."""
     c = values.cumsum(axis=1)
     before = np.zeros((values.shape[0], starts.size))
@@ -262,8 +262,8 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
     slope_after = segmented_cumsum_at(slopes, gi, de)
-    slope_before = _shift(slope_after, gfirst, start_slope)
-    xprev = _shift(dx, gfirst, 0.0)
+    slope_before = shifted(slope_after, gfirst, start_slope)
+    xprev = shifted(dx, gfirst, 0.0)
     inc = slope_before * (dx - xprev)
     dj = np.zeros((dims, nd))
     lifted = np.zeros(nd, dtype=bool)
@@ -276,8 +276,8 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
         sums = np.maximum(np.add.reduceat(vs.take(ji, axis=1), rnew.nonzero()[0], axis=1), 0.0)
         _scatter(dj, runs, sums)
         lifted[runs] = (sums > 0.0).any(axis=0)
-    top = init.take(dg, axis=1) + _segmented_cumsum(inc + dj if any_jump else inc, gfirst, rebase=True)
-    before = _shift(top, gfirst, init.take(dg[gfirst], axis=1))
+    top = init.take(dg, axis=1) + segmented_cumsum(inc + dj if any_jump else inc, gfirst, rebase=True)
+    before = shifted(top, gfirst, init.take(dg[gfirst], axis=1))
     foot = before + inc
     emit_foot = dx > xprev
     emit_top = lifted & (dx > 0.0)
@@ -285,7 +285,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     at0 = (lifted & (dx <= 0.0)).nonzero()[0]  # a jump at 0 lifts the first vertex
     _scatter(v0, dg[at0], top.take(at0, axis=1))
     cnt = emit_foot.astype(np.intp) + emit_top
-    off = _offsets(_counts(dg, cnt, rows) + 1)
+    off = offsets_of(row_sums(dg, cnt, rows) + 1)
     total = int(off[-1])
     x = np.zeros(total)
     r = np.zeros(total, dtype=bool)
@@ -387,14 +387,14 @@ def snap(y: FloatArray, off: IntArray) -> tuple[FloatArray, FloatArray]:
     total = y.size
     start = off[:-1]
     tol = TINY * np.maximum(1.0, y)
-    prev = _shift(y, start, 0.0)
+    prev = shifted(y, start, 0.0)
     new = y - prev > tol
     idx = np.arange(total)
-    row_first = np.repeat(off[:-1], _diff(off))
+    row_first = np.repeat(off[:-1], int_diff(off))
     while True:
         last_new = np.maximum.accumulate(np.where(new, idx, -1))
         kept = np.where(last_new >= row_first, y[np.maximum(last_new, 0)], 0.0)
-        prev = _shift(kept, start, 0.0)
+        prev = shifted(kept, start, 0.0)
         again = y - prev > tol
         if np.array_equal(again, new):
             return np.where(new, y, prev), prev
@@ -474,9 +474,9 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     jump_ok = active & is_jump & ~brk
     seg_ok = active & ~is_jump
     cnt = np.where(jump_ok, 2, 0) + np.where(seg_ok, nk + np.where(brk, smax > 0.0, 1), 0)
-    ooff = _offsets(_counts(srow, cnt, rows) + 1)
+    ooff = offsets_of(row_sums(srow, cnt, rows) + 1)
     total = int(ooff[-1])
-    orow = np.repeat(np.arange(rows, dtype=np.intp), _diff(ooff))
+    orow = np.repeat(np.arange(rows, dtype=np.intp), int_diff(ooff))
     pos_seg = cnt.cumsum() - cnt + srow + 1
     ot = np.empty(total)
     orr = np.zeros(total, dtype=bool)
@@ -528,11 +528,11 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     y, prev = snap(oy, ooff)
     keep = ~ofoot | (oy > prev)
     # at y = 0 only the top of the chain is kept
-    zeros_in_row = _counts(orow, keep & (y <= 0.0), rows)
+    zeros_in_row = row_sums(orow, keep & (y <= 0.0), rows)
     kept_before: IntArray = keep.cumsum() - keep
     kept_rank: IntArray = kept_before - kept_before[ooff[:-1]][orow]
     keep &= kept_rank >= zeros_in_row[orow] - 1
-    noff = _offsets(_counts(orow, keep, rows))
+    noff = offsets_of(row_sums(orow, keep, rows))
     kept = keep.nonzero()[0]
     return Polylines(noff, y[kept], ov.take(kept, axis=1), ot[kept], orr[kept])
 
@@ -541,11 +541,11 @@ def evaluate(p: Polylines, y: FloatArray, right: BoolArray) -> tuple[FloatArray,
     """Each row's value, inner argument and jump-top flag at its own `y`: at an argument where the
     row jumps, the top of the jump when `right`, else its foot; between vertices, interpolated."""
     off = p.off
-    n = _diff(off)
+    n = int_diff(off)
     vrow = p.row_ids()
     yv = y[vrow]
-    lo = _counts(vrow, p.x < yv, p.rows)
-    hi = _counts(vrow, p.x <= yv, p.rows)
+    lo = row_sums(vrow, p.x < yv, p.rows)
+    hi = row_sums(vrow, p.x <= yv, p.rows)
     first, last = off[:-1], off[1:] - 1
     at_first = (y <= 0.0) | (n == 1)
     at_last = ~at_first & (lo == n)
