@@ -106,7 +106,7 @@ def _gangs(state: AdmissionState, query: GangsQuery) -> Reply:
 
 def _pools(state: AdmissionState, query: PoolsQuery) -> Reply:
     names = sorted(state.trees) if query.tree is None else [query.tree] if query.tree in state.trees else []
-    trees = []
+    trees: list[dict[str, Any]] = []
     rows = query.rows
     paged = query.limit is not None or query.after is not None
     for name in names:

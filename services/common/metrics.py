@@ -209,7 +209,7 @@ def published(service: str, decisions: Sequence[Envelope], folder: Any) -> None:
                 gangs = rt.gangs if rt is not None else None
             key = (tree, event.pool)
             admitted[key] = admitted.get(key, 0) + 1
-            gang = gangs.get(event.gang) if gangs is not None else None
+            gang: Any = gangs.get(event.gang) if gangs is not None else None
             at = gang.admitted_at if gang is not None else None
             if at is None:
                 continue

@@ -65,7 +65,7 @@ class View:
     starvation: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[dict[str, Any]] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # part -> why it is missing
-    rendered: dict[str, Any] = field(default_factory=dict)  # answers made of this view (api.py), made once
+    rendered: dict[Any, Any] = field(default_factory=dict)  # answers made of this view (api.py), made once
 
 
 class Unanswered(Exception):

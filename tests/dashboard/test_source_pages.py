@@ -29,11 +29,11 @@ class Asked:
         self.folder = folder_of(gang("a1", "/a", cpu=10.0), gang("a2", "/a", cpu=1.0), gang("b1", "/b", cpu=10.0),
                                 gang("b2", "/b", cpu=1.0))
         self.limit = limit
-        self.sizes: list[int | None] = []  # the page sizes asked
+        self.sizes: list[int] = []  # the page sizes asked
 
     async def __call__(self, service: str, op: str, query: dict[str, Any]) -> Reply:
         assert (service, op) == ("admission", "pools")
-        self.sizes.append(query.get("limit"))
+        self.sizes.append(query["limit"])
         reply = answer(self.folder, op, json.dumps(query).encode())
         if len(reply.model_dump_json()) > self.limit:
             reply = error_reply("answer_too_large", "over the limit")
