@@ -21,7 +21,7 @@ app = typer.Typer(help="Pool trees: independent hierarchies with their own capac
                   no_args_is_help=True)
 
 
-def _options(file: Path | None, policy: str | None, resources: str | None) -> TreeOptions:
+def options_from(file: Path | None, policy: str | None, resources: str | None) -> TreeOptions:
     data: dict[str, Any] = {}
     if file is not None:
         try:
@@ -51,7 +51,7 @@ def configure(
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
     """Create a tree or replace its options (options not given take their defaults)."""
-    options = _options(file, policy, resources)
+    options = options_from(file, policy, resources)
     url = find_url(data_dir)
 
     async def go() -> None:

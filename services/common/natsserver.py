@@ -206,7 +206,7 @@ class EmbeddedNats:
         with self.log_file.open("ab") as log:
             try:
                 self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                              preexec_fn=_death_signal() if self.die_with_parent else None)
+                                              preexec_fn=death_signal() if self.die_with_parent else None)
             except OSError as exc:
                 raise NatsServerError(f"cannot run {binary}: {exc}") from exc
         self._ports_file = self.store_dir / f"{Path(binary).name}_{self._proc.pid}.ports"
@@ -298,7 +298,7 @@ class EmbeddedNats:
             await anyio.to_thread.run_sync(self.stop)
 
 
-def _death_signal() -> Callable[[], None] | None:
+def death_signal() -> Callable[[], None] | None:
     """What the forked server runs before it execs: ask the kernel for SIGTERM when its parent
     dies. Only on Linux, and only from the main thread (see the module doc); None elsewhere. The
     libc function is looked up here, before the fork, so the child only calls it."""

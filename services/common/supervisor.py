@@ -98,7 +98,7 @@ def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> bool:
     return True
 
 
-class _Lines:
+class LineReader:
     """A byte stream as text lines (a line longer than `MAX_LINE` comes in pieces)."""
 
     def __init__(self, stream: ByteReceiveStream) -> None:
@@ -218,7 +218,7 @@ class Supervisor:
         self._state.pids[child.name] = process.pid
         self._echo(f"{child.name} started (pid {process.pid})")
         assert process.stderr is not None
-        lines = _Lines(process.stderr)
+        lines = LineReader(process.stderr)
         run = _Run()
         try:
             await self._follow(child, lines, run)
@@ -235,7 +235,7 @@ class Supervisor:
                     await process.aclose()
         return run
 
-    async def _follow(self, child: Child, lines: _Lines, run: _Run) -> None:
+    async def _follow(self, child: Child, lines: LineReader, run: _Run) -> None:
         while (line := await lines.receive()) is not None:
             if line.strip():
                 run.last = line
@@ -249,7 +249,7 @@ class Supervisor:
         if self._state.up >= {child.name for child in self._children}:
             self._state.all_up.set()
 
-    async def _stop(self, child: Child, process: Process, lines: _Lines, run: _Run) -> None:
+    async def _stop(self, child: Child, process: Process, lines: LineReader, run: _Run) -> None:
         """SIGTERM, up to `stop_timeout` s to exit (its stderr still forwarded), then SIGKILL."""
         with contextlib.suppress(ProcessLookupError):
             process.terminate()

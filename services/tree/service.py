@@ -380,7 +380,7 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
         async with anyio.create_task_group() as tg:
             svc.tg = tg
             # every subject: the event_log projection is the whole log (the fold skips the others)
-            handler = svc.on_batch if store is None else _projecting_behind(tg, svc, store)
+            handler = svc.on_batch if store is None else projecting_behind(tg, svc, store)
             tg.start_soon(lambda: log.consume("tree", subjects.STREAM_SUBJECTS, start, handler, max_batch=BATCH))
             nc = getattr(log, "nc", None)
             if nc is not None:
@@ -410,7 +410,7 @@ PROJECTION_BACKLOG = 4  # folded batches that may wait for their projections bef
 PROJECTION_INTERVAL = 0.2
 
 
-def _projecting_behind(tg: TaskGroup, svc: TreeService, store: ProjectionStore) -> BatchHandler:
+def projecting_behind(tg: TaskGroup, svc: TreeService, store: ProjectionStore) -> BatchHandler:
     """A consumer handler that folds each batch and leaves its projection to a task of its own:
     batch N is written to DuckDB (on a worker thread) while batch N+1 is folded. A batch is
     acknowledged once folded; the projections' checkpoint is what a restart resumes from

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from services.common.supervisor import MAX_LINE, Child, GaveUp, Restarts, Supervisor, _Lines, describe_exit
+from services.common.supervisor import MAX_LINE, Child, GaveUp, LineReader, Restarts, Supervisor, describe_exit
 from tests.cli.helpers import WAIT, alive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -108,7 +108,7 @@ class Chunks:
 
 async def test_lines_are_split_across_chunks() -> None:
     chunks = (b"one\ntw", b"o\r\n\nthr", b"ee \xff\n", b"y" * MAX_LINE, b"y" * 10 + b"\nlast")
-    lines = _Lines(Chunks(*chunks))  # type: ignore[arg-type]
+    lines = LineReader(Chunks(*chunks))  # type: ignore[arg-type]
     found = []
     while (line := await lines.receive()) is not None:
         found.append(line)

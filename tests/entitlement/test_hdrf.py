@@ -27,7 +27,7 @@ from services.admission.domain.entitlement.dominant import drf_inputs
 from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
 from services.admission.domain.entitlement.model import TOLERANCE
 from services.cli.args import InputError
-from services.cli.tree_cmd import _options
+from services.cli.tree_cmd import options_from
 from services.scenario.errors import ScenarioError
 from services.scenario.format import parse_scenario
 from tests.entitlement.strategies import contended_trees, trees
@@ -223,8 +223,8 @@ def test_hdrf_is_a_policy_of_tree_options_scenarios_and_tree_configure() -> None
     scenario = parse_scenario("name: x\nresources: [cpu, gpu]\ncapacity: {cpu: 10, gpu: 8}\n"
                               "trees: [{name: default, policy: hdrf}]\n")
     assert scenario.tree_options()["default"].policy == "hdrf"
-    assert _options(None, "hdrf", None).policy == "hdrf"
+    assert options_from(None, "hdrf", None).policy == "hdrf"
     with pytest.raises(InputError, match="hdrf"):
-        _options(None, "drf", None)
+        options_from(None, "drf", None)
     with pytest.raises(ScenarioError, match="'hdrf'"):
         parse_scenario("name: x\ntrees: [{name: t, policy: drf}]\n")

@@ -1,5 +1,5 @@
 """The shortcuts of a preemption pass give what the plain code gives: `starvation.totals` (inline
-loops) the same sums as `add_into` leaf by leaf, and `passes._over_any` the same answer as
+loops) the same sums as `add_into` leaf by leaf, and `passes.over_any` the same answer as
 building both excesses, on ledgers with every kind of awkward number."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import Ledger
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.vectors import add_into, exceeds
-from services.preemption.domain.passes import _over_any
+from services.preemption.domain.passes import over_any
 from services.preemption.domain.starvation import totals
 
 KINDS = ("cpu", "memory", "gpu")
@@ -66,4 +66,4 @@ def test_over_any_is_whether_either_excess_is_not_empty(seed: int) -> None:
                                   slack_entitlement=_vector(rng))
     expected = bool(exceeds(ledger.non_slack, entitlement.non_slack_entitlement)
                     or exceeds(ledger.slack, entitlement.slack_entitlement))
-    assert _over_any(ledger, entitlement) == expected
+    assert over_any(ledger, entitlement) == expected

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.natsserver import EmbeddedNats, _death_signal
+from services.common.natsserver import EmbeddedNats, death_signal
 from services.launcher import serves_store
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the death signal is Linux's")
@@ -70,9 +70,9 @@ def test_a_server_asked_not_to_die_with_its_parent_outlives_it(tmp_path: Path) -
 
 def test_only_the_main_thread_asks_for_the_death_signal() -> None:
     # the kernel sends it when the forking *thread* ends: a worker thread's would stop the server early
-    assert _death_signal() is not None
+    assert death_signal() is not None
     found: list[object] = []
-    worker = threading.Thread(target=lambda: found.append(_death_signal()))
+    worker = threading.Thread(target=lambda: found.append(death_signal()))
     worker.start()
     worker.join()
     assert found == [None]

@@ -1,5 +1,5 @@
 """The tree service writes its projections behind its fold; the batches folded while a write runs
-are written together, in one transaction (`_projecting_behind`)."""
+are written together, in one transaction (`projecting_behind`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import services.tree.service as tree_service
 from events import Envelope, TreeConfigured, TreeOptions
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
-from services.tree.service import TreeService, _projecting_behind
+from services.tree.service import TreeService, projecting_behind
 from tests.projections.make import gangs, stored
 
 
@@ -38,7 +38,7 @@ async def test_batches_folded_during_a_write_are_written_together() -> None:
     log = [stored(1, TreeConfigured(tree="default", options=TreeOptions()), source="tree"), *gangs(2, 13)]
     batches = [log[0:4], log[4:7], log[7:10], log[10:13]]
     async with anyio.create_task_group() as tg:
-        handle = _projecting_behind(tg, service, store)  # type: ignore[arg-type]
+        handle = projecting_behind(tg, service, store)  # type: ignore[arg-type]
         await handle(batches[0])
         await anyio.sleep(0.05)  # the first write has started, and waits
         for batch in batches[1:]:
@@ -73,7 +73,7 @@ async def test_batches_folded_soon_after_a_write_started_wait_for_the_next_one(
     service = TreeService(MemoryLog(), store)  # type: ignore[arg-type]
     log = [stored(1, TreeConfigured(tree="default", options=TreeOptions()), source="tree"), *gangs(2, 7)]
     async with anyio.create_task_group() as tg:
-        handle = _projecting_behind(tg, service, store)  # type: ignore[arg-type]
+        handle = projecting_behind(tg, service, store)  # type: ignore[arg-type]
         await handle(log[0:2])
         with anyio.fail_after(5):
             while not store.calls:

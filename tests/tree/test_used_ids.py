@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.tree.domain import used_ids
-from services.tree.domain.used_ids import UsedIds, _digests, digest
+from services.tree.domain.used_ids import UsedIds, digest, digests_of
 
 
 @given(st.lists(st.binary(max_size=40), min_size=1, max_size=30))
 def test_the_vectorised_digest_is_the_scalar_one(ids: list[bytes]) -> None:
-    assert [int(d) for d in _digests(ids)] == [digest(i) for i in ids]
+    assert [int(d) for d in digests_of(ids)] == [digest(i) for i in ids]
 
 
 def test_digests_are_fixed_numbers() -> None:

@@ -98,7 +98,7 @@ def over_entitlement(rt: TreeRuntime, pools: dict[str, EffectivePool], holdings:
         if entitlement is None:
             continue
         raw = rt.ledgers[pool]
-        if not _over_any(raw, entitlement) and not (over and ((pool, NON_SLACK) in over or (pool, SLACK) in over)):
+        if not over_any(raw, entitlement) and not (over and ((pool, NON_SLACK) in over or (pool, SLACK) in over)):
             continue  # within both entitlements, and no excess remembered to reset: the usual case
         buckets: tuple[Bucket, ...] = (NON_SLACK, SLACK)
         for bucket in buckets:
@@ -162,7 +162,7 @@ def _give_back(rt: TreeRuntime, pool: str, bucket: Bucket, excess: Vector, held:
     return out
 
 
-def _over_any(raw: Ledger, entitlement: PoolEntitlement) -> bool:
+def over_any(raw: Ledger, entitlement: PoolEntitlement) -> bool:
     """Whether `exceeds(raw.non_slack, non-slack entitlement)` or `exceeds(raw.slack, slack
     entitlement)` is not empty: the same arithmetic, without building either."""
     target = entitlement.non_slack_entitlement.get

@@ -44,7 +44,7 @@ _K0, _K1, _K2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 def digest(data: bytes) -> int:
     """The 64-bit digest of an id's UTF-8 bytes, as a signed integer (NumPy searches int64 arrays
     fastest): its length and its 8-byte little-endian words (the last padded with zeros) mixed
-    multiply-xorshift style, then SplitMix64's finaliser. `_digests` computes the same for many
+    multiply-xorshift style, then SplitMix64's finaliser. `digests_of` computes the same for many
     ids at once, with NumPy."""
     h = (len(data) * _K0) & _M
     for at in range(0, len(data), 8):
@@ -58,7 +58,7 @@ def digest(data: bytes) -> int:
     return h - (1 << 64) if h >> 63 else h
 
 
-def _digests(ids: list[bytes]) -> np.ndarray:
+def digests_of(ids: list[bytes]) -> np.ndarray:
     """`digest` of each id, vectorised: the ids as rows of 8-byte words."""
     lengths = np.fromiter(map(len, ids), dtype=np.uint64, count=len(ids))
     width = max(8, (int(lengths.max()) + 7) // 8 * 8)
@@ -136,7 +136,7 @@ class UsedIds:
         """Move the recent ids into the arrays (a few milliseconds per `MERGE_AT` ids)."""
         recent = list(map(str.encode, self._recent))
         self._recent = set()
-        digests = _digests(recent)
+        digests = digests_of(recent)
         crcs = np.fromiter(map(crc32, recent), dtype=np.uint32, count=len(recent))
         digests = np.unique(digests)  # sorted, without repeats
         old = self._sorted
