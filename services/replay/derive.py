@@ -29,9 +29,11 @@ from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
 from services.preemption.folder import PreemptionFolder
 from services.replay.decoding import Decoded, fold_service, records_decisions
 from services.replay.shared import SharedFolds
+from services.tree.service import SUBJECTS as TREE_SUBJECTS
 
 FOLDED = (ADMISSION, PREEMPTION)  # the services whose folds a `Derivation` runs
 admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))  # (preemption's are the same)
+tree_wants = subject_filter(TREE_SUBJECTS)  # what the tree folds: the verifier decodes it whatever it holds
 
 
 def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot]) -> bool:
@@ -44,8 +46,9 @@ def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot
 @dataclass(frozen=True, slots=True)
 class Derived:
     """What `Derivation.feed` made of a piece: the decisions, in the order made; the positions of
-    the messages it decoded that record an event of a decision type; the events and the malformed
-    messages among those it decoded (every message on admission's subjects)."""
+    the messages it decoded that record an event of a decision type (but those on the tree's
+    subjects, which the verifier decodes anyway); the events and the malformed messages among
+    those it decoded (every message on admission's subjects)."""
 
     decisions: list[Envelope]
     recording: frozenset[int]
@@ -113,7 +116,7 @@ class Derivation:
                     malformed += 1
                     continue
                 events += len(result)
-                if records_decisions(result):
+                if not tree_wants(stored.subject) and records_decisions(result):  # (the verifier decodes those)
                     recording.append(stored.seq)
         decisions = self.fold(piece, decoded, self.position)
         self.position = piece[-1].seq

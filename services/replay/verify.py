@@ -84,9 +84,20 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from events import DecodeError, Envelope, InputRejected, decode_all, encode, read_envelope, read_pack
+from events import (
+    DecodeError,
+    EntitlementsComputed,
+    Envelope,
+    InputRejected,
+    decode,
+    decode_all,
+    derived_id,
+    encode,
+    read_envelope,
+    read_pack,
+)
 from events.codec import pack_parts
 from events.commands import COMMANDS
 from events.subjects import PREFIX
@@ -97,14 +108,14 @@ from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.replay.decoding import DECISION_TYPES, Decoded
-from services.replay.derive import Derivation, admission_wants, shares
+from services.replay.derive import Derivation, admission_wants, shares, tree_wants
+from services.replay.entitlements import CURRENT, TreeMaps, version_of
+from services.replay.entitlements import differences as map_differences
 from services.tree.domain.decide import Refused
 from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
 from services.tree.service import SERVICE as TREE
-from services.tree.service import SUBJECTS as TREE_SUBJECTS
 
 __all__ = ["DECISION_TYPES", "Elsewhere", "Finding", "Made", "Report", "TypeCount", "Verifier", "verify"]
-_tree_wants = subject_filter(TREE_SUBJECTS)
 IGNORED_ENVELOPE_FIELDS: frozenset[str] = frozenset({"trace"})
 REFUSAL_SUBJECTS: tuple[str, ...] = (f"{PREFIX}.rejected.*",)  # where the tree records refused commands
 
@@ -465,6 +476,10 @@ class Verifier:
         self.settled = _Fingerprints()  # ids recorded and re-derived (matched, or not)
         self.repeats: dict[str, tuple[int, Made]] = {}  # re-derived more than once: (times, decision)
         self.found: list[tuple[int, int, Finding]] = []  # findings on records, with (seq, part)
+        # computations recorded before `EntitlementsComputed` v3, compared by their maps (entitlements.py)
+        self.maps: dict[str, TreeMaps] = {}  # the trees followed: from their first pre-v3 computation on
+        self.computing: dict[tuple[str, str, int], list[_Record]] = {}  # (source, tree, basis) -> parts read
+        self.shift: dict[tuple[str | None, int | None], int] = {}  # a cycle's parts recorded less re-derived
         self.position = min((self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)), default=0)
         self._finished = False
         for decision in pending:  # decided before a snapshot, not in the log then: as if re-derived
@@ -549,7 +564,7 @@ class Verifier:
                         report.malformed += 1
                     else:
                         report.events += len(result)
-                elif stored.seq in recording or _tree_wants(subject):
+                elif stored.seq in recording or tree_wants(subject):
                     put(stored)
         report.messages += len(piece)
         after = self.position
@@ -657,6 +672,89 @@ class Verifier:
             self._compare(record, decision)
 
     def _record(self, record: _Record) -> None:
+        if record.envelope.event.type == "EntitlementsComputed" and self._old_entitlements(record):
+            return
+        self._record_as_any(record)
+
+    def _old_entitlements(self, record: _Record) -> bool:
+        """Whether `record` (an `EntitlementsComputed`) is taken as a part of a computation written
+        before v3, compared once all its parts are read by the maps it folds to
+        (`_judge_computation`); a v3 part of a tree followed is folded into the tree's recorded map
+        and compared as any decision."""
+        envelope = record.envelope
+        event = cast(EntitlementsComputed, envelope.event)  # (the model or its view)
+        tree = event.tree
+        key = (envelope.source, tree, envelope.basis or 0)
+        maps = self.maps.get(tree)
+        old = version_of(record.raw) < CURRENT
+        if not old and key not in self.computing:
+            if maps is not None:
+                maps.recorded.add(event)
+            return False
+        if old and maps is None and event.part == 1 and event.replace:  # (a tree's first computation replaces)
+            maps = self.maps[tree] = TreeMaps()
+        if maps is None:
+            return False
+        parts = self.computing.setdefault(key, [])
+        parts.append(record)
+        if event.part < event.parts:
+            return True
+        del self.computing[key]
+        self._judge_computation(parts, maps)
+        return True
+
+    def _judge_computation(self, parts: list[_Record], maps: TreeMaps) -> None:
+        """A computation recorded before v3 (`parts`, all read) against its re-derived parts: equal
+        when the tree's maps folded from each side are (entitlements.py); its cycle's
+        `CycleCompleted.decisions` then counts the re-derived parts (`shift`)."""
+        first = parts[0].envelope
+        event = cast(EntitlementsComputed, first.event)
+        source, tree, basis = first.source, event.tree, first.basis or 0
+        made: list[Made] = []
+        mine: list[EntitlementsComputed] = []
+        one = self.derived.pop(derived_id(source, basis, tree, "entitlements"), None)
+        if one is not None:
+            made.append(one)
+            mine.append(decode(one.data).event)  # type: ignore[arg-type]
+        for part in range(2, mine[0].parts + 1 if mine else 1):
+            more = self.derived.pop(derived_id(source, basis, tree, f"entitlements.{part}"), None)
+            if more is None:
+                break
+            made.append(more)
+            mine.append(decode(more.data).event)  # type: ignore[arg-type]
+        recorded: list[EntitlementsComputed] = [p.envelope.event for p in parts]  # type: ignore[misc]
+        for computed in recorded:
+            maps.recorded.add(computed)
+        if not made:  # nothing re-derived for it: each part is what any record is (unexpected)
+            for record in parts:
+                self._record_as_any(record)
+            return
+        for computed in mine:
+            maps.derived.add(computed)
+        for decision in made:
+            self.settled.add(decision.id)
+        for record in parts:
+            self.settled.add(record.envelope.id)
+        if len(parts) != len(made):
+            self.shift[(tree, basis)] = len(parts) - len(made)
+        in_scope = self._in_scope(first)
+        count = self.report.count(first.type)
+        if in_scope:
+            count.recorded += len(parts)
+        found = map_differences(recorded, mine, maps.recorded.map(), maps.derived.map(), differences)
+        if not found:
+            if in_scope:
+                count.matched += len(parts)
+            return
+        if in_scope:
+            wired, theirs = wire(first), made[0].wire()
+            version = version_of(parts[0].raw)
+            self._found(parts[0], Finding("differs", first.id, first.type, source, parts[0].seq, basis,
+                                          f"v{version} computation ({len(parts)} parts recorded, {len(made)} "
+                                          f"re-derived) folds to other numbers: " + "; ".join(found),
+                                          wired, theirs, about=about(wired)))
+
+    def _record_as_any(self, record: _Record) -> None:
         envelope = record.envelope
         key = envelope.id
         in_scope = self._in_scope(envelope)
@@ -682,6 +780,12 @@ class Verifier:
 
     def _compare(self, record: _Record, decision: Made) -> None:
         self.settled.add(decision.id)
+        shift = 0
+        if self.maps:  # (after a computation recorded before v3: see `_judge_computation`)
+            if decision.type == "EntitlementsComputed" and decision.tree in self.maps:
+                self.maps[decision.tree].derived.add(decode(decision.data).event)  # type: ignore[arg-type]
+            elif decision.type == "CycleCompleted" and decision.source == ADMISSION:
+                shift = self.shift.pop((decision.tree, decision.basis), 0)
         envelope = record.envelope
         in_scope = self._in_scope(envelope)
         if not in_scope and not self._made_in_scope(decision):
@@ -691,6 +795,8 @@ class Verifier:
                 self.report.count(envelope.type).matched += 1
             return
         mine, theirs = wire(envelope), decision.wire()
+        if shift and isinstance(mine.get("event"), dict):  # the cycle's decisions as the re-derived parts count
+            mine["event"]["decisions"] = mine["event"].get("decisions", 0) - shift
         if mine == theirs:
             if in_scope:
                 self.report.count(envelope.type).matched += 1
@@ -712,6 +818,10 @@ class Verifier:
         self._finished = True
         with gc_paused():
             self._judge_until(None)  # refusals based at or after the last position folded
+            for parts in self.computing.values():  # pre-v3 computations whose last part never came
+                for record in parts:
+                    self._record_as_any(record)
+            self.computing.clear()
         findings: list[Finding] = []
         for key, (times, decision) in self.repeats.items():
             if self._made_in_scope(decision):
