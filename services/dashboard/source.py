@@ -91,6 +91,7 @@ class Source:
         self._explains: OrderedDict[tuple[str | None, str], tuple[float, Reply]] = OrderedDict()
         self._asking = anyio.Semaphore(EXPLAIN_AT_ONCE)
         self._why: dict[str, tuple[int | None, dict[str, Any]]] = {}  # "tree/gang" -> (admission's as_of, why)
+        self._read: dict[str, tuple[float, int, int | None, dict[str, Any]]] = {}  # tree -> (when, pages, as_of, it)
 
     async def current(self) -> View:
         """The cached view, refreshed first (waiting at most `WAIT`) when older than `every`."""
@@ -200,7 +201,9 @@ class Source:
     async def _pools(self, view: View) -> None:
         """Admission's numbers and queues of every tree, one tree and one page at a time (the
         trees `tree_list` named; without them, admission's own: the first page of each in one
-        reply, then the rest tree by tree)."""
+        reply, then the rest tree by tree). A tree read in n pages is read again at most every n
+        refreshes (its last reading shown meanwhile): admission's work for the dashboard stays
+        about a page per refresh and tree, however large the tree."""
         rows = ROWS
         trees: list[dict[str, Any]] = []
         as_of = None
@@ -210,9 +213,17 @@ class Source:
             data = await self._page(None, None, rows, PAGE)
             first = {found["tree"]: found for found in data["trees"]}
             names, as_of = list(first), data.get("as_of")
+        self._read = {name: kept for name, kept in self._read.items() if name in names}
         for name in names:
-            tree: dict[str, Any] = {"tree": name, "pools": {}, "queues": {}}
             found = first.get(name)
+            kept = self._read.get(name)
+            if kept is not None and found is None and time.monotonic() - kept[0] < self.every * (kept[1] - 1):
+                trees.append(kept[3])
+                as_of = kept[2] if as_of is None else as_of
+                rows -= sum(len(q["gangs"]) for leaf in kept[3]["queues"].values() for q in leaf.values())
+                continue
+            tree: dict[str, Any] = {"tree": name, "pools": {}, "queues": {}}
+            pages = 1
             if found is not None:
                 tree["pools"].update(found["pools"])
                 tree["queues"].update(found["queues"])
@@ -235,8 +246,10 @@ class Source:
                 tree["pools"].update(found["pools"])
                 tree["queues"].update(found["queues"])
                 after = found["next"]
+                pages += 1
             rows -= sum(len(q["gangs"]) for leaf in tree["queues"].values() for q in leaf.values())
             trees.append(tree)
+            self._read[name] = (time.monotonic(), pages - 1, as_of, tree)
         view.pools = {"trees": trees, "as_of": as_of}
 
     async def _page(self, tree: str | None, after: str | None, rows: int, size: int) -> dict[str, Any]:

@@ -67,3 +67,18 @@ async def test_without_the_tree_list_admissions_trees_are_read(monkeypatch: pyte
     [tree] = view.pools["trees"]
     assert tree["tree"] == TREE and list(tree["pools"]) == ["/a", "/b"]
     assert asked.sizes == [1, 1]  # every tree's first page at once, then the rest tree by tree
+
+
+async def test_a_tree_of_several_pages_is_read_again_only_every_so_many_refreshes(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    monkeypatch.setattr(source_module, "PAGE", 1)
+    for every, again in ((100.0, 0), (0.0, 2)):
+        asked = Asked(limit=1_000_000)
+        source = Source(lambda: None, every=every)
+        monkeypatch.setattr(source, "_ask", asked)
+        first, second = View(trees=[{"tree": TREE}]), View(trees=[{"tree": TREE}])
+        await source._pools(first)
+        assert len(asked.sizes) == 2  # two pools, a page each
+        await source._pools(second)
+        assert len(asked.sizes) == 2 + again  # (a tree of 2 pages: read again after one refresh interval)
+        assert second.pools == first.pools
