@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from math import inf
 from typing import Protocol, cast, runtime_checkable
 
@@ -232,18 +233,22 @@ def compute_for(state: AdmissionState, tree: str) -> EntitlementsComputed:
     result = prepared.engine.compute()
     given = prepared.given
     kinds = result.kinds
-    # Every number rounded to ROUND digits at once (`rounding`: the floats `round` gives), read
-    # in path order; not validated again: the values come from our own engine, already of the
-    # right types.
-    numbers = round_matrix(np.hstack((result.entitlement_matrix, result.non_slack_matrix, result.slack_matrix,
-                                      result.shares_matrix)), ROUND)
+    # Every number rounded to ROUND digits (`rounding`: the floats `round` gives), in path order;
+    # not validated again: the values come from our own engine, already of the right types.
     dominant = result.dominant_index.tolist()
     paths = result.paths
     order = prepared.order
     if order is None or len(order) != len(paths):
         order = prepared.order = sorted(range(len(paths)), key=paths.__getitem__)
-    build = _row_builder(kinds)
-    pools = [build(paths[row], numbers[row], kinds[dominant[row]] if dominant[row] >= 0 else None) for row in order]
+    rows = np.asarray(order, dtype=np.intp)
+    shares = round_matrix(result.shares_matrix[rows], ROUND)
+    # each map made by dict(zip(kinds, row)), mapped in C over the rows: no Python call per map
+    each = repeat(kinds)
+    maps = (map(dict, map(zip, each, round_matrix(matrix[rows], ROUND)))
+            for matrix in (result.entitlement_matrix, result.non_slack_matrix, result.slack_matrix))
+    pools = [pool_entitlement(paths[row], entitlement, non_slack, slack, share[0], share[1], share[2],
+                              kinds[dominant[row]] if dominant[row] >= 0 else None)
+             for row, entitlement, non_slack, slack, share in zip(order, *maps, shares, strict=True)]
     prepared.last = entitlements_computed(tree, _r(dict(given.capacity)), _r(dict(given.revocable_capacity)),
                                           pools, [str(a) for a in result.alerts])
     return prepared.last
@@ -253,21 +258,22 @@ _RowBuilder = Callable[[str, list[float], str | None], PoolEntitlement]
 
 
 def _row_builder(kinds: tuple[str, ...]) -> _RowBuilder:
-    """For the rows of `compute_for` (per kind: entitlement, non-slack, slack; then the fair, usage
-    and demand shares): `pool_entitlement(path, dict(zip(kinds, row[:k])), dict(zip(kinds,
-    row[k:2k])), dict(zip(kinds, row[2k:3k])), row[3k], row[3k + 1], row[3k + 2], dominant)`, with
-    each map written as a dict display (three times faster than `dict(zip(...))`). Made once per
-    tuple of kinds."""
+    """For the rows of the parts of a large tree's map (per kind: entitlement, non-slack, slack;
+    then the fair, usage and demand shares): `pool_entitlement(path, dict(zip(kinds, row[:k])),
+    dict(zip(kinds, row[k:2k])), dict(zip(kinds, row[2k:3k])), row[3k], row[3k + 1], row[3k + 2],
+    dominant)`. Made once per tuple of kinds."""
     found = _BUILDERS.get(kinds)
     if found is None:
         k = len(kinds)
+        fair = 3 * k
 
-        def display(first: int) -> str:
-            return "{" + ", ".join(f"{kind!r}: row[{first + i}]" for i, kind in enumerate(kinds)) + "}"
+        def build(path: str, row: list[float], dominant: str | None) -> PoolEntitlement:
+            return pool_entitlement(path, dict(zip(kinds, row, strict=False)),  # (zip stops at the kinds)
+                                    dict(zip(kinds, row[k:2 * k], strict=True)),
+                                    dict(zip(kinds, row[2 * k:fair], strict=True)),
+                                    row[fair], row[fair + 1], row[fair + 2], dominant)
 
-        source = (f"lambda path, row, dominant: pool_entitlement(path, {display(0)}, {display(k)}, "
-                  f"{display(2 * k)}, row[{3 * k}], row[{3 * k + 1}], row[{3 * k + 2}], dominant)")
-        found = _BUILDERS[kinds] = cast(_RowBuilder, eval(source, {"pool_entitlement": pool_entitlement}))
+        found = _BUILDERS[kinds] = build
     return found
 
 
