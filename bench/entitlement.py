@@ -144,7 +144,7 @@ def _bench_one(n: int, policy: Policy, repeat: int, contended: bool = False) -> 
     tree = random_tree(n, policy=policy)
     label: str = policy
     if contended:
-        tree = _some_kinds(replace(tree, capacity={k: v * CONTENDED for k, v in tree.capacity.items()}), 0)
+        tree = with_some_kinds(replace(tree, capacity={k: v * CONTENDED for k, v in tree.capacity.items()}), 0)
         label = f"{policy}, contended (capacity x {CONTENDED:g}, jobs need some kinds)"
     engine = EntitlementEngine(tree)
     reps = repeat if n <= 10000 else max(2, repeat // 2)
@@ -194,7 +194,7 @@ def compare_policies(
     tree = random_tree(n, seed=seed, policy="dominant")
     tree = replace(tree, capacity={k: v * capacity_factor for k, v in tree.capacity.items()})
     if some_kinds:
-        tree = _some_kinds(tree, seed)
+        tree = with_some_kinds(tree, seed)
     engines = {p: EntitlementEngine(replace(tree, policy=p)) for p in chosen}
     times: dict[str, list[float]] = {p: [] for p in chosen}
     for _ in range(repeat):
@@ -214,7 +214,7 @@ def compare_policies(
     return rows
 
 
-def _some_kinds(tree: TreeInput, seed: int) -> TreeInput:
+def with_some_kinds(tree: TreeInput, seed: int) -> TreeInput:
     rng = np.random.default_rng(seed + 1)
 
     def cut(job: JobDemand) -> JobDemand:

@@ -202,7 +202,7 @@ def _finish(log: Log, preemption: PreemptionFolder, read: int) -> None:
             return
 
 
-def _random_log(seed: int, out_of_order: bool, live: LiveStore | None = None) -> Log:
+def random_log(seed: int, out_of_order: bool, live: LiveStore | None = None) -> Log:
     rng = random.Random(seed)
     log = Log()
     configured = list(TREES[:2])
@@ -286,7 +286,7 @@ def _admissions(log: Log) -> tuple[dict[Any, Any], dict[Any, Any], int]:
 @pytest.mark.parametrize("out_of_order", [False, True], ids=["in-order", "out-of-order"])
 def test_a_reader_ends_in_admissions_state_and_replay_re_derives_every_decision(out_of_order: bool) -> None:
     for seed in range(40):
-        log = _random_log(seed, out_of_order)
+        log = random_log(seed, out_of_order)
         reader = PreemptionFolder()
         fold_batch(reader, log.messages, 0)
         assert (reader.order.holding, reader.order.kept) == (0, 0), seed
@@ -299,7 +299,7 @@ def test_the_gangs_read_model_holds_admissions_gangs_however_it_is_cut_rolled_ba
         tmp_path: Path) -> None:
     for seed in range(25):
         live = LiveStore(tmp_path / f"gangs-{seed}.duckdb")
-        log = _random_log(1000 + seed, out_of_order=False, live=live)
+        log = random_log(1000 + seed, out_of_order=False, live=live)
         expected = _admissions(log)
         with live.finish(log.messages) as store:
             assert _rows(store) == expected, seed

@@ -90,12 +90,12 @@ def test_the_operator_folds_the_log_from_admissions_snapshot(server: int, caplog
     "$JS.API.CONSUMER.DELETE.POOLWISE.tree", "$JS.ACK.POOLWISE.admission.1.1.1.1.1",
 ])
 def test_the_operator_still_writes_nothing_but_commands(server: int, subject: str) -> None:
-    from tests.service.test_deploy_roles import _refused
+    from tests.service.test_deploy_roles import refused_by_server
 
-    assert anyio.run(_refused, server, "OPERATOR", subject)
+    assert anyio.run(refused_by_server, server, "OPERATOR", subject)
 
 
 def test_nothing_else_changed_for_the_operator(server: int) -> None:
-    from tests.service.test_deploy_roles import _refused
+    from tests.service.test_deploy_roles import refused_by_server
 
-    assert not anyio.run(_refused, server, "OPERATOR", "poolwise.cmd.tree.pool_upsert")
+    assert not anyio.run(refused_by_server, server, "OPERATOR", "poolwise.cmd.tree.pool_upsert")

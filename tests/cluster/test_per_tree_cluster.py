@@ -27,7 +27,7 @@ from services.cli.args import InputError
 from services.cli.client import request
 from services.submitter import Submitter
 from tests.cluster.nodes import started_cluster
-from tests.cluster.test_replicated_log import Serve, System, _admissions, _verify, until
+from tests.cluster.test_replicated_log import Serve, System, admissions_of, until, verify_system
 from tests.leadership.test_per_tree import held, work
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats, pytest.mark.cluster, pytest.mark.timeout(400)]
@@ -103,7 +103,7 @@ async def _enqueue(url: str, phase: str, per_tree: int) -> set[str]:
 
 async def _all_admitted(system: System, names: set[str]) -> None:
     async def admitted() -> bool:
-        return names <= set(await _admissions(system))
+        return names <= set(await admissions_of(system))
 
     await until(admitted, f"the {len(names)} gangs to be admitted", timeout=120.0)
 
@@ -133,11 +133,11 @@ async def test_two_instances_per_tree_on_the_cluster_and_one_killed(system: Syst
     assert all(read.get(t, 0) > 0 for t in theirs) and all(took_back.get(t, 0) > 0 for t in ours), a.err
     after = await _enqueue(submitter, "after", 20)
     await _all_admitted(system, after)
-    found = await _admissions(system)
+    found = await admissions_of(system)
     assert {gang: n for gang, n in found.items() if n != 1} == {}  # nothing decided twice
     assert wanted | after <= set(found)
     await anyio.sleep(1.0)  # (the last preemption passes published)
-    await anyio.to_thread.run_sync(_verify, system)
+    await anyio.to_thread.run_sync(verify_system, system)
     for service in system.services:
         if service is not b:
             service.healthy()

@@ -176,7 +176,7 @@ async def _burst(system: System, phase: str, midway: Callable[[], None]) -> set[
     return names
 
 
-async def _admissions(system: System) -> Counter[str]:
+async def admissions_of(system: System) -> Counter[str]:
     log = await JetStreamLog.connect(system.cluster.urls("service"))
     try:
         found: Counter[str] = Counter()
@@ -192,10 +192,10 @@ async def _admissions(system: System) -> Counter[str]:
 
 async def _decided_once(system: System, gangs: set[str]) -> None:
     async def all_admitted() -> bool:
-        return gangs <= set(await _admissions(system))
+        return gangs <= set(await admissions_of(system))
 
     await until(all_admitted, f"the {len(gangs)} gangs to be admitted", timeout=120.0)
-    found = await _admissions(system)
+    found = await admissions_of(system)
     assert {gang: n for gang, n in found.items() if n != 1} == {}  # every gang decided once, in every phase
 
 
@@ -240,7 +240,7 @@ async def _settled(system: System) -> None:
         await log.close()
 
 
-def _verify(system: System) -> None:
+def verify_system(system: System) -> None:
     report = run("replay", "--verify", "--json", "--nats-url", system.cluster.urls("service"),
                  cwd=system.where, timeout=180.0)
     assert report.code == 0 and report.json()["ok"], report.out + report.err
@@ -258,7 +258,7 @@ async def test_a_node_killed_mid_burst_and_brought_back(system: System) -> None:
     system.cluster.start(victim)  # on its store as it was left
     await _caught_up(system, victim)
     await _settled(system)
-    await anyio.to_thread.run_sync(_verify, system)
+    await anyio.to_thread.run_sync(verify_system, system)
     system.healthy()
 
 
@@ -277,7 +277,7 @@ async def test_the_streams_leader_stopped_mid_burst(system: System) -> None:
     system.cluster.start(leader)
     await _caught_up(system, leader)
     await _settled(system)
-    await anyio.to_thread.run_sync(_verify, system)
+    await anyio.to_thread.run_sync(verify_system, system)
     system.healthy()
 
 

@@ -145,10 +145,10 @@ def test_epochs_give_the_fillings_numbers_on_bench_trees(pools: int, seed: int, 
     """The bench's trees, capacity cut so that kinds run out one after the other, jobs needing some
     kinds only (the GPU case): path 2's epochs (hdrf_runs.py), one per kind used up, are taken
     (no phase of the filling) and give what the filling gives."""
-    from bench.entitlement import _some_kinds, random_tree
+    from bench.entitlement import random_tree, with_some_kinds
 
     base = random_tree(pools, seed=seed, policy="dominant")
-    tree = _some_kinds(dataclasses.replace(base, policy="hdrf", capacity={k: v * factor for k, v in
+    tree = with_some_kinds(dataclasses.replace(base, policy="hdrf", capacity={k: v * factor for k, v in
                                                                          base.capacity.items()}), seed)
     fast = hdrf_entitlements(build_arrays(tree))
     slow = hdrf_entitlements(build_arrays(tree), shortcuts=False)

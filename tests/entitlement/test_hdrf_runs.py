@@ -112,11 +112,11 @@ def test_runs_taken_part_way_on_bench_trees(pools: int, seed: int, factor: float
     `dominant` (the path before this one) ended at the foot of a jump that does not fit whole,
     and the filling decided (0.5-1.5 s here); path 2 takes them (4 epochs) and gives the
     filling's numbers."""
-    from bench.entitlement import _some_kinds, random_tree
+    from bench.entitlement import random_tree, with_some_kinds
 
     monkeypatch.setattr(hdrf_module, "MAX_WORK", 10**9)  # the filling to its end, for the comparison
     base = random_tree(pools, seed=seed, policy="dominant")
-    tree = _some_kinds(dataclasses.replace(base, policy="hdrf", capacity={k: v * factor for k, v in
+    tree = with_some_kinds(dataclasses.replace(base, policy="hdrf", capacity={k: v * factor for k, v in
                                                                          base.capacity.items()}), seed)
     assert_same_as_the_filling(tree, taken=True)
 
@@ -150,14 +150,14 @@ def test_limits_reached_on_bench_trees(pools: int, seed: int, factor: float, lim
     """The bench's trees, capacity cut, jobs needing some kinds, each top-level pool limited to
     `limit` of the capacity in every kind: the limits are reached one after the other (5-10
     places), path 2 takes them and gives the filling's numbers and stops."""
-    from bench.entitlement import _some_kinds, random_tree
+    from bench.entitlement import random_tree, with_some_kinds
 
     monkeypatch.setattr(hdrf_module, "MAX_WORK", 10**9)
     base = random_tree(pools, seed=seed, policy="dominant")
     cap = {k: v * factor for k, v in base.capacity.items()}
     limited = tuple(dataclasses.replace(p, limit={k: cap[k] * limit for k in cap}) if p.path.count("/") == 1 else p
                     for p in base.pools)
-    tree = _some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
+    tree = with_some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
     assert_same_as_the_filling(tree, taken=True)
     assert len({s.at for stops in hdrf_entitlements(build_arrays(tree)).stops.values() for s in stops} - {"/"}) >= 5
 
@@ -168,14 +168,14 @@ def test_later_epochs_on_the_rows_still_growing_give_the_whole_trees_numbers(
     """After the first epoch the functions are built on the rows with a job still growing below
     them (`hdrf_runs.Live`), the others' shares folded into their parents' sums: the same numbers
     (to the last bits) and stops as the epochs on the whole tree, with fewer rows each time."""
-    from bench.entitlement import _some_kinds, random_tree
+    from bench.entitlement import random_tree, with_some_kinds
     from services.admission.domain.entitlement import hdrf_runs
 
     base = random_tree(400, seed=4, policy="dominant")
     cap = {k: v * factor for k, v in base.capacity.items()}
     pools = tuple(dataclasses.replace(p, limit={k: cap[k] * limit for k in cap})
                   if limit and p.path.count("/") == 1 else p for p in base.pools)
-    tree = _some_kinds(dataclasses.replace(base, pools=pools, policy="hdrf", capacity=cap), 4)
+    tree = with_some_kinds(dataclasses.replace(base, pools=pools, policy="hdrf", capacity=cap), 4)
     sizes: list[int] = []
     real = hdrf_runs._live
 
@@ -252,14 +252,14 @@ def test_later_epochs_sum_only_what_moved_and_give_the_same_bits(
     """After the first epoch the pools' shares are summed again only where jobs moved
     (`hdrf_runs._sum_moved`: the live leaves' jobs, every level's groups): the very same bits as
     summing every job (`sum_up`), so the same entitlements, job by job, and the same stops."""
-    from bench.entitlement import _some_kinds, random_tree
+    from bench.entitlement import random_tree, with_some_kinds
     from services.admission.domain.entitlement import hdrf_runs
 
     base = random_tree(pools, seed=seed, policy="dominant")
     cap = {k: v * factor for k, v in base.capacity.items()}
     limited = tuple(dataclasses.replace(p, limit={k: cap[k] * limit for k in cap})
                     if limit and p.path.count("/") == 1 else p for p in base.pools)
-    tree = _some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
+    tree = with_some_kinds(dataclasses.replace(base, pools=limited, policy="hdrf", capacity=cap), seed)
     calls: list[bool] = []
     real = hdrf_runs._sum_moved
 

@@ -21,7 +21,7 @@ from services.common.folding import fold_batch
 from services.common.log import Stored
 from services.common.snapshots import SnapshotPolicy
 from tests.admission.builders import without_slot_waits
-from tests.admission.test_interleavings import TREES, _random_log
+from tests.admission.test_interleavings import TREES, random_log
 
 
 def recorded(messages: list[Stored]) -> dict[str, Envelope]:
@@ -48,7 +48,7 @@ def same(made: Envelope, found: Envelope) -> bool:
 def test_deciding_the_trees_held_and_reading_the_others_decides_what_one_instance_did(out_of_order: bool) -> None:
     taken_over = 0
     for seed in range(25):
-        log = _random_log(seed, out_of_order)
+        log = random_log(seed, out_of_order)
         messages = log.messages
         found = recorded(messages)
         rng = random.Random(seed)
@@ -81,7 +81,7 @@ def test_deciding_the_trees_held_and_reading_the_others_decides_what_one_instanc
 
 
 def test_an_instance_decides_no_cycle_of_a_tree_it_does_not_hold() -> None:
-    log = _random_log(7, out_of_order=False)
+    log = random_log(7, out_of_order=False)
     folder = HeldTreesFolder()
     folder.held = frozenset({"default"})
     fold_batch(folder, log.messages, 0)
@@ -95,7 +95,7 @@ def test_a_snapshot_waits_until_nothing_waits() -> None:
     """A snapshot of a fold holding inputs behind another instance's open cycle would not be the
     state at the position it names: `WhenSettled` waits (and a service-wide start can load what it
     saves)."""
-    log = _random_log(3, out_of_order=False)
+    log = random_log(3, out_of_order=False)
     folder = HeldTreesFolder()
     policy = WhenSettled.of(SnapshotPolicy(store=None, every=1, least=1), folder.settled)  # type: ignore[arg-type]
     assert policy.due(10, 0.0)

@@ -15,7 +15,7 @@ from services.common.log import Stored
 from services.common.snapshots import Snapshot, code_fingerprint
 from services.replay import DECISION_TYPES, Finding, Report, verify
 from services.replay.verify import Verifier, command_refusals
-from tests.replay.test_streaming import VARIANTS, _admission, logs, removed  # noqa: F401 (a fixture)
+from tests.replay.test_streaming import VARIANTS, admission_pair, logs, removed  # noqa: F401 (a fixture)
 from tests.service.test_replay import holding
 
 SERVICES = ("admission", "preemption", "tree")
@@ -113,7 +113,7 @@ def test_tampering_after_the_snapshots_is_found_as_from_the_start(logs: dict[str
 
 def test_a_forgery_based_before_the_start_is_not_checked(logs: dict[str, list[Stored]]) -> None:  # noqa: F811
     messages = logs["timeouts"]
-    real, fake = _admission(messages)
+    real, fake = admission_pair(messages)
     assert real.basis is not None
     index = holding(messages, real.id)
     last = messages[-1].seq
@@ -129,7 +129,7 @@ def test_a_forgery_based_before_the_start_is_not_checked(logs: dict[str, list[St
 
 def test_pending_decisions_count_as_rederived(logs: dict[str, list[Stored]]) -> None:  # noqa: F811
     messages = logs["timeouts"]
-    real, _ = _admission(messages)
+    real, _ = admission_pair(messages)
     assert real.basis is not None
     cut = real.basis  # the admission is decided at the cut, recorded after it
     snapshots = [snapshot_of(messages, "admission", cut, pending=[real], explaining=True),

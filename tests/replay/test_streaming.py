@@ -125,22 +125,22 @@ def _append(messages: list[Stored], envelope: Envelope, subject: str, msg_id: st
     return [*messages, Stored(messages[-1].seq + 1, subject, encode(envelope), msg_id)]
 
 
-def _admission(messages: list[Stored]) -> tuple[Envelope, Envelope]:
+def admission_pair(messages: list[Stored]) -> tuple[Envelope, Envelope]:
     return forged_admission(messages, "g2")
 
 
 def forged(messages: list[Stored]) -> list[Stored]:
-    _, fake = _admission(messages)
+    _, fake = admission_pair(messages)
     return _append(messages, fake, "poolwise.decision.x.admission", fake.id)
 
 
 def copied(messages: list[Stored]) -> list[Stored]:
-    real, fake = _admission(messages)
+    real, fake = admission_pair(messages)
     return _append(messages, fake.model_copy(update={"id": real.id}), "poolwise.decision.x.admission", None)
 
 
 def changed(messages: list[Stored]) -> list[Stored]:
-    real, fake = _admission(messages)
+    real, fake = admission_pair(messages)
     index = holding(messages, real.id)
     out = list(messages)
     out[index] = rewritten(messages[index], real.id, fake.model_copy(update={"id": real.id}))
@@ -148,7 +148,7 @@ def changed(messages: list[Stored]) -> list[Stored]:
 
 
 def removed(messages: list[Stored]) -> list[Stored]:
-    real, _ = _admission(messages)
+    real, _ = admission_pair(messages)
     index = holding(messages, real.id)
     out = list(messages)
     if len(decode_all(messages[index].data)) == 1:
@@ -166,7 +166,7 @@ def malformed(messages: list[Stored]) -> list[Stored]:
 
 def recorded_twice(messages: list[Stored]) -> list[Stored]:
     """A decision's message stored again at the end (as after the de-duplication window)."""
-    real, _ = _admission(messages)
+    real, _ = admission_pair(messages)
     stored = messages[holding(messages, real.id)]
     return [*messages, Stored(messages[-1].seq + 1, stored.subject, stored.data, None)]
 
@@ -279,7 +279,7 @@ def test_to_checks_what_is_recorded_by_then_and_what_was_decided_by_then(logs: d
     assert streamed(tampered, 2, to_seq=last - 1).ok  # the forgery lands after the cut
     assert [f.kind for f in streamed(tampered, 2, to_seq=last).findings] == ["unexpected"]
     # a decision made at or before the cut and recorded after it, then lost: missing
-    real, _ = _admission(messages)
+    real, _ = admission_pair(messages)
     index = holding(messages, real.id)
     assert real.basis is not None and real.basis < messages[index].seq
     gone = removed(messages)

@@ -21,7 +21,7 @@ from services.common.jetstream import JetStreamLog
 from services.launcher import start_services
 from services.replay import verify
 from tests.cutting_proxy import CuttingProxy
-from tests.service.test_cycles_in_a_burst import T0, WAIT, _quiet, projected_as_admission_folds
+from tests.service.test_cycles_in_a_burst import T0, WAIT, projected_as_admission_folds, quiet_log
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +60,7 @@ async def test_a_burst_with_admission_cut_off_again_and_again_projects_as_admiss
             # quiet, and every decision admission owes in the log (after a cut it may sit out a
             # reconnect before it publishes again)
             with anyio.fail_after(WAIT):
-                while not verify(messages := await _quiet(log)).ok:
+                while not verify(messages := await quiet_log(log)).ok:
                     await anyio.sleep(0.5)
             tg.cancel_scope.cancel()
     finally:

@@ -32,7 +32,7 @@ T0 = 1_767_225_600.0
 WAIT = 60.0  # seconds: a hung system fails the test instead of hanging the run (not a timing assertion)
 
 
-async def _quiet(log: JetStreamLog) -> list[Stored]:
+async def quiet_log(log: JetStreamLog) -> list[Stored]:
     """The whole log once nothing has been appended for a while (the clock has nothing to tick
     for) and the tree's read models have committed all of it (their checkpoints, asked over
     `poolwise.cmd.tree.sql`)."""
@@ -70,7 +70,7 @@ async def test_a_burst_decided_cycle_by_cycle_replays_clean_and_projects_as_admi
         await log.append([envelope(TaskStateChanged(tree=w.tree, gang=f"b{i}", task=f"b{i}.0", state="placed"),
                                    f"placed-{i}", T0 + 2) for i in some[1::2]])
         await log.append([envelope(gang_event(w, i, "b"), f"b{i}", T0 + 3) for i in range(burst, w.gangs)])
-        messages = await _quiet(log)
+        messages = await quiet_log(log)
         tg.cancel_scope.cancel()
     envelopes: list[Envelope] = [e for s in messages for e in decode_all(s.data)]
     triggers = {e.event.trigger_seq for e in envelopes

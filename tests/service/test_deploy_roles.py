@@ -35,7 +35,7 @@ def _url(port: int, role: str) -> str:
     return f"nats://{role.lower()}:{PASSWORDS[role]}@127.0.0.1:{port}"
 
 
-async def _refused(port: int, role: str, subject: str) -> bool:
+async def refused_by_server(port: int, role: str, subject: str) -> bool:
     """Whether the server refuses `role` publishing on `subject` (a permissions violation)."""
     errors: list[str] = []
 
@@ -65,12 +65,12 @@ def test_each_role_does_its_job_and_nothing_more(server: int) -> None:
             receipt = await submitter.enqueue(gang="g1", pool="/a", count=1, resources={"cpu": 1})
             assert receipt.seq == 1
         # the submitter may ask admission's read-only queries (`submit --wait`, `gangs`, `explain`)
-        assert not await _refused(server, "SUBMITTER", "poolwise.cmd.admission.explain")
-        assert not await _refused(server, "SUBMITTER", "poolwise.cmd.admission.gangs")
-        assert await _refused(server, "SUBMITTER", "poolwise.decision.default.admission")
-        assert await _refused(server, "SUBMITTER", "poolwise.cmd.tree.pool_upsert")
-        assert await _refused(server, "OPERATOR", "poolwise.gang.default")
-        assert not await _refused(server, "OPERATOR", "poolwise.cmd.tree.pool_upsert")
+        assert not await refused_by_server(server, "SUBMITTER", "poolwise.cmd.admission.explain")
+        assert not await refused_by_server(server, "SUBMITTER", "poolwise.cmd.admission.gangs")
+        assert await refused_by_server(server, "SUBMITTER", "poolwise.decision.default.admission")
+        assert await refused_by_server(server, "SUBMITTER", "poolwise.cmd.tree.pool_upsert")
+        assert await refused_by_server(server, "OPERATOR", "poolwise.gang.default")
+        assert not await refused_by_server(server, "OPERATOR", "poolwise.cmd.tree.pool_upsert")
 
     async def bounded() -> None:
         with anyio.fail_after(60):  # a hung connection fails the test instead of hanging it
@@ -95,6 +95,6 @@ def test_the_service_role_saves_and_reads_snapshots(server: int) -> None:
                 assert await store.fetch("tree", 7) == b"state" * 1000
         finally:
             await service.close()
-        assert await _refused(server, "SUBMITTER", "$O.poolwise_snapshots.M.x")
+        assert await refused_by_server(server, "SUBMITTER", "$O.poolwise_snapshots.M.x")
 
     anyio.run(main)
