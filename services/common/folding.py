@@ -135,7 +135,7 @@ def rejection_of_fault(service: str, envelope: Envelope, seq: int, part: int, er
                     basis=seq, event=refusal)
 
 
-class _GcPause:
+class GcPause:
     """Python's cyclic garbage collector kept off the services' state (re-entrant across the event
     loop's tasks).
 
@@ -178,7 +178,7 @@ class _GcPause:
                 gc.enable()
 
 
-gc_paused = _GcPause()
+gc_paused = GcPause()
 # Frozen objects are never collected, not even when the interpreter exits (extension modules then
 # report them as leaked): hand them back when a folder stops, and at exit.
 atexit.register(gc.unfreeze)

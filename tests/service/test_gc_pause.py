@@ -1,5 +1,5 @@
 """The services fold with the cyclic collector paused and the state frozen out of its sight
-(`folding._GcPause`); every `UNFREEZE_EVERY` batches what was frozen is handed back and collected.
+(`folding.GcPause`); every `UNFREEZE_EVERY` batches what was frozen is handed back and collected.
 Cycles made during batches (exceptions and their tracebacks, event-loop internals) must be freed
 then: before they were frozen again at the next batch, never collected, and a service's memory
 grew with its history."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from services.common.folding import _GcPause
+from services.common.folding import GcPause
 
 
 class Node:
@@ -17,7 +17,7 @@ class Node:
 
 
 def test_cycles_made_in_batches_are_freed_at_the_unfreeze() -> None:
-    pause = _GcPause()
+    pause = GcPause()
     pause.UNFREEZE_EVERY = 10
     refs: list[weakref.ref[Node]] = []
     enabled = gc.isenabled()
