@@ -49,7 +49,10 @@ the next second is compared with. (A tree whose latest
 computation has no pool with a kind has no `pool_entitlements` row: if the store stops, or a batch
 rolls back, while that second is open, the NULL rows it would give are not written.) A batch
 writes the `pool_entitlements` rows of the pools its computations wrote or removed, once each
-(all of a tree's after a `replace`).
+(all of a tree's after a `replace`). A computation that moves a sibling group's factor changes
+every lent pool of that group (most of a shared tree): those are computed again once per batch
+(and before a second closes), with the seq, time and capacity of the last computation that moved
+their group, unless a later one wrote the pool itself, not once per computation.
 
 With the store's retention on, the `entitlement_history` rows computed before the horizon are
 deleted, but each pool's last row (it still says what the pool is entitled to), unless that row
@@ -197,6 +200,13 @@ class PoolStatusProjection(Projection):
         # Per tree, once it closed a window: each pool's values as its last history row has them
         # (a pool whose last row is NULL, or that has none: absent). The store is the only writer.
         self._rows: dict[str, dict[str, Values]] = {}
+        # Within a batch: per tree, the sibling groups whose factor moved and the last computation
+        # that moved each (`_Moved`); and when each pool was last written by a computation itself
+        # (the batch's count of computations folded then). Their lent pools are computed at
+        # `_lend`, once per batch.
+        self._moved: dict[str, dict[str, _Moved]] = {}
+        self._wrote: dict[str, dict[str, int]] = {}
+        self._count = 0
 
     def create(self, conn: Connection) -> None:
         for ddl in _DDL:
@@ -209,6 +219,7 @@ class PoolStatusProjection(Projection):
         self._rows = {}
         self._maps = {}
         self._lending = {}
+        self._moved, self._wrote, self._count = {}, {}, 0
 
     def apply(self, conn: Connection, items: Sequence[Item]) -> None:
         windows = self._open
@@ -227,6 +238,7 @@ class PoolStatusProjection(Projection):
             time = envelope.time
             due = self._due
             if due is not None and time >= due:
+                self._lend(written)
                 self._close(conn, [tree for tree, window in windows.items() if window.end <= time], history)
             event = envelope.event
             if event_class(event) is EntitlementsComputed:  # the model or its view (events.views)
@@ -234,6 +246,7 @@ class PoolStatusProjection(Projection):
                 tree = event.tree
                 window = windows.get(tree)
                 if window is not None and time < window.start:
+                    self._lend(written)
                     self._close(conn, [tree], history)  # the log's time went back: a window before it
                     window = None
                 if window is None:
@@ -244,22 +257,12 @@ class PoolStatusProjection(Projection):
                 window.seq, window.time = item.seq, time
                 touched = self._fold(event, item.seq, time)
                 _note_groups(groups, event)
-                if touched is None:
-                    window.dirty = None
-                    written[tree] = None
-                else:
-                    if window.dirty is not None:
-                        window.dirty |= touched
-                    if tree not in written:
-                        written[tree] = set(touched)
-                    else:
-                        paths = written[tree]
-                        if paths is not None:
-                            paths |= touched
+                _note_written(written, window, tree, touched)
             elif isinstance(event, PoolStarvationChanged):
                 starvation[(event.tree, event.pool)] = _starvation_row(event, item.seq, time)
             elif isinstance(event, PoolDeleted):
                 starvation[(event.tree, event.path)] = None
+        self._lend(written)
         insert_rows(conn, "entitlement_history", ENTITLEMENT_HISTORY, history)
         if written:
             self._entitlements(conn, written)
@@ -318,29 +321,50 @@ class PoolStatusProjection(Projection):
 
     def _fold(self, event: EntitlementsComputed, seq: int, time: datetime) -> set[str] | None:
         """Fold one computation into its tree's map (`events.entitlement_map.fold_entitlements`,
-        with each pool as `pool_entitlements` holds it): the paths it wrote or removed, and the lent
-        pools of the groups whose factor it changed (None: all of the tree's, a `replace`)."""
+        with each pool as `pool_entitlements` holds it): the paths it wrote or removed (None: all of
+        the tree's, a `replace`). The lent pools of the groups whose factor it moved are noted, and
+        computed at `_lend`."""
         tree = event.tree
         lending = self._lending[tree] = fold_entitlements(self._lending.get(tree, {}), event)
         pools = self._maps.get(tree)
+        self._count += 1
+        wrote = self._wrote.setdefault(tree, {})
         if pools is None or event.replace:
             pools = self._maps[tree] = {}
+            self._moved.pop(tree, None)  # (every pool is written by this one)
         touched: set[str] = set(event.removed)
         for path in event.removed:
             pools.pop(path, None)
         capacity = dict(event.capacity)
-        paths = {pool.path for pool in event.pools}
-        if event.factors:
-            moved = {factor.group for factor in event.factors}
-            paths.update(path for path in lending.lent if group_of(path) in moved)
-        for path in paths:
+        count = self._count
+        for pool in event.pools:
+            path = pool.path
             touched.add(path)
-            values = _pool_values(capacity, lending[path])
-            if values is None:  # no kind at all: no row
-                pools.pop(path, None)
-            else:
-                pools[path] = (seq, time, values, capacity, lending.lent.get(path))
+            wrote[path] = count
+            _write(pools, path, seq, time, capacity, lending)
+        if event.factors:
+            moved = self._moved.setdefault(tree, {})
+            for factor in event.factors:
+                moved[factor.group] = _Moved(count, seq, time, capacity)
         return None if event.replace else touched
+
+    def _lend(self, written: dict[str, set[str] | None]) -> None:
+        """Compute the lent pools of the groups whose factor moved since the last call, each as
+        the last computation that moved its group left it (unless one after that wrote the pool
+        itself): once per batch, where each computation that moved a factor rewrote them all."""
+        windows = self._open
+        assert windows is not None
+        for tree, moved in self._moved.items():
+            lending, pools, wrote = self._lending[tree], self._maps[tree], self._wrote.get(tree, {})
+            touched: set[str] = set()
+            for path in lending.lent:
+                found = moved.get(group_of(path))
+                if found is not None and wrote.get(path, 0) <= found.count:
+                    touched.add(path)
+                    _write(pools, path, found.seq, found.time, found.capacity, lending)
+            if touched:
+                _note_written(written, windows.get(tree), tree, touched)
+        self._moved, self._wrote, self._count = {}, {}, 0
 
     def _factors(self, conn: Connection, groups: dict[str, set[str] | None]) -> None:
         """The `lending_factors` rows of the groups written (all of a tree's: None)."""
@@ -370,6 +394,46 @@ class PoolStatusProjection(Projection):
             insert_arrow(conn, "pool_entitlements", pa.Table.from_arrays(
                 [pa.array(values, type=field.type) for values, field in zip(columns, POOL_ENTITLEMENTS, strict=True)],
                 schema=POOL_ENTITLEMENTS))
+
+
+@dataclass(frozen=True, slots=True)
+class _Moved:
+    """The last computation of a batch that moved a sibling group's factor: its place among the
+    batch's computations, its seq, time and capacity."""
+
+    count: int
+    seq: int
+    time: datetime
+    capacity: Mapping[str, float]
+
+
+def _write(pools: dict[str, _Pool], path: str, seq: int, time: datetime, capacity: Mapping[str, float],
+           lending: EntitlementMap) -> None:
+    """A pool of `lending` as `pool_entitlements` holds it, written by the computation at `seq`."""
+    values = _pool_values(capacity, lending[path])
+    if values is None:  # no kind at all: no row
+        pools.pop(path, None)
+    else:
+        pools[path] = (seq, time, values, capacity, lending.lent.get(path))
+
+
+def _note_written(written: dict[str, set[str] | None], window: _Open | None, tree: str,
+                  touched: set[str] | None) -> None:
+    """`touched` (None: every pool of the tree) are to be written to `pool_entitlements` and
+    compared when the tree's open second closes."""
+    if touched is None:
+        if window is not None:
+            window.dirty = None
+        written[tree] = None
+        return
+    if window is not None and window.dirty is not None:
+        window.dirty |= touched
+    if tree not in written:
+        written[tree] = set(touched)
+    else:
+        paths = written[tree]
+        if paths is not None:
+            paths |= touched
 
 
 def _delete_written(conn: Connection, table: str, column: str, written: dict[str, set[str] | None]) -> None:
@@ -463,11 +527,15 @@ def _latest_stored(conn: Connection) -> tuple[dict[str, _Open], dict[str, dict[s
 
 
 def _stored_lent(path: str, rows: list[Row]) -> LentPool | None:
-    """A pool's lent part as its `pool_entitlements` rows hold it (None: not lent)."""
-    if rows[0]["lent_given"] is None:
+    """A pool's lent part as its `pool_entitlements` rows hold it (None: not lent). A kind of the
+    pool's rows that its part does not name (a capacity kind outside it) has NULLs there: left out,
+    as the part had it, whichever row comes first."""
+    given = {row["kind"]: row["lent_given"] for row in rows if row["lent_given"] is not None}
+    if not given:
         return None
-    return LentPool.model_construct(path=path, given={row["kind"]: row["lent_given"] for row in rows},
-                                    share={row["kind"]: row["lent_share"] for row in rows},
+    return LentPool.model_construct(path=path, given=given,
+                                    share={row["kind"]: row["lent_share"] for row in rows
+                                           if row["lent_share"] is not None},
                                     limit={row["kind"]: row["lent_limit"] for row in rows
                                            if row["lent_limit"] is not None})
 
