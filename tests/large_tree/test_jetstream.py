@@ -17,7 +17,7 @@ async def test_a_tree_of_10100_pools_runs_on_jetstream(fresh_stream: str) -> Non
     assert run.entitlement_messages >= 11  # the first cycle's 10,101 pools (with the root) in parts
     assert 0 < run.largest_entitlement_bytes < 512 * 1024
     assert run.largest_message_bytes < 1024 * 1024
-    assert run.seconds < 30
+    # no bound on run.seconds: run_live's own 60 s budget is the only limit (tests never fail on timing)
     # every decision re-derived from the log, the parts of the entitlements included
     from services.common.jetstream import JetStreamLog
     from services.replay.reader import read_log
