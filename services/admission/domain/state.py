@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple, cast
 
 from events import (
@@ -126,6 +126,19 @@ class AdmissionState:
     # When finished gangs are forgotten: (deadline, gang, tree). Apart from `_timers`, since
     # forgetting decides nothing: it waits for the next event past its time (no tick for it).
     _forgets: list[tuple[float, str, str]] = field(default_factory=list)
+
+    # --- a snapshot's ---------------------------------------------------------------------------
+
+    def __getstate__(self) -> tuple[object, ...]:
+        """What a snapshot (or a copy) keeps: every field but `on_forget`, its holder's callback
+        (explain's notes: `ExplainingFolder.load` binds it again). Pickled, the callback took the
+        holder's notes into the state's pickle, and a reader of the state alone (the what-if,
+        the replay) loaded them too."""
+        return tuple([None if name == "on_forget" else getattr(self, name) for name in _STATE_FIELDS])
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        for name, value in zip(_STATE_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     # --- the fold -----------------------------------------------------------------------------
 
@@ -335,6 +348,9 @@ class AdmissionState:
         below = path.rstrip(paths.SEPARATOR) + paths.SEPARATOR
         for pool in [p for p in rt.queues if p == path or p.startswith(below)]:
             self.rebuild_queues(rt, pool)
+
+
+_STATE_FIELDS = tuple(f.name for f in fields(AdmissionState))  # (`__getstate__`'s order)
 
 
 # --- handlers: one per event type, wired in one table ------------------------------------------
