@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from events.base import Frozen
 
@@ -88,3 +88,13 @@ class TreeOptions(Frozen):
     # later is refused with rule `gang_forgotten`, and its id stays used: docs/architecture.md,
     # "Retention"). None: never forgotten (memory grows with every gang ever run).
     gang_retention: float | None = Field(default=3600.0, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _never_forgotten_on_the_wire(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """`gang_retention: null` is written, not left out: the log is encoded with `exclude_none`,
+        and a left-out field reads back as its default (3600 s), so "never forgotten" was lost on
+        the way through the log. Every other field's bytes are unchanged."""
+        written: dict[str, object] = handler(self)
+        if self.gang_retention is None:
+            written["gang_retention"] = None
+        return written

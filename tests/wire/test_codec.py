@@ -186,3 +186,20 @@ def test_derived_ids_are_derived_id(parts: tuple[object, ...]) -> None:
     ids = DerivedIds(*parts)
     for key in ("cycle", "admitted:g:1", "x\x1fy", "\u00fcber"):
         assert ids(key) == derived_id(*parts, key)
+
+
+def test_a_tree_that_never_forgets_stays_so_through_the_log() -> None:
+    """`gang_retention: None` ("never forgotten") is written as null: the log is encoded with
+    exclude_none, and before, the field was left out and read back as its default, 3600 s."""
+    from events import TreeOptions
+    from events.inputs import TreeConfigured
+
+    never = decode(encode(_env(TreeConfigured(tree="t", options=TreeOptions(gang_retention=None)))))
+    assert isinstance(never.event, TreeConfigured)
+    assert never.event.options.gang_retention is None
+    assert b'"gang_retention":null' in encode(never)
+    kept = decode(encode(_env(TreeConfigured(tree="t", options=TreeOptions(gang_retention=120.0)))))
+    assert isinstance(kept.event, TreeConfigured)
+    assert kept.event.options.gang_retention == 120.0
+    # the default's bytes are as before (a log written before this change reads the same)
+    assert b'"gang_retention":3600.0' in encode(_env(TreeConfigured(tree="t", options=TreeOptions())))
