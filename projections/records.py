@@ -18,7 +18,9 @@ same pool, takes its place: `for_gang`, read from the reason the preemption serv
 were entitled to more than they held and asked for more (entitlement share and demand share both
 above the usage share), the deepest of them (a parent of such a pool is left out), the
 preempted pool never. This projection keeps that set per tree in memory and in its table
-`preemption_wants` (internal), which it writes when the set changes.
+`preemption_wants` (internal), which it writes when the set changes. A deleted pool (and what was
+under it) leaves the set at once: nothing can go to it, and a tree whose pools are all deleted is
+computed no more, so its rows stayed for ever.
 `rejections` has one row per `InputRejected`: `ref` names what was refused (a gang, a task, a pool
 path, or `seq:<n>` for an undecodable message), `rule` the broken rule, `input_seq` where the
 refused input stands in the log (NULL for refused commands, which never became events) and
@@ -41,7 +43,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from events import EntitlementsComputed, Envelope, InputRejected, PreemptionRequested, event_class
+from events import EntitlementsComputed, Envelope, InputRejected, PoolDeleted, PreemptionRequested, event_class
 from projections.base import Connection, Item, Malformed, Projection, delete_older, insert_arrow, insert_rows
 
 Row = dict[str, Any]
@@ -142,6 +144,10 @@ class PreemptionsProjection(Projection):
                 if _fold_wants(wanting, cast(EntitlementsComputed, event)):
                     changed.add(cast(EntitlementsComputed, event).tree)
                 continue
+            if kind is PoolDeleted:
+                if _drop_wants(wanting, cast(PoolDeleted, event)):
+                    changed.add(cast(PoolDeleted, event).tree)
+                continue
             # by exact type, as events come off the wire: a failed isinstance of a model is slow
             if kind is not PreemptionRequested:
                 continue
@@ -182,6 +188,21 @@ def _fold_wants(wanting: dict[str, dict[str, bool]], event: EntitlementsComputed
         else:
             pools.pop(pool.path, None)
     return before != pools.keys()
+
+
+def _drop_wants(wanting: dict[str, dict[str, bool]], event: PoolDeleted) -> bool:
+    """A deleted pool, and the pools under it, leave its tree's "wants more" flags (the tree's
+    too, once none is left); whether any did."""
+    pools = wanting.get(event.tree)
+    if not pools:
+        return False
+    under = event.path.rstrip("/") + "/"
+    gone = [path for path in pools if path == event.path or path.startswith(under)]
+    for path in gone:
+        del pools[path]
+    if not pools:
+        del wanting[event.tree]
+    return bool(gone)
 
 
 def _for_whom(event: PreemptionRequested, wants: dict[str, bool]) -> Row:
