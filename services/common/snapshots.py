@@ -35,6 +35,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import importlib.metadata
+import io
 import json
 import logging
 import pickle
@@ -328,11 +329,15 @@ class ObjectStoreSnapshots:
         from nats.js.errors import NotFoundError
 
         obs = await self.opened()
+        # Into a buffer: without one nats-py joins the chunks with `bytes +=`, a copy of all so far
+        # per 128 KiB chunk (a 38 MB snapshot of admission after 1M gangs: 6.2 s of CPU, 15.6 s
+        # on a loaded machine; into a buffer 0.3 s and 1.4 s).
+        buffer = io.BytesIO()
         try:
-            result = await obs.get(self._name(service, seq))
+            await obs.get(self._name(service, seq), writeinto=buffer)
         except NotFoundError:
             return None
-        return bytes(result.data or b"")
+        return buffer.getvalue()
 
 
 @dataclass(slots=True)
