@@ -25,7 +25,6 @@ import atexit
 import gc
 import logging
 import os
-import pickle
 import tempfile
 import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -65,6 +64,7 @@ from services.common.snapshots import (
     Snapshotting,
     code_fingerprint,
     load_newest,
+    pickled,
 )
 
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
@@ -329,13 +329,13 @@ def take_snapshot(folder: Folder, folded: int) -> Awaitable[bytes]:
 
 
 def pickled_later(state: object) -> Awaitable[bytes]:
-    """`pickle.dumps(state)`, without holding the service up: the process forks, and the child
+    """`snapshots.pickled(state)`, without holding the service up: the process forks, and the child
     pickles the state as it stood at the fork (the parent's pages are shared copy-on-write) into a
     file and exits, while the parent goes on folding; the awaitable reads the file once the child
     is done. (Pickling in the process held its event loop for seconds at 100k live gangs, and a
     lease renewal waits for the GIL.) Where there is no fork, the state is pickled at once."""
     if not hasattr(os, "fork") or os.environ.get("POOLWISE_SNAPSHOT_FORK", "1") == "0":
-        data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickled(state)
 
         async def ready() -> bytes:
             return data
@@ -348,7 +348,7 @@ def pickled_later(state: object) -> Awaitable[bytes]:
         code = 1
         try:
             with open(name, "wb") as out:
-                out.write(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+                out.write(pickled(state))
             code = 0
         finally:
             os._exit(code)

@@ -169,6 +169,8 @@ def pickled(state: object) -> bytes:
 def _unpickled(stored: object, part: int | None) -> Any:
     """The state `pickled` made (`stored`: loaded once), whole or only its `part`."""
     if not isinstance(stored, Parts):
+        if part is not None and isinstance(stored, tuple):  # a tuple pickled whole (not by `pickled`)
+            return stored[part]
         if part not in (None, 0):
             raise Corrupt(f"no part {part}: the state is stored whole")
         return stored

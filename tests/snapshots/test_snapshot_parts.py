@@ -71,3 +71,12 @@ def test_a_snapshot_of_the_format_before_parts_is_passed_over() -> None:
     assert snapshots.FORMAT == 2
     found, skipped = anyio.run(lambda: load_newest(store, "admission", "same", part=0))
     assert found is None and "format 1" in skipped[0]
+
+
+def test_a_tuple_state_pickled_whole_gives_its_parts_too() -> None:
+    """A snapshot made by `encode_pickled` of a tuple pickled whole (not by `pickled`): its part is
+    the tuple's item, never the tuple."""
+    data = Snapshot.encode_pickled("admission", 3, "test", pickle.dumps(({"a": 1}, {"b": 2})))
+    assert Snapshot.decode(data, part=0).state == {"a": 1}
+    assert Snapshot.decode(data, part=1).state == {"b": 2}
+    assert Snapshot.decode(data).state == ({"a": 1}, {"b": 2})
