@@ -15,7 +15,6 @@ observes every event folded and every decision made, on rebuild as live.
 from __future__ import annotations
 
 from bisect import bisect_right
-from contextlib import suppress
 from functools import partial
 from typing import Any
 
@@ -33,7 +32,7 @@ from services.admission.domain.model import GANG_STATES
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.views import pool_numbers, queue_heads
 from services.admission.folder import AdmissionFolder
-from services.common.requests import error_reply, parse_request, serve_requests
+from services.common.requests import answer_until_cancelled, error_reply, parse_request
 
 
 class ExplainingFolder:
@@ -158,10 +157,4 @@ async def serve_queries(nc: Any, folder: ExplainingFolder, *,
                         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Answer `poolwise.cmd.admission.<op>` until cancelled (queue group: one instance answers
     each request); ready once the server knows the subscription."""
-    subscription = await serve_requests(nc, SERVICE, partial(answer, folder))
-    try:
-        task_status.started()
-        await anyio.sleep_forever()
-    finally:
-        with anyio.CancelScope(shield=True), suppress(Exception):
-            await subscription.unsubscribe()
+    await answer_until_cancelled(nc, SERVICE, partial(answer, folder), task_status=task_status)
