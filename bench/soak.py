@@ -127,6 +127,7 @@ class SizeResult:
     restart_s: float = 0.0  # caught up and answering
     failover_s: float = 0.0
     failover_by: str = ""
+    standby_warm_s: float = 0.0  # the standby's start until its /readyz said 200 (before the kill)
     replay_s: float = 0.0
     replay_events: int = 0
     replay_ok: bool = False
@@ -327,10 +328,16 @@ class Up:
 
 @contextlib.asynccontextmanager
 async def standby_admission(url: str, data_dir: Path, timeout: float) -> AsyncIterator[dict[str, float]]:
-    """`poolwise serve admission` as a second instance: yields once it stands by; the dict gets
-    `leading` (perf_counter) when it says it leads."""
+    """`poolwise serve admission` as a second instance: yields once it stands by warm (its
+    `/readyz` answers 200: its fold, from its snapshot and the log, is within the ready lag of the
+    log's end; "standing by" alone is said before the snapshot is loaded, and a failover measured
+    from there timed the load, not the takeover); the dict gets `warm` (seconds from the start to
+    that) and `leading` (perf_counter) when it says it leads."""
+    http_port = _free_port()
+    began = time.perf_counter()
     process = await anyio.open_process(_poolwise("serve", "admission", "--nats-url", url, "--data-dir",
-                                                 str(data_dir)), env=_child_env(), stdout=subprocess.DEVNULL)
+                                                 str(data_dir), "--http-port", str(http_port)),
+                                       env=_child_env(), stdout=subprocess.DEVNULL)
     said: dict[str, float] = {}
     lines: list[str] = []
     standing = anyio.Event()
@@ -355,8 +362,11 @@ async def standby_admission(url: str, data_dir: Path, timeout: float) -> AsyncIt
             tg.start_soon(read)
             with anyio.fail_after(timeout):
                 await standing.wait()
-            if "leading" in said:
-                raise RuntimeError(f"the second admission leads at once: {' | '.join(lines[-5:])}")
+                if "leading" in said:
+                    raise RuntimeError(f"the second admission leads at once: {' | '.join(lines[-5:])}")
+                while (await _readyz(http_port)) != 200:
+                    await anyio.sleep(0.1)
+            said["warm"] = time.perf_counter() - began
             yield said
             tg.cancel_scope.cancel()
     finally:
@@ -369,6 +379,25 @@ async def standby_admission(url: str, data_dir: Path, timeout: float) -> AsyncIt
                     process.kill()
                     await process.wait()
             await process.aclose()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _readyz(port: int) -> int:
+    """The status of `/readyz` on the loopback `port` (0 while nothing answers there yet)."""
+    from services.common.health_http import get
+
+    try:
+        status, _ = await get("127.0.0.1", port, "/readyz", timeout=2.0)
+    except (OSError, TimeoutError):
+        return 0
+    return status
 
 
 def run_replay(url: str, timeout: float) -> dict[str, Any]:
@@ -625,7 +654,7 @@ async def soak_one(gangs: int, shape: Shape, log: Any = None, keep: Path | None 
                 result.rss_restart = up.rss()
                 say(f"soak {gangs:,}: restart {result.restart_s:.1f} s; RSS {_mb(result.rss_restart)}; failover")
 
-                result.failover_s, result.failover_by = await failover(url, root / "standby", up, work, shape)
+                result.failover_s, result.failover_by = await failover(url, root / "standby", up, work, shape, result)
                 say(f"soak {gangs:,}: failover {result.failover_s:.1f} s ({result.failover_by}); replaying")
                 # bounded by the history's size too: 1M gangs are ~7M events, at 5k events/s ~1,400 s
                 replay = await anyio.to_thread.run_sync(run_replay, url, shape.timeout * 2 + gangs / 500)
@@ -661,9 +690,12 @@ async def _progress(work: Workload, gangs: int, say: Any, scope: anyio.CancelSco
             done = finished
 
 
-async def failover(url: str, data_dir: Path, up: Up, work: Workload, shape: Shape) -> tuple[float, str]:
-    """Kill -9 the active admission while a standby runs; seconds until a new gang is admitted."""
+async def failover(url: str, data_dir: Path, up: Up, work: Workload, shape: Shape,
+                   result: SizeResult | None = None) -> tuple[float, str]:
+    """Kill -9 the active admission while a warm standby runs; seconds until a new gang is admitted."""
     async with standby_admission(url, data_dir, shape.timeout) as standby:
+        if result is not None:
+            result.standby_warm_s = round(standby["warm"], 3)
         active = up.service_pid("admission")
         if active is None:
             raise RuntimeError(f"no admission process under `poolwise up`: {up.tail()}")

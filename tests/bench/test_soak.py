@@ -40,7 +40,7 @@ def test_the_section_has_every_figure_per_size_and_their_ratios() -> None:
     section = soak_rows([small, large])
     names = [r.name for r in section.rows]
     figures = [name for name, *_ in soak_figures(small)]
-    assert len(figures) == 6 + 7  # RSS of 3 services twice, start, restart x3, failover, replay x2
+    assert len(figures) == 6 + 8  # RSS of 3 services twice, start, restart x3, standby warm, failover, replay x2
     for size in ("1,000 gangs", "10,000 gangs"):
         for figure in [*figures, "history: log messages", "history: events (as replay counts them)"]:
             assert f"{size}: {figure}" in names
@@ -110,7 +110,8 @@ def test_a_tiny_soak_gives_every_figure() -> None:
         assert r.replay_ok, r.notes
         assert all(r.rss_run[s] > 0 and r.rss_restart[s] > 0 for s in ("tree", "admission", "preemption"))
         assert 0 < r.restart_ready_s <= r.restart_answer_s <= r.restart_s
-        assert r.failover_s > 0 and r.failover_by
+        assert r.failover_s > 0 and r.failover_by  # (the standby, or admission restarted by up: a race)
+        assert r.standby_warm_s > 0  # the kill waited for the standby's /readyz
         assert r.replay_events_per_s > 0 and r.replay_peak_rss >= r.replay_max_process_rss > 0
     section = soak_rows(results)
     ratios = [r for r in section.rows if r.name.startswith("ratio 600 / 300 gangs")]
