@@ -238,7 +238,7 @@ class RejectionsProjection(Projection):
             envelope = item.event
             if not isinstance(envelope, Envelope) or type(envelope.event) is not InputRejected:
                 continue
-            event = cast(InputRejected, envelope.event)
+            event = envelope.event
             rows.append({"seq": item.seq, "tree": event.tree, "ref": event.ref, "input_type": event.input_type,
                          "rule": event.rule, "field": event.field, "reason": event.reason,
                          "input_seq": event.input_seq,

@@ -371,9 +371,9 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
     policy.last_seq, policy.last_time = folded, now
     pending = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
     try:
-        pickled = await pickling
+        state_bytes = await pickling
         anchor = await anchor_of(log, folded)
-        data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), pickled,
+        data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), state_bytes,
                                               pending, anchor)
         await policy.store.save(service, folded, data)
         policy.saved = max(policy.saved, folded)
