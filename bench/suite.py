@@ -385,7 +385,7 @@ def soak_figures(r: Any) -> list[tuple[str, float, str, bool]]:
         ("restart: `explain` of the last gang answered", r.restart_answer_s, "s", False),
         ("restart-to-answer: answering and caught up (consumers drained, projections at the end)",
          r.restart_s, "s", True),
-        ("failover: the standby warm (its /readyz 200) after its start", r.standby_warm_s, "s", False),
+        ("standby warm before the failover (its /readyz 200) after its start", r.standby_warm_s, "s", False),
         ("failover: kill -9 of the active admission -> a new gang admitted", r.failover_s, "s", True),
         ("replay --verify: events/s", r.replay_events_per_s, "events/s", False),
         ("replay --verify: peak RSS (its process tree)", r.replay_peak_rss / mb, "MB", True),
