@@ -411,6 +411,23 @@ class Made:
         return data
 
 
+def _heads_differ(parts: list[_Record], made: Made) -> list[str]:
+    """What a pre-v3 computation's recorded parts carry beside their event (time, causation,
+    source, basis, ...) that the re-derived computation does not: the parts are compared by the
+    map they fold to, so without this a forged envelope field of an old part went unreported."""
+    def head(data: dict[str, Any]) -> dict[str, Any]:
+        return {name: value for name, value in data.items() if name not in ("event", "id")}
+
+    theirs = head(made.wire())
+    found: list[str] = []
+    for record in parts:
+        mine = head(wire(record.envelope))
+        found += [f"{name} (part {cast(EntitlementsComputed, record.envelope.event).part}): "
+                  f"{mine.get(name)!r} recorded, {theirs.get(name)!r} re-derived"
+                  for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+    return found
+
+
 @dataclass(slots=True)
 class _Record:
     """A decision as the log records it: where, and its bytes (a pack's part)."""
@@ -742,6 +759,7 @@ class Verifier:
         if in_scope:
             count.recorded += len(parts)
         found = map_differences(recorded, mine, maps.recorded.map(), maps.derived.map(), differences)
+        found += _heads_differ(parts, made[0])
         if not found:
             if in_scope:
                 count.matched += len(parts)

@@ -194,3 +194,23 @@ def test_a_cycle_count_that_differs_in_a_pre_v3_log_is_reported(logs: tuple[list
     assert [(f.kind, f.type) for f in report.findings] == [("differs", "CycleCompleted")], \
         [f.line() for f in report.findings]
     assert "event.decisions" in report.findings[0].detail
+
+
+@pytest.mark.parametrize("field, forged", [("time", "2001-01-01T00:00:00Z"), ("causation", "forged")])
+def test_a_forged_envelope_field_of_a_pre_v3_part_is_reported(logs: tuple[list[Stored], list[Stored]],
+                                                              field: str, forged: str) -> None:
+    """A pre-v3 computation is compared by the map its parts fold to; what its parts' envelopes
+    carry beside the event (time, causation, ...) is compared too (review: both went unreported)."""
+    _, before = logs
+    index = max(i for i, m in enumerate(before) if b'"type":"EntitlementsComputed","version":2' in m.data)
+    parts = _parts(before[index].data)
+    at = max(i for i, p in enumerate(parts) if b'"EntitlementsComputed"' in p)
+    envelope = json.loads(parts[at])
+    envelope[field] = forged
+    parts[at] = json.dumps(envelope, separators=(",", ":")).encode()
+    tampered = list(before)
+    tampered[index] = Stored(before[index].seq, before[index].subject, encode_pack(parts), before[index].msg_id)
+    report = verify(tampered)
+    found = [f for f in report.findings if f.type == "EntitlementsComputed"]
+    assert [f.kind for f in found] == ["differs"], [f.line() for f in report.findings]
+    assert f"{field} (part " in found[0].detail, found[0].detail
