@@ -325,6 +325,8 @@ class PoolStatusProjection(Projection):
         the tree's, a `replace`). The lent pools of the groups whose factor it moved are noted, and
         computed at `_lend`."""
         tree = event.tree
+        before = self._lending.get(tree)
+        old_capacity = dict(before.capacity) if before is not None else None
         lending = self._lending[tree] = fold_entitlements(self._lending.get(tree, {}), event)
         pools = self._maps.get(tree)
         self._count += 1
@@ -346,6 +348,14 @@ class PoolStatusProjection(Projection):
             moved = self._moved.setdefault(tree, {})
             for factor in event.factors:
                 moved[factor.group] = _Moved(count, seq, time, capacity)
+        if not event.replace and old_capacity is not None and old_capacity != capacity:
+            # A lent pool's fair share reads the tree's capacity: a computation that changed it
+            # moved every lent pool, as a factor does (else its row kept the old fair share, and
+            # a batch ending after such a computation gave other rows than the same log cut
+            # elsewhere: a restart's cut must not change the table).
+            moved = self._moved.setdefault(tree, {})
+            for group in {group_of(path) for path in lending.lent}:
+                moved[group] = _Moved(count, seq, time, capacity)
         return None if event.replace else touched
 
     def _lend(self, written: dict[str, set[str] | None]) -> None:

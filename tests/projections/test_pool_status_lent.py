@@ -78,3 +78,45 @@ def test_lent_pools_computed_once_per_batch_give_the_tables_of_one_by_one() -> N
         assert tables(batched) == expected
     lent_rows = [r for r in expected["pool_entitlements"] if r[1] in ("/t/a", "/t/b")]
     assert lent_rows and {r[11] for r in lent_rows} == {len(messages)}  # written by the last factor moved
+
+
+def _within_one_second(events: list[EntitlementsComputed]) -> list[Stored]:
+    """`events` 100 ms apart, all in one second of log time (one window: `_lend` runs at a batch's
+    end, not at each second's close, so the once-per-batch path is what is tested)."""
+    from datetime import timedelta
+
+    from events import Envelope, encode
+    from events.subjects import for_event
+    from tests.projections.make import T0
+
+    out = []
+    for seq, event in enumerate(events, start=1):
+        envelope = Envelope(id=f"ev-{seq}", time=T0 + timedelta(milliseconds=100 * seq), source="admission",
+                            basis=seq - 1, event=event)
+        out.append(Stored(seq, for_event(event.type, event.tree, "admission"), encode(envelope), envelope.id))
+    return out
+
+
+def test_a_capacity_change_after_a_factor_move_gives_the_same_rows_however_the_log_is_cut() -> None:
+    """A factor moved at capacity cpu 100, then a computation in the same second changed the
+    capacity to 200 and wrote no lent pool: one batch gave /t/a the fair share of 200 beside the
+    capacity 100 (review of 0f639a8), and split batches 0.17; the change of capacity moves every
+    lent pool, so all cuts agree and the row is the computation's at 200."""
+    small, large = {"cpu": 100.0, "memory": 1000.0}, {"cpu": 200.0, "memory": 2000.0}
+    first = EntitlementsComputed(version=3, tree="default", capacity=small, replace=True,
+                                 pools=[row("/t", 60), row("/t/a", 10), row("/t/b", 20), row("/u", 5)],
+                                 lent=[lent("/t/a", 10), lent("/t/b", 20)],
+                                 factors=[LendingFactor(group="/t", factor={"cpu": 5.0, "memory": 50.0})])
+    moved = EntitlementsComputed(version=3, tree="default", capacity=small, replace=False, pools=[],
+                                 factors=[LendingFactor(group="/t", factor={"cpu": 7.0, "memory": 70.0})])
+    grown = EntitlementsComputed(version=3, tree="default", capacity=large, replace=False, pools=[row("/u", 6)])
+    messages = _within_one_second([first, moved, grown])
+    found = []
+    for cuts in ([messages], [messages[:2], messages[2:]], [[m] for m in messages]):
+        with ProjectionStore(":memory:", [PoolStatusProjection()]) as store:
+            for cut in cuts:
+                store.apply(cut)
+            found.append(tables(store))
+    assert found[0] == found[1] == found[2]
+    lent_a = [r for r in found[0]["pool_entitlements"] if r[1] == "/t/a"]
+    assert lent_a and {r[11] for r in lent_a} == {3}  # written by the computation that changed the capacity
