@@ -22,7 +22,8 @@ from __future__ import annotations
 import multiprocessing
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from sys import intern
 from typing import Any
@@ -97,18 +98,42 @@ class _Child:
             end.close()
 
     def send(self, message: Any) -> None:
-        self.inbox_w.send(message)
+        try:
+            self.inbox_w.send(message)
+        except OSError:  # (a broken pipe: the child is gone)
+            raise self.ended() from None
+
+    def ended(self) -> ChildFailed:
+        """What to say when the child is gone (its exit code once it is reaped)."""
+        self.process.join(timeout=1.0)
+        return ChildFailed(f"the derivation's process ended (exit code {self.process.exitcode})")
 
     def take(self) -> Elsewhere:
         """The child's next piece's work."""
         try:
             kind, *rest = self.outbox_r.recv()
-        except EOFError:
-            raise ChildFailed(f"the derivation's process ended (exit code {self.process.exitcode})") from None
+        except (EOFError, OSError):
+            raise self.ended() from None
         if kind == "error":
             raise ChildFailed(rest[0])
         rows, recording, events, malformed = rest
         return Elsewhere([Made(*row) for row in rows], recording, events, malformed)
+
+
+@contextmanager
+def _one_failure() -> Iterator[None]:
+    """A child that died breaks the sender and the taker at once: say it once (`ChildFailed`,
+    its exit code), not as a group of broken pipes and streams."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        failed, _ = group.split(ChildFailed)
+        if failed is None:
+            raise
+        first: BaseException = failed
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
 
 
 async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: int, began: float, *,
@@ -142,7 +167,7 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
                     await anyio.to_thread.run_sync(worker.send, ("piece", _rows(piece)), abandon_on_cancel=True)
                     await sent_s.send(piece)
 
-        with sent_r:
+        with sent_r, _one_failure():
             async with anyio.create_task_group() as tg:
                 tg.start_soon(read)
                 tg.start_soon(send)
