@@ -240,7 +240,9 @@ _MODEL_OF[TaskEnvelopeView] = Envelope
 
 _decoder: Any = msgspec.json.Decoder(EnvelopeView)
 _task_decoder: Any = msgspec.json.Decoder(TaskEnvelopeView)
-_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)\Z")
+# (the offset's minutes bounded as pydantic bounds them: `fromisoformat` reads +05:99 as +06:39,
+# where pydantic refuses it, and a view and its model must read the same log alike)
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)\Z")
 _times: dict[str, datetime] = {}  # the last few distinct times read (a pack's events share one)
 _force = msgspec.structs.force_setattr
 
