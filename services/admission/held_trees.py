@@ -58,6 +58,10 @@ class HeldTreesFolder(AdmissionFolder):
         self.read: Counter[str] = Counter()
         # Called with each cycle decision read from the log as it is applied (explain's notes).
         self.on_applied: Callable[[Envelope], None] | None = None
+        # told the trees whose cycles it waits for: a tree only a message's body names (not its
+        # subject) is learnt by no lease otherwise, so nobody would hold it and every instance
+        # would wait for its cycle for good (review of 5bdadd2)
+        self.on_waiting: Callable[[list[str]], None] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -138,7 +142,10 @@ class HeldTreesFolder(AdmissionFolder):
         mine = [tree for tree in due if tree in held]
         if mine:
             self._made += self._decide(mine)
-        return [tree for tree in due if tree not in held]
+        theirs = [tree for tree in due if tree not in held]
+        if theirs and self.on_waiting is not None:
+            self.on_waiting(theirs)
+        return theirs
 
     def _decide(self, trees: list[str]) -> list[Envelope]:
         """The cycles of `trees` at the trigger just folded, decided and applied (`run_cycles`)."""

@@ -214,6 +214,8 @@ async def serve_admission(log: EventLog, data_dir: Path | None, *, clock: bool =
     if held is not None:
         # explain's notes of the cycles read from the log (what a cycle tells explain carries no time)
         held.on_applied = lambda decision: explaining.history.observe(decision.event, 0.0)
+        if trees is not None:
+            held.on_waiting = trees.learn
         if snapshots is not None:
             snapshots = WhenSettled.of(snapshots, held.settled)
     try:

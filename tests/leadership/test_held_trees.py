@@ -107,3 +107,17 @@ def test_a_snapshot_waits_until_nothing_waits() -> None:
     assert not policy.due(10_000, 0.0) and not policy.unsaved(10_000)
     fold_batch(folder, log.messages[stored.seq:], stored.seq)
     assert folder.settled() and policy.due(10_000, 0.0)
+
+
+def test_the_trees_whose_cycles_it_waits_for_are_told_so_each_gets_a_holder() -> None:
+    """A tree whose cycle is due but that no subject names would be learnt by no lease: nobody
+    would hold it and every instance would wait for its cycle for good (review of 5bdadd2). The
+    folder tells `on_waiting` (the service: `TreeLeases.learn`) each tree it waits for."""
+    log = random_log(7, out_of_order=False)
+    folder = HeldTreesFolder()
+    folder.held = frozenset({"default"})
+    told: set[str] = set()
+    folder.on_waiting = told.update
+    fold_batch(folder, log.messages, 0)
+    assert told and "default" not in told
+    assert set(folder.read) <= told  # every tree whose cycle was read was waited for, and told
