@@ -20,7 +20,16 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import AwareDatetime, BaseModel, Field, ValidationError, computed_field, field_serializer
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    computed_field,
+    field_serializer,
+    model_serializer,
+)
 
 from bench.workload import Workload, envelope, gang_event
 from events import (
@@ -498,7 +507,21 @@ class _Optional(GangAdmitted):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
-@pytest.mark.parametrize("changed", [_Serialized, _Aliased, _Computed, _Unioned], ids=lambda c: c.__name__)
+class _NullWritten(GangAdmitted):
+    """As TreeOptions writes `gang_retention: null`: a serializer that acts on None alone."""
+
+    note: str | None = "kept"
+
+    @model_serializer(mode="wrap")
+    def _null_kept(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        written: dict[str, object] = handler(self)
+        if self.note is None:
+            written["note"] = None
+        return written
+
+
+@pytest.mark.parametrize("changed", [_Serialized, _Aliased, _Computed, _Unioned, _NullWritten],
+                         ids=lambda c: c.__name__)
 def test_models_the_fast_path_cannot_write_are_left_to_pydantic(changed: type[Any]) -> None:
     assert converter(GangAdmitted) is not None
     assert converter(changed) is None  # what events.shapes does not read, or a sample written otherwise
