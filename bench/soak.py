@@ -76,7 +76,7 @@ from events import (
     TreeConfigured,
     TreeOptions,
 )
-from events.codec import pack_parts
+from events.codec import decode_all, pack_parts
 from events.commands import Reply
 from events.config import GangTimeoutOptions
 from events.subjects import STREAM, command, decision
@@ -495,6 +495,7 @@ class Workload:
         self.start = start
         self.enqueued = 0
         self.last_gang = ""
+        self.tag = ""  # in the ids of gangs made after the history (a kept history is measured again and again)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.start + self.enqueued / self.shape.log_rate, tz=UTC)
@@ -642,39 +643,92 @@ async def soak_one(gangs: int, shape: Shape, log: Any = None, keep: Path | None 
                 if keep is not None:
                     return result
 
-                await up.stop()
-                await up.start(tg)
-                await up.wait_ready(shape.timeout)
-                result.restart_ready_s = up.ready_at - up.started_at
-                result.restart_leading_s = {k: round(v - up.started_at, 3) for k, v in up.leading.items()}
-                await explain_answers(nc, work.last_gang, shape.timeout)
-                result.restart_answer_s = time.perf_counter() - up.started_at
-                await caught_up(nc, shape.timeout)
-                result.restart_s = time.perf_counter() - up.started_at
-                result.rss_restart = up.rss()
-                say(f"soak {gangs:,}: restart {result.restart_s:.1f} s; RSS {_mb(result.rss_restart)}; failover")
-
-                result.failover_s, result.failover_by = await failover(url, root / "standby", up, work, shape, result)
-                say(f"soak {gangs:,}: failover {result.failover_s:.1f} s ({result.failover_by}); replaying")
-                # bounded by the history's size too: 1M gangs are ~7M events, at 5k events/s ~1,400 s
-                replay = await anyio.to_thread.run_sync(run_replay, url, shape.timeout * 2 + gangs / 500)
-                report = replay["report"]
-                result.replay_s = replay["seconds"]
-                result.replay_events = int(report.get("events", 0))
-                result.replay_ok = bool(report.get("ok"))
-                result.replay_peak_rss = int(replay["peak_rss"])
-                result.replay_max_process_rss = int(replay["max_process_rss"])
-                if not result.replay_ok:
-                    result.notes.append(f"replay: exit {replay['exit']}, findings "
-                                        f"{len(report.get('findings', []))}: {replay['stderr'][-300:]}")
-                say(f"soak {gangs:,}: replay {result.replay_events_per_s:,.0f} events/s, peak "
-                    f"{result.replay_peak_rss / MB:,.0f} MB")
+                await restart_failover_replay(url, root, up, tg, nc, work, shape, result, say)
             finally:
                 with anyio.CancelScope(shield=True):
                     await sdk.close()
                     await up.stop()
                     await nc.close()
                 tg.cancel_scope.cancel()
+    return result
+
+
+async def restart_failover_replay(url: str, root: Path, up: Up, tg: Any, nc: Any, work: Workload, shape: Shape,
+                                  result: SizeResult, say: Any) -> None:
+    """Steps 6, 7 and 5 of the module doc on a history that is made and caught up, `up` running."""
+    gangs = result.gangs
+    await up.stop()
+    await up.start(tg)
+    await up.wait_ready(shape.timeout)
+    result.restart_ready_s = up.ready_at - up.started_at
+    result.restart_leading_s = {k: round(v - up.started_at, 3) for k, v in up.leading.items()}
+    await explain_answers(nc, work.last_gang, shape.timeout)
+    result.restart_answer_s = time.perf_counter() - up.started_at
+    await caught_up(nc, shape.timeout)
+    result.restart_s = time.perf_counter() - up.started_at
+    result.rss_restart = up.rss()
+    say(f"soak {gangs:,}: restart {result.restart_s:.1f} s; RSS {_mb(result.rss_restart)}; failover")
+
+    result.failover_s, result.failover_by = await failover(url, root / "standby", up, work, shape, result)
+    say(f"soak {gangs:,}: failover {result.failover_s:.1f} s ({result.failover_by}); replaying")
+    # bounded by the history's size too: 1M gangs are ~7M events, at 5k events/s ~1,400 s
+    replay = await anyio.to_thread.run_sync(run_replay, url, shape.timeout * 2 + gangs / 500)
+    report = replay["report"]
+    result.replay_s = replay["seconds"]
+    result.replay_events = int(report.get("events", 0))
+    result.replay_ok = bool(report.get("ok"))
+    result.replay_peak_rss = int(replay["peak_rss"])
+    result.replay_max_process_rss = int(replay["max_process_rss"])
+    if not result.replay_ok:
+        result.notes.append(f"replay: exit {replay['exit']}, findings "
+                            f"{len(report.get('findings', []))}: {replay['stderr'][-300:]}")
+    say(f"soak {gangs:,}: replay {result.replay_events_per_s:,.0f} events/s, peak "
+        f"{result.replay_peak_rss / MB:,.0f} MB")
+
+
+async def soak_kept(directory: Path, gangs: int, shape: Shape, log: Any = None) -> SizeResult:
+    """Steps 5-7 on a history kept by `--keep DIRECTORY/server GANGS`, with the code as it is now
+    (the history is made once, in about an hour at 1M gangs, and measured after each change).
+    `poolwise up` first runs once on it and catches up (untimed: a first start after an upgrade
+    folds whatever its snapshots do not hold, and the tree's read models are made in
+    DIRECTORY/data, kept for the next measure) and is stopped cleanly (its snapshots written);
+    then the restart, failover and replay are measured as `soak_one` does. `rss_run` is the RSS
+    after that first catch-up, not after making the history."""
+    say = log or (lambda text: None)
+    result = SizeResult(gangs=gangs)
+    async with EmbeddedNats(directory / "server") as server, anyio.create_task_group() as tg:
+        url = server.url
+        nc = new_client()
+        await nc.connect(url, name="poolwise-soak")
+        js = nc.jetstream()
+        result.messages = (await js.stream_info(STREAM)).state.last_seq
+        last = decode_all((await js.get_msg(STREAM, result.messages)).data)[-1]
+        decisions = Decisions()
+        await nc.subscribe(decision(TREE, "admission"), cb=decisions.on_msg)
+        await nc.flush()
+        up = Up(url, directory / "data")
+        sdk = Submitter(url, source="sdk:soak", tree=TREE)
+        try:
+            began = time.perf_counter()
+            await up.start(tg)
+            await up.wait_ready(shape.timeout + gangs / 100)
+            await caught_up(nc, shape.timeout + gangs / 100)
+            result.notes.append(f"first start on the kept history caught up in {time.perf_counter() - began:.0f} s")
+            result.rss_run = up.rss()
+            say(f"soak {gangs:,} (kept): caught up; RSS {_mb(result.rss_run)}; restarting")
+            await sdk.connect()
+            # new gangs come after the history's last log time
+            start = last.time.timestamp() + 1.0
+            work = Workload(sdk, decisions, shape, start)
+            work.tag = f"-{int(time.time())}"
+            work.last_gang = f"g{gangs - 1}"
+            await restart_failover_replay(url, directory, up, tg, nc, work, shape, result, say)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sdk.close()
+                await up.stop()
+                await nc.close()
+            tg.cancel_scope.cancel()
     return result
 
 
@@ -699,7 +753,7 @@ async def failover(url: str, data_dir: Path, up: Up, work: Workload, shape: Shap
         active = up.service_pid("admission")
         if active is None:
             raise RuntimeError(f"no admission process under `poolwise up`: {up.tail()}")
-        spec = work.gang(0, prefix="failover-")
+        spec = work.gang(0, prefix=f"failover{work.tag}-")
         killed = time.perf_counter()
         os.kill(active, signal.SIGKILL)
         await work.enqueue([spec])
@@ -737,6 +791,13 @@ def main(argv: list[str]) -> None:
         kept = anyio.run(lambda: soak_one(int(argv[2]), Shape(), lambda t: print(t, file=sys.stderr),
                                           Path(argv[1])), backend="asyncio")
         print(json.dumps(asdict(kept), indent=2))
+        return
+    if argv[:1] == ["--measure"]:  # --measure DIR GANGS: steps 5-7 on a history kept in DIR/server
+        measured = anyio.run(lambda: soak_kept(Path(argv[1]), int(argv[2]), Shape(),
+                                               lambda t: print(f"{datetime.now(UTC):%H:%M:%S} load "
+                                                               f"{os.getloadavg()[0]:.1f}: {t}", file=sys.stderr,
+                                                               flush=True)), backend="asyncio")
+        print(json.dumps(as_json(measured)), flush=True)
         return
     sizes = [int(s) for s in (argv[0] if argv else "2000,4000").split(",")]
 
