@@ -645,12 +645,16 @@ async def soak_one(gangs: int, shape: Shape, log: Any = None, keep: Path | None 
 
                 await restart_failover_replay(url, root, up, tg, nc, work, shape, result, say)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await sdk.close()
-                    await up.stop()
-                    await nc.close()
-                tg.cancel_scope.cancel()
+                await _wind_down(sdk, up, nc, tg)
     return result
+
+
+async def _wind_down(sdk: Submitter, up: Up, nc: Any, tg: Any) -> None:
+    with anyio.CancelScope(shield=True):
+        await sdk.close()
+        await up.stop()
+        await nc.close()
+    tg.cancel_scope.cancel()
 
 
 async def restart_failover_replay(url: str, root: Path, up: Up, tg: Any, nc: Any, work: Workload, shape: Shape,
@@ -724,11 +728,7 @@ async def soak_kept(directory: Path, gangs: int, shape: Shape, log: Any = None) 
             work.last_gang = f"g{gangs - 1}"
             await restart_failover_replay(url, directory, up, tg, nc, work, shape, result, say)
         finally:
-            with anyio.CancelScope(shield=True):
-                await sdk.close()
-                await up.stop()
-                await nc.close()
-            tg.cancel_scope.cancel()
+            await _wind_down(sdk, up, nc, tg)
     return result
 
 
