@@ -33,6 +33,7 @@ checkpoint: a crash leaves all three as they were before the batch, or all three
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import threading
 from bisect import bisect_right
@@ -98,10 +99,26 @@ CREATE TABLE IF NOT EXISTS pruning (
     pruned_seq BIGINT                 -- the position before which it was made
 )"""
 
+# What a projection could not apply: the message's position, the projection, the error (its type
+# and message); the projection's checkpoint moved past it with the others' (`apply_isolating`).
+_ERRORS_DDL = """CREATE TABLE IF NOT EXISTS projection_errors (
+    seq        BIGINT NOT NULL,
+    projection VARCHAR NOT NULL,
+    error      VARCHAR NOT NULL
+)"""
+ERROR_TEXT = 2_000  # characters of an error kept in `projection_errors`
+
+# What the store itself failed at (a disk, memory, a database DuckDB gave up on) rather than a
+# message: nothing is skipped for these, the caller stops and the batch is read again later.
+ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, MemoryError, duckdb.IOException, duckdb.OutOfMemoryException, duckdb.FatalException,
+    duckdb.InternalException, duckdb.InterruptException, duckdb.ConnectionException)
+
 # Seconds of log time from one prune to the next (each deletes about that much history, at most
 # `Projection.prune_rows` rows per table).
 PRUNE_EVERY = 60.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_log = logging.getLogger("poolwise.projections")
 
 
 class ProjectionStore:
@@ -156,6 +173,7 @@ class ProjectionStore:
         self.pause_gc = pause_gc
         self._projections = tuple(projections)
         self._checkpoints: dict[str, int] = {}
+        self._failed: str | None = None  # the projection that raised in the last `_apply`, if one did
         self.rebuilt: tuple[str, ...] = ()
         self._cursor_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -209,6 +227,7 @@ class ProjectionStore:
         conn = self._conn
         with _transaction(conn):
             conn.execute(_CHECKPOINTS_DDL)
+            conn.execute(_ERRORS_DDL)
             stored = {
                 name: (version, last)
                 for name, version, last in conn.execute(
@@ -299,6 +318,47 @@ class ProjectionStore:
         `decoded` maps a message's sequence to its envelopes (one, or a pack's), used as they are;
         the other messages are decoded here, as `apply` does. The envelopes given for a sequence
         must be the decode of that message's bytes (`events.decode_all`)."""
+        return self._apply(batch, decoded, {})
+
+    def apply_isolating(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Sequence[Envelope]]) -> int:
+        """`apply_decoded` for a service, which must go on whatever the log holds: when the batch
+        raises, its halves are applied in turn, down to the one message that raises; that message
+        is applied to every projection that can, and for each that cannot, a row in
+        `projection_errors` (its position, the projection, the error) is written in the same
+        transaction, its checkpoint moving past it with the others'. One log entry never stops
+        the read models, nor puts the tree service in a crash loop. The store's own failures
+        (`ENVIRONMENT_ERRORS`: a disk, memory) skip nothing: they propagate, as from
+        `apply_decoded`, and the batch is applied when it comes again."""
+        try:
+            return self._apply(batch, decoded, {})
+        except ENVIRONMENT_ERRORS:
+            raise
+        except Exception:
+            low = self.lowest_checkpoint
+            seqs = sorted({m.seq for m in batch if m.seq > low})
+            if len(seqs) > 1:
+                middle = seqs[len(seqs) // 2]
+                self.apply_isolating([m for m in batch if m.seq < middle], decoded)
+                return self.apply_isolating([m for m in batch if m.seq >= middle], decoded)
+        skip: dict[str, str] = {}
+        while True:  # one message: without each projection that raises on it, in turn
+            try:
+                return self._apply(batch, decoded, skip)
+            except ENVIRONMENT_ERRORS:
+                raise
+            except Exception as exc:
+                failed = self._failed
+                if failed is None or failed in skip:  # not a projection's: nothing to leave out
+                    raise
+                skip[failed] = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT]
+                _log.error("projection %s cannot apply the message at %s, left out: %s", failed,
+                           ", ".join(map(str, sorted({m.seq for m in batch}))), skip[failed])
+
+    def _apply(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Sequence[Envelope]],
+               skip: Mapping[str, str]) -> int:
+        """`apply_decoded`, leaving out the projections in `skip` (name -> error): their
+        checkpoints move with the others' and each gets a `projection_errors` row per message."""
+        self._failed = None
         if self.read_only:
             raise PermissionError("this store was opened read-only")
         with self._write_lock:
@@ -324,13 +384,19 @@ class ProjectionStore:
                     seqs = [item.seq for item in items]
                     for projection in self._projections:
                         done = self._checkpoints[projection.name]
-                        if seqs[-1] > done:
+                        if seqs[-1] > done and projection.name not in skip:
                             todo = items[bisect_right(seqs, done) :]
+                            self._failed = projection.name
                             if projection.name in self._pruned:
                                 self._apply_pruning(projection, todo, pruning)
                             else:
                                 projection.apply(self._conn, todo)
+                            self._failed = None
                 advanced = {p.name: top for p in self._projections if top > self._checkpoints[p.name]}
+                if skip:
+                    errors = [[seq, name, error] for seq in ordered for name, error in sorted(skip.items())
+                              if seq > self._checkpoints[name]]
+                    self._conn.executemany("INSERT INTO projection_errors VALUES (?, ?, ?)", errors)
                 if advanced:  # one statement: each costs about a millisecond, whatever it does
                     self._conn.execute(
                         "UPDATE checkpoints SET last_seq = ? WHERE list_contains(?, projection)", [top, list(advanced)]

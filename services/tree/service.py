@@ -258,7 +258,7 @@ class TreeService:
         if self.tg is not None:
             self.snapshot_if_due(self.tg)
         if self.store is not None:
-            await anyio.to_thread.run_sync(self.store.apply_decoded, batch, decoded)
+            await anyio.to_thread.run_sync(self.store.apply_isolating, batch, decoded)
 
     async def fold_consumed(self, batch: Sequence[Stored]) -> dict[int, list[Envelope]]:
         """Fold a consumed batch and publish the rejections of malformed config/host messages;
@@ -429,7 +429,7 @@ def projecting_behind(tg: TaskGroup, svc: TreeService, store: ProjectionStore) -
                 messages, merged = list(batch), dict(decoded)
                 await _gather(receive, messages, merged, started + PROJECTION_INTERVAL)
                 started = anyio.current_time()
-                await anyio.to_thread.run_sync(store.apply_decoded, messages, merged)
+                await anyio.to_thread.run_sync(store.apply_isolating, messages, merged)
 
     tg.start_soon(project)
 

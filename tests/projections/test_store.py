@@ -395,3 +395,45 @@ def test_a_pack_of_decisions_is_a_row_per_event_at_one_position(tmp_path: Path) 
                         (2, 1, "adm-1", "GangAdmitted"), (2, 2, "adm-2", "GangAdmitted"),
                         (3, 0, "ev-3", "TreeConfigured")]
         assert store.checkpoint("event_log") == 3
+
+
+class Poisoned(Exploding):
+    """Writes a row per item, and raises on the items at the positions in `poison` only."""
+
+    def __init__(self, poison: set[int], error: type[Exception] = RuntimeError) -> None:
+        super().__init__()
+        self.poison, self.error = poison, error
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        import pyarrow as pa
+
+        insert_arrow(conn, "exploded", pa.table({"seq": pa.array([i.seq for i in items], pa.int64())}))
+        bad = sorted({item.seq for item in items} & self.poison)
+        if bad:
+            raise self.error(f"cannot take {bad[0]}")
+
+
+def test_a_message_a_projection_cannot_apply_is_left_out_of_it_alone_and_recorded() -> None:
+    """A service must go on (docs/architecture.md, "No input crashes a service"): the poisoned
+    messages (4 and 8 of 1..10) are applied to every other projection, left out of the one that
+    raises on them with a row each in `projection_errors`, and every checkpoint moves to 10."""
+    with ProjectionStore(":memory:", [EventLogProjection(), Poisoned({4, 8})]) as store:
+        assert store.apply_isolating(gangs(1, 10), {}) == 10
+        assert count(store, "event_log") == 10
+        _, rows = store.query("SELECT seq FROM exploded ORDER BY seq")
+        assert [r[0] for r in rows] == [1, 2, 3, 5, 6, 7, 9, 10]
+        _, rows = store.query("SELECT seq, projection, error FROM projection_errors ORDER BY seq")
+        assert rows == [(4, "exploding", "RuntimeError: cannot take 4"), (8, "exploding", "RuntimeError: cannot take 8")]
+        assert store.checkpoints() == {"event_log": 10, "exploding": 10}
+        assert store.apply_isolating(gangs(11, 12), {}) == 12  # and it goes on as before
+        assert count(store, "exploded") == 10
+        assert count(store, "projection_errors") == 2
+
+
+def test_the_stores_own_failures_skip_nothing() -> None:
+    """A disk or memory failure is not the message's fault: it propagates and nothing is kept."""
+    with ProjectionStore(":memory:", [EventLogProjection(), Poisoned({3}, duckdb.IOException)]) as store:
+        with pytest.raises(duckdb.IOException, match="cannot take 3"):
+            store.apply_isolating(gangs(1, 5), {})
+        assert store.checkpoints() == {"event_log": 0, "exploding": 0}
+        assert count(store, "projection_errors") == 0
