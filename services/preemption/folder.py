@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from events import Envelope, PoolDeleted, at_seconds
 from services.admission.domain.cycle_order import CycleOrder
+from services.admission.domain.state import Outcome
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import seconds_of
 from services.common import metrics, tracing
@@ -35,6 +36,7 @@ class PreemptionFolder:
 
     def load(self, state: tuple[PreemptionState, tuple[object, ...]]) -> None:
         self.state = state[0]
+        self.state.held, self.state.parked = None, None  # (a per-tree instance's snapshot: it decides every tree)
         self.order = CycleOrder(self._fold, self.state.admission.take_due)
         self.order.load(state[1])
 
@@ -54,7 +56,9 @@ class PreemptionFolder:
             outcomes = self.state.apply(envelope.event, seq, seconds_of(envelope))
         except Exception as error:  # refused, and the fold goes on (CycleOrder's held events with it)
             return [rejection_of_fault(SERVICE, envelope, seq, 0, error, self.state.now)]
-        if not outcomes:
-            return []
+        return self.envelopes(outcomes, seq, envelope.id) if outcomes else []
+
+    def envelopes(self, outcomes: list[Outcome], seq: int, cause: str) -> list[Envelope]:
+        """Decisions based at `seq`, caused by event `cause`, in their envelopes (at the fold's time)."""
         time = at_seconds(self.state.now)
-        return [decision_envelope(SERVICE, o.event, o.key, seq, envelope.id, time) for o in outcomes]
+        return [decision_envelope(SERVICE, o.event, o.key, seq, cause, time) for o in outcomes]

@@ -54,15 +54,22 @@ from services.tree.domain.effective import EffectivePool, effective_pools
 
 
 def preemption_pass(state: AdmissionState, tree: str, now: float, memory: TreeMemory,
-                    admitted: AdmittedIndex | Iterable[Gang] | None = None) -> PassResult:
+                    admitted: AdmittedIndex | Iterable[Gang] | None = None, picks: bool = True) -> PassResult:
     """The decisions of one pass over `tree` at `now`. `admitted`: the tree's admitted gangs, if
-    the caller keeps them (`AdmittedIndex`; else every gang of the tree is looked at)."""
+    the caller keeps them (`AdmittedIndex`; else every gang of the tree is looked at).
+
+    `picks=False`: what the pass remembers (`memory`: since when each pool is over, each pool's
+    starvation) and its starvation changes, without picking a victim (an instance that does not
+    decide the tree: services/preemption/held_trees.py). `memory` ends the same either way: a
+    bucket's excess is judged before its picks, the picks of the non-slack bucket take
+    non-revocable gangs (which hold no slack, all the slack bucket reads), each pool's picks
+    touch only its own ledger, and starvation reads the tree's ledgers, never the picks."""
     rt = state.runtime(tree)
     options = state.config.tree(tree).options
     pools = effective_pools(state.config, tree)
     holdings = Holdings.of(rt, admitted)
     result = PassResult()
-    enabled = options.preemption.enabled
+    enabled = options.preemption.enabled and picks
     result.preemptions += over_entitlement(rt, pools, holdings, now, options.preemption.grace, enabled, memory)
     if enabled:
         result.preemptions += make_room(rt, pools, holdings)

@@ -66,6 +66,12 @@ class PreemptionState:
     records: list[PreemptionRecord] = field(default_factory=list)
     open: dict[tuple[str, str], PreemptionRecord] = field(default_factory=dict)  # (tree, gang) -> requested
     last_pass: dict[str, PassResult] = field(default_factory=dict)  # tree -> what its last pass decided, and why
+    # Per tree (services/preemption/held_trees.py): the trees whose passes this fold runs as they
+    # come (None: every tree). Another tree's pass is left to the caller, named by `parked` (tree,
+    # trigger): it runs it (`run_pass`) before it folds anything else, deciding it or only
+    # remembering what it would remember.
+    held: frozenset[str] | None = None
+    parked: tuple[str, int] | None = None
 
     @property
     def now(self) -> float:
@@ -98,7 +104,7 @@ class PreemptionState:
                 trigger = self.deferred.pop(tree, None)
                 if trigger is not None:  # a cycle came while that pass was in flight: its pass now
                     self.in_flight[tree] = trigger
-                    return self.run_pass(tree, trigger)
+                    return self._pass(tree, trigger)
             return []
         if event.service != ADMISSION:
             return []
@@ -106,14 +112,22 @@ class PreemptionState:
             self.deferred[tree] = seq
             return []
         self.in_flight[tree] = seq
-        return self.run_pass(tree, seq)
+        return self._pass(tree, seq)
 
-    def run_pass(self, tree: str, seq: int) -> list[Outcome]:
+    def _pass(self, tree: str, trigger: int) -> list[Outcome]:
+        if self.held is not None and tree not in self.held:
+            self.parked = (tree, trigger)  # the caller's to run (`held`)
+            return []
+        return self.run_pass(tree, trigger)
+
+    def run_pass(self, tree: str, seq: int, picks: bool = True) -> list[Outcome]:
+        """The pass of `tree` after the admission cycle triggered at `seq`; `picks=False`: only
+        what it remembers, and its starvation changes (`preemption_pass`)."""
         admitted = self._admitted(tree)
         admitted.sweep_if_grown()
         try:
             result = preemption_pass(self.admission, tree, self.now, self.memory.setdefault(tree, TreeMemory()),
-                                     admitted)
+                                     admitted, picks)
         except Exception as error:  # a broken pass neither stops the service nor its next passes
             return failed_cycle(tree, SERVICE, seq, "CycleCompleted",
                                 f"the preemption pass of tree {tree} after seq {seq}", error)
