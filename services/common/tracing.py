@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from time import time_ns
@@ -387,6 +387,35 @@ def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[E
         out[index] = with_trace(envelope, carrier_of(made))
         gangs.see(out[index])  # (its context from now on: admission's span; a timed-out gang's forgotten)
     return out
+
+
+def folded(service: str, start: int, events: int, decoded: Iterable[list[Envelope]]) -> None:
+    """A live batch a service folded without deciding on it (the tree service's: gangs' inputs and
+    admission's decisions, for its state and its projections), started at `start` (ns): one span,
+    `fold batch`, only when the batch holds sampled work, so that a gang's trace shows that fold
+    too. It is a child of the first sampled envelope's span (the trickle's case: a batch is one
+    gang's enqueue, or one decision), and linked to the others' (each link names its gang: a span
+    has one parent). A batch without sampled work costs a look at each envelope's `trace`."""
+    sampled: list[tuple[SpanContext, Any]] = []
+    for envelopes in decoded:
+        for envelope in envelopes:
+            if envelope.trace is not None and (found := context_of(envelope.trace)) is not None:
+                sampled.append((found, envelope.event))
+    if not sampled:
+        return
+    parent, first = sampled[0]
+    links = [Link(found, {"poolwise.gang": getattr(event, "gang", None) or "", "poolwise.event": event.type})
+             for found, event in sampled[1:LINKS + 1]]
+    made = tracer().start_span("fold batch", context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                               start_time=start, links=links,
+                               attributes={"service": service, "events": events, "poolwise.traced": len(sampled),
+                                           "poolwise.tree": getattr(first, "tree", None) or "",
+                                           "poolwise.gang": getattr(first, "gang", None) or "",
+                                           "poolwise.event": first.type})
+    made.end()
+
+
+LINKS = 127  # the other sampled envelopes a tree-service batch links (the SDK keeps 128 links a span)
 
 
 FOLLOWED = frozenset({"TaskStateChanged", "GangCancelled"})  # inputs about a gang that admission joins to it

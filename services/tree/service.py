@@ -8,6 +8,12 @@ Per command (decide, then do):
        catch up and decide again (at most 3 times), so a change is re-validated, never lost;
     4. on a refusal, append an `InputRejected` record and answer with the rule and message;
     5. fold what we appended, and reply with its log position.
+An accepted command's events are stamped with the log's time (the newest event time folded) or,
+with a `clock` (`poolwise up` and `serve`), the wall clock when it is later: they are inputs,
+written when the operator sent them, so a fresh cluster's configuration is not dated 1970 (what
+`--at TIME` and SQL's `event_log.time` read). A refusal is a decision: the log's time alone, as
+the replay re-derives it. Scenario runs and the demo keep log time (no clock): their time starts
+at 0.
 A consume loop keeps the state and the projection (pool tree, event log) current between commands.
 The projection gets every event of the stream (`event_log` is the whole log); the state folds
 only the tree's own subjects (`SUBJECTS`).
@@ -28,6 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from time import time, time_ns
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -55,7 +62,7 @@ from events.commands import (
     TreeList,
 )
 from projections.store import ProjectionStore
-from services.common import metrics
+from services.common import metrics, tracing
 from services.common.folding import (
     SnapshotPolicy,
     anchor_of,
@@ -191,8 +198,9 @@ def rejection(refused: Refused, input_type: str, text: str, basis: int, now: flo
 
 class TreeService:
     def __init__(self, log: EventLog, store: ProjectionStore | None = None,
-                 snapshots: SnapshotPolicy | None = None) -> None:
+                 snapshots: SnapshotPolicy | None = None, clock: Callable[[], float] | None = None) -> None:
         self.log = log
+        self.clock = clock  # what accepted commands are stamped with when later than the log's time
         self.store = store
         self.view = TreeView()
         self.lock = anyio.Lock()
@@ -265,11 +273,15 @@ class TreeService:
         returns the envelopes it decoded, by sequence, for the projections (each message is
         decoded once)."""
         decoded: dict[int, list[Envelope]] = {}
+        traced = tracing.ON  # (a batch with sampled work is a span in its gangs' traces: `tracing.folded`)
+        began = time_ns() if traced else 0
         async with self.lock:
             with gc_paused():  # decoding makes many small objects: no collector passes over them
-                rejections = await self.fold(batch, decoded if self.store is not None else None)
+                rejections = await self.fold(batch, decoded if self.store is not None or traced else None)
             if rejections:
                 await self.log.append(rejections)
+        if traced and decoded:
+            tracing.folded(SERVICE, began, len(batch), decoded.values())
         watched = metrics.status(SERVICE)  # what the metrics read: the position consumed, every subject
         watched.folded, watched.events = max(watched.folded, batch[-1].seq if batch else 0), watched.events + len(batch)
         return decoded
@@ -313,14 +325,19 @@ class TreeService:
             return Reply(ok=True, data={"hosts": [{**h, "host": h["name"]} for h in list_hosts(self.state)]})
         return None
 
+    def stamp(self) -> float:
+        """The time of an accepted command's events: the log's time, or the clock's when later."""
+        return self.now if self.clock is None else max(self.now, self.clock())
+
     async def _append(self, decision: Accepted) -> int | None:
         seq: int | None = None
+        stamp = at_seconds(self.stamp())
         for event in decision.events:
             tree = getattr(event, "tree", None)
             subject = subjects.for_event(event.type, tree, SERVICE)
             expected = self.subject_seq.get(subject, 0)
             envelope = Envelope(id=derived_id(SERVICE, subject, expected, event.model_dump_json()),
-                                time=at_seconds(self.now), source=SERVICE, basis=self.position, event=event)
+                                time=stamp, source=SERVICE, basis=self.position, event=event)
             appended = await self.log.append_expecting(envelope, subject, self.subject_seq.get(subject, 0))
             if appended.duplicate:
                 raise StaleWrite(subject, self.subject_seq.get(subject, 0), "duplicate: already written")
@@ -356,10 +373,12 @@ class TreeService:
 
 
 async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeService | None = None,
-                     sql_retention: float | None = None,
+                     sql_retention: float | None = None, clock: bool = False,
                      task_status: TaskStatus[TreeService] = anyio.TASK_STATUS_IGNORED) -> None:
     """The tree service; with a data dir, its read models in `<data_dir>/tree.duckdb`, keeping
-    `sql_retention` seconds of log time of history (None: all of it; `projections/store.py`)."""
+    `sql_retention` seconds of log time of history (None: all of it; `projections/store.py`).
+    `clock`: accepted commands are stamped with the wall clock when it is later than the log's
+    time (`poolwise up` and `serve`); off, with the log's time (scenario runs, the demo, tests)."""
     store = None
     if data_dir is not None and service is None:
         from projections.event_log import EventLogProjection
@@ -369,7 +388,7 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
         data_dir.mkdir(parents=True, exist_ok=True)
         store = ProjectionStore(data_dir / "tree.duckdb", [PoolTreeProjection(), EventLogProjection(), *read_models()],
                                 retention=sql_retention)
-    svc = service or TreeService(log, store, policy_for(log, SERVICE))
+    svc = service or TreeService(log, store, policy_for(log, SERVICE), time if clock else None)
     try:
         async with svc.lock:
             await svc.restore()

@@ -2,7 +2,7 @@
 nats-server) and the CLI, with `OTEL_EXPORTER_OTLP_ENDPOINT` naming a real OTLP/HTTP receiver of
 the test's (`otlp_receiver`: protobuf decoded with opentelemetry-proto). A gang's trace arrives
 with the spans docs/observability.md promises (names, parents, links, the gang's attribute), from
-the CLI, admission and preemption; the metrics arrive too. Then a restart: a gang enqueued before
+the CLI, the tree service, admission and preemption; the metrics arrive too. Then a restart: a gang enqueued before
 it and decided after it is still in one trace."""
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def test_a_gangs_trace_and_the_metrics_reach_an_otlp_receiver(tmp_path: Path, re
             ok(up.cli("task", "set", task, "running", "--gang", "a0"))
         submit(up, "b0", "/b", 1, "--no-preemptible")
         spans = spans_where(receiver, lambda spans: has("preemption requested", "a0")(spans)
-                            and len([s for s in spans if s.name == "admission TaskStateChanged"]) == 2,
+                            and len([s for s in spans if s.name == "admission TaskStateChanged"]) == 2
+                            and any(s.service == "poolwise-tree" for s in spans),
                             "a0's trace through preemption at the receiver")
 
         enqueue = gang_span(spans, "enqueue", "a0")
@@ -124,6 +125,17 @@ def test_a_gangs_trace_and_the_metrics_reach_an_otlp_receiver(tmp_path: Path, re
             assert folded.name == "admission TaskStateChanged" and folded.trace_id == report.trace_id
             assert [(link.trace_id, link.span_id) for link in folded.links] == [(admitted.trace_id,
                                                                                  admitted.span_id)]
+        # the tree service folds a0's enqueue and admission's decision: its batch is in a0's trace
+        # (a child of the first sampled envelope of the batch, linked to the others)
+        tree = [s for s in spans if s.service == "poolwise-tree"]
+        assert tree and {s.name for s in tree} == {"fold batch"}
+        for cause in (enqueue, admitted):
+            folds = [s for s in tree if s.parent_id == cause.span_id
+                     or (cause.trace_id, cause.span_id) in {(link.trace_id, link.span_id) for link in s.links}]
+            assert len(folds) == 1, (cause.name, tree)
+            assert folds[0].attributes["service"] == "tree" and folds[0].attributes["events"] >= 1
+            if folds[0].parent_id == cause.span_id:
+                assert folds[0].trace_id == cause.trace_id
         # b0 is a trace of its own
         b0 = gang_span(spans, "enqueue", "b0")
         assert b0.trace_id != enqueue.trace_id

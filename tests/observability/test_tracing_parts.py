@@ -6,6 +6,7 @@ the tallies of the decisions it published)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from bench.workload import envelope
 from events import (
     ClockTicked,
+    Envelope,
     GangEnqueued,
     HostRegistered,
     PoolConfig,
@@ -24,15 +26,21 @@ from events import (
     TaskSpec,
     TreeConfigured,
     TreeOptions,
+    encode,
+    subjects,
 )
 from events.config import GangTimeoutOptions
 from services.admission.folder import AdmissionFolder
 from services.common import metrics, tracing
 from services.common.jetstream import trace_headers
+from services.common.log import Stored
+from services.common.memlog import MemoryLog
 from services.submitter.build import enqueue_event
 from services.submitter.build import envelope as sdk_envelope
+from services.tree.service import TreeService
 
 T0 = 1_767_225_600.0
+T0_AT = datetime.fromtimestamp(T0, UTC)
 TREE = "t"
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
@@ -274,3 +282,37 @@ def test_the_sdk_carries_a_context_only_when_its_span_is_sampled() -> None:
         assert (made.trace is not None) is carries
         assert made.id == sdk_envelope(event).id  # the id never depends on it
     assert tracing.context_of(made.trace) is None
+
+
+def _traced(seq: int, gang: str, trace: str | None) -> Stored:
+    sent = Envelope(id=f"ev-{seq}", time=T0_AT, source="sdk:test",
+                    event=enqueue_event(tree=TREE, gang=gang, pool="/a", count=1, resources={"cpu": 1.0}),
+                    trace={"traceparent": trace} if trace else None)
+    return Stored(seq, subjects.for_event("GangEnqueued", TREE, "sdk:test"), encode(sent), sent.id)
+
+
+@pytest.mark.anyio
+async def test_the_tree_services_batch_is_a_span_in_its_sampled_gangs_traces(spans: InMemorySpanExporter) -> None:
+    other = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01"
+    service = TreeService(MemoryLog())
+    config = Envelope(id="ev-1", time=T0_AT, source="tree", event=TreeConfigured(tree=TREE, options=TreeOptions()))
+    first = [Stored(1, subjects.for_event("TreeConfigured", TREE, "tree"), encode(config), "ev-1"),
+             _traced(2, "g1", SAMPLED), _traced(3, "g2", UNSAMPLED), _traced(4, "g3", other), _traced(5, "g4", None)]
+    await service.fold_consumed(first)
+    [made] = spans.get_finished_spans()
+    assert made.name == "fold batch" and made.parent is not None
+    assert (made.context.trace_id, made.parent.span_id) == (0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331)
+    assert dict(made.attributes or {}) == {"service": "tree", "events": 5, "poolwise.traced": 2, "poolwise.tree": TREE,
+                                           "poolwise.gang": "g1", "poolwise.event": "GangEnqueued"}
+    assert [(link.context.trace_id, link.context.span_id, dict(link.attributes or {})) for link in made.links] == [
+        (0x1af7651916cd43dd8448eb211c80319c, 0xc7ad6b7169203331,
+         {"poolwise.gang": "g3", "poolwise.event": "GangEnqueued"})]
+    assert service.position == 5
+    # nothing sampled in a batch, or a batch folded already (a restart's consumer starts below the
+    # position): no span
+    await service.fold_consumed([_traced(6, "g5", UNSAMPLED), _traced(7, "g6", None)])
+    await service.fold_consumed([_traced(2, "g1", SAMPLED)])
+    assert len(spans.get_finished_spans()) == 1
+    tracing.uninstall()
+    await service.fold_consumed([_traced(8, "g7", SAMPLED)])
+    assert len(spans.get_finished_spans()) == 1 and service.position == 8
