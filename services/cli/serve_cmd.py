@@ -273,7 +273,7 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
     def system() -> Awaitable[None]:
         return run_system(names, data_dir, nats_url if not embedded or nats_url else None,
                           on_ready=on_ready, ready_on_standby=ready_on_standby,
-                          on_change=on_change, options=tree_options(sql_retention),
+                          on_change=on_change, options=service_options(sql_retention),
                           replicas=replicas, leases=leases, on_trees=on_trees)
 
     def main() -> Awaitable[None]:
@@ -295,6 +295,13 @@ def _run(names: list[str], data_dir: DataDir, nats_url: str | None, *, embedded:
 def tree_options(sql_retention: float | None) -> dict[str, dict[str, Any]]:
     """The keyword arguments of the services' entry points (`services.launcher.start_services`)."""
     return {} if sql_retention is None else {"tree": {"sql_retention": sql_retention}}
+
+
+def service_options(sql_retention: float | None) -> dict[str, dict[str, Any]]:
+    """`tree_options`, and the tree service's clock on: a live system's commands are stamped with
+    the wall clock when it is later than the log's time (`services.tree.service`)."""
+    options = tree_options(sql_retention)
+    return {**options, "tree": {**options.get("tree", {}), "clock": True}}
 
 
 def tree_args(sql_retention: float | None) -> dict[str, list[str]]:

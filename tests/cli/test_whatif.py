@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -52,6 +52,7 @@ def before(system: Up) -> dict[str, Any]:
     """The system before the change: /A's gangs admitted, /B's pending; where the log was then."""
     file = system.cwd / "cluster.yaml"
     file.write_text(CLUSTER.replace("SHARE", "10"))
+    started = datetime.now(UTC)
     assert system.cli("apply", "-f", "cluster.yaml").code == 0
     url = (system.data_dir / "nats.url").read_text().strip()
     with SyncSubmitter(url) as poolwise:
@@ -60,7 +61,7 @@ def before(system: Up) -> dict[str, Any]:
     wanted = {**{g: "admitted" for g in A_GANGS}, "b1": "pending", "b2": "pending"}
     wait_for(lambda: _gang_states(system) == wanted, "/A's gangs admitted, /B's pending", timeout=30)
     seq = quiet_seq(system)
-    return {"seq": seq, "time": datetime.now(UTC).isoformat(), "states": wanted}
+    return {"seq": seq, "time": datetime.now(UTC).isoformat(), "states": wanted, "started": started}
 
 
 def _gang_states(up: Up) -> dict[str, str]:
@@ -148,8 +149,7 @@ def test_gangs_and_explain_at_a_past_position_or_time(system: Up, before: dict[s
         listed = _here(system, capfd, monkeypatch, "gangs", "--at", at, "--json")
         assert listed.code == 0, listed
         assert {g["gang"]: g["state"] for g in listed.json()["gangs"]} == before["states"], at
-        # a time: the last position stamped at or before it (the apply's first event may carry
-        # the tree service's log time, which is the time of what it read last: before `at`)
+        # a time: the last position stamped at or before it (at or after the position taken)
         assert listed.json()["as_of"] == before["seq"] if at == str(before["seq"]) else \
             listed.json()["as_of"] >= before["seq"], at
     why = _here(system, capfd, monkeypatch, "explain", "b1", "--at", str(before["seq"]), "--json")
@@ -162,14 +162,29 @@ def test_gangs_and_explain_at_a_past_position_or_time(system: Up, before: dict[s
     ("0", "--at 0: before the log (its first position is 1)"),
     ("99999999", "--at 99999999: in the future (the log ends at position "),
     ("2999-01-01T00:00:00Z", "--at 2999-01-01T00:00:00Z: in the future (it is "),
-    # the tree service stamps what it writes with the log's time, the epoch before any input came
-    ("1969-12-31T23:59:59Z", "--at 1969-12-31T23:59:59Z: before the log (its first event is at 1970-01-01T00:00:00Z)"),
+    ("1969-12-31T23:59:59Z", "--at 1969-12-31T23:59:59Z: before the log (its first event is at 20"),
 ])
 def test_a_bad_at_is_one_line_and_exit_2(system: Up, before: dict[str, Any], at: str, found: str,
                                          capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for command in (("state",), ("gangs",), ("explain", "b1"), ("pool", "tree")):
         result = _here(system, capfd, monkeypatch, *command, "--at", at)
         assert found in one_error_line(result), (command, result.err)
+
+
+def test_a_time_before_the_first_apply_is_before_the_log(system: Up, before: dict[str, Any],
+                                                        capfd: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tree service stamps an accepted command with the wall clock (the log had no time yet):
+    the cluster's first configuration is dated when it was applied, not 1970, so a time before the
+    apply is before the log, and SQL's event_log says when the configuration came."""
+    earlier = (before["started"] - timedelta(seconds=1)).isoformat()
+    for command in (("state",), ("gangs",), ("pool", "tree")):
+        result = _here(system, capfd, monkeypatch, *command, "--at", earlier)
+        assert f"--at {earlier}: before the log (its first event is at {before['started']:%Y-%m-%d}" \
+            in one_error_line(result), (command, result.err)
+    first = _here(system, capfd, monkeypatch, "sql", "SELECT min(time) AS t FROM event_log", "--format", "json")
+    assert first.code == 0, first
+    assert datetime.fromisoformat(first.json()[0]["t"]) >= before["started"].replace(microsecond=0), first.out
 
 
 STEPS = """\
