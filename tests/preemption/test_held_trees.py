@@ -1,0 +1,194 @@
+"""A preemption instance deciding per tree (`services.preemption.held_trees.HeldTreesPreemption`)
+decides the passes of the trees it holds and reads the others' from the log, and whatever it
+holds, and whenever its trees change (a tree taken over while its pass is parked: its holder
+published part of it, or none), it decides exactly what one service-wide instance decided: every
+decision it makes is in the log with the same id and content, and its fold ends in the same
+state, what the passes remember (since when each pool is over, each pool's starvation) included.
+
+The logs are test_interleavings' random ones (three trees, one configured late; two pools with
+preemption at grace 0; admission's decisions landing late, in batches, sometimes out of order;
+a service-wide preemption instance that folds in random cuts and sometimes restarts), folded in
+random batch cuts while the trees held change at random."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from events import (
+    ClockTicked,
+    CycleCompleted,
+    Envelope,
+    GangEnqueued,
+    PreemptionRequested,
+    TaskSpec,
+    TaskStateChanged,
+    decode_all,
+)
+from services.common.folding import fold_batch
+from services.common.log import Stored
+from services.preemption.domain.state import PreemptionState
+from services.preemption.folder import PreemptionFolder
+from services.preemption.held_trees import HeldTreesPreemption
+from tests.admission.builders import host, pool, tree, without_slot_waits
+from tests.admission.test_interleavings import TREES, Log, random_log
+
+
+def recorded(messages: list[Stored]) -> dict[str, Envelope]:
+    return {e.id: e for stored in messages for e in decode_all(stored.data)}
+
+
+def passes(messages: list[Stored]) -> dict[str, int]:
+    """How many preemption passes of each tree the log closes."""
+    counts: dict[str, int] = {}
+    for envelope in recorded(messages).values():
+        event = envelope.event
+        if envelope.source == "preemption" and isinstance(event, CycleCompleted):
+            counts[event.tree] = counts.get(event.tree, 0) + 1
+    return counts
+
+
+def same(made: Envelope, found: Envelope) -> bool:
+    return (made.basis, made.source, made.causation, made.time, made.event.model_dump(mode="json")) == (
+        found.basis, found.source, found.causation, found.time, found.event.model_dump(mode="json"))
+
+
+def folded(state: PreemptionState) -> dict[str, Any]:
+    """What a pass reads and what the folder answers: not `last_pass` (a pass not decided here
+    picked nothing) nor the admitted index (a superset, swept when read)."""
+    return {"admission": without_slot_waits(state.admission),
+            "memory": {name: asdict(memory) for name, memory in state.memory.items()
+                       if memory.over or memory.starvation},
+            "in_flight": state.in_flight, "deferred": state.deferred,
+            "records": [r.to_dict() for r in state.records], "open": sorted(state.open)}
+
+
+def whole(messages: list[Stored]) -> PreemptionFolder:
+    folder = PreemptionFolder()
+    fold_batch(folder, messages, 0)
+    return folder
+
+
+def contended_log(seed: int) -> Log:
+    """Three trees whose two pools take turns at wanting the whole cluster: the one that holds it
+    is over its entitlement when the other's gangs come, and gives back (grace 0); the executor
+    stops what is asked for, sometimes late. Admission's and a service-wide preemption's
+    decisions land late, in batches."""
+    rng = random.Random(seed)
+    log = Log()
+    for name in TREES:
+        log.add(tree(name=name, grace=0.0), 0.0, source="tree")
+        for path in ("/a", "/b"):
+            log.add(pool(path, tree_name=name), 0.0, source="tree")
+    log.add(host(cpu=6.0), 0.0, source="tree")
+    preemption = PreemptionFolder()
+    read, gid = 0, 0
+
+    def settle() -> None:
+        nonlocal read
+        for _ in range(rng.randint(1, 3)):
+            log.land(log.fold())
+            result = fold_batch(preemption, log.messages[read:], read)
+            read = result.last_seq
+            log.land(result.decisions)
+
+    for turn in range(rng.randint(4, 8)):
+        for name in rng.sample(TREES, rng.randint(1, len(TREES))):
+            path = ("/a", "/b")[(turn + TREES.index(name)) % 2]
+            for _ in range(rng.randint(2, 6)):
+                gid += 1
+                log.add(GangEnqueued(tree=name, gang=f"g{gid}", pool=path, job=f"j{gid % 3}", size=1,
+                                     tasks=[TaskSpec(id=f"g{gid}/0", resources={"cpu": 1.0})]), rng.choice([0.0, 1.0]))
+        log.add(ClockTicked(), 1.0, source="admission:clock")
+        settle()
+        for name in TREES:  # the executor: admitted tasks run, asked-for ones stop (some later)
+            rt = log.admission.state.trees.get(name)
+            for gang in [] if rt is None else list(rt.gangs.values()):
+                for task in gang.tasks if gang.state == "admitted" else []:
+                    if task.preemption_requested and rng.random() < 0.8:
+                        log.add(TaskStateChanged(tree=name, gang=gang.id, task=task.id, state="preempted"), 0.5)
+                    elif task.state in ("ready", "placed"):
+                        log.add(TaskStateChanged(tree=name, gang=gang.id, task=task.id, state="running"), 0.0)
+        log.add(ClockTicked(), 1.0, source="admission:clock")
+        settle()
+    log.add(ClockTicked(), 1.0, source="admission:clock")
+    for _ in range(4):
+        settle()
+    return log
+
+
+LOGS = [("random", seed) for seed in range(12)] + [("contended", seed) for seed in range(6)]
+
+
+@pytest.mark.parametrize("out_of_order", [False, True], ids=["in-order", "out-of-order"])
+def test_deciding_the_trees_held_and_reading_the_others_decides_what_one_instance_did(out_of_order: bool) -> None:
+    taken_over = picked = 0
+    for kind, seed in LOGS:
+        log = random_log(seed, out_of_order) if kind == "random" else contended_log(seed + out_of_order)
+        messages = log.messages
+        found = recorded(messages)
+        rng = random.Random(seed)
+        folder = HeldTreesPreemption()
+        folder.held = frozenset(rng.sample(TREES, rng.randint(0, len(TREES))))
+        done = 0
+        while done < len(messages):
+            end = min(len(messages), done + rng.randint(1, 12))
+            waiting = folder.waiting_trees()
+            if rng.random() < 0.3:  # trees taken over (some while their pass is parked) and given away
+                folder.held = frozenset(rng.sample(TREES, rng.randint(0, len(TREES))))
+            made: list[Envelope] = []
+            taking = waiting & folder.held
+            if taking:  # as if their holder died: decided now (the shell's look), not read from the log
+                made += folder.take_over()
+                taken_over += 1
+                assert taking <= {e.event.tree for e in made if isinstance(e.event, CycleCompleted)}, seed
+            result = fold_batch(folder, messages[done:end], done)
+            done = result.last_seq
+            made += result.decisions
+            for decision in made:
+                assert decision.id in found, (seed, decision.event.type, decision.basis)
+                assert same(decision, found[decision.id]), (seed, decision.id)
+                picked += isinstance(decision.event, PreemptionRequested)
+        assert folder.settled(), seed
+        assert folded(folder.state) == folded(whole(messages).state), seed
+        decided_or_read = {name: folder.decided[name] + folder.read[name] for name in TREES}
+        for name, count in passes(messages).items():  # every pass was decided here or read, once at least
+            assert decided_or_read[name] >= count, (seed, name)
+    assert taken_over > 5 and picked > 5  # (takeovers of a parked pass, and picks, were exercised)
+
+
+def test_an_instance_picks_no_victim_of_a_tree_it_does_not_hold_and_remembers_what_its_holder_does() -> None:
+    for seed in range(10):
+        log = random_log(seed, out_of_order=False)
+        folder = HeldTreesPreemption()
+        folder.held = frozenset({"default"})
+        result = fold_batch(folder, log.messages, 0)
+        assert {getattr(d.event, "tree", None) for d in result.decisions} <= {"default"}, seed
+        assert set(folder.decided) <= {"default"}
+        assert folder.settled(), seed
+        assert folded(folder.state) == folded(whole(log.messages).state), seed
+    assert set(folder.read) - {"default"}  # the other trees' passes were read from the log
+
+
+def test_a_snapshot_of_a_parked_fold_is_not_taken_and_either_mode_starts_from_the_others() -> None:
+    log = random_log(3, out_of_order=False)
+    folder = HeldTreesPreemption()
+    told: list[str] = []
+    folder.on_waiting = told.extend
+    for stored in log.messages:  # up to the first pass left to another instance
+        fold_batch(folder, [stored], stored.seq - 1)
+        if folder.waiting_trees():
+            break
+    assert not folder.settled() and told == sorted(folder.waiting_trees())
+    fold_batch(folder, log.messages[stored.seq:], stored.seq)
+    assert folder.settled()
+    service_wide = PreemptionFolder()  # a service-wide start from a per-tree instance's snapshot
+    service_wide.load(folder.export())
+    assert service_wide.state.held is None
+    per_tree = HeldTreesPreemption()
+    per_tree.held = frozenset({"t2"})
+    per_tree.load(whole(log.messages).export())  # and the other way round
+    assert per_tree.state.held == frozenset({"t2"}) and isinstance(per_tree.order, type(folder.order))
