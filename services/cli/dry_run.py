@@ -172,7 +172,8 @@ def clone(state: AdmissionState) -> AdmissionState:
     from services.admission.domain.model import FINISHED
 
     # the timers' heaps: tuples of numbers and names, copied as lists (their items shared)
-    memo: dict[int, Any] = {id(state._forgets): list(state._forgets), id(state._timers): list(state._timers)}
+    timers, forgets = state.timer_heap, state.forget_heap
+    memo: dict[int, Any] = {id(forgets): list(forgets), id(timers): list(timers)}
     for rt in state.trees.values():
         going: list[Any] = []
         for gang in rt.gangs.values():

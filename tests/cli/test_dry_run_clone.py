@@ -65,3 +65,16 @@ def test_what_the_what_if_does_on_the_copy_leaves_the_state_as_it_was(state: Adm
     after = ({n: g.state for n, g in rt.gangs.items()}, {p: dict(held.allocation) for p, held in rt.ledgers.items()},
              state.last_seq, entitlements(state))
     assert after == before
+
+
+def test_the_copy_has_heaps_of_its_own_with_the_same_deadlines(state: AdmissionState) -> None:
+    """The timers and the forgetting are copied (a cycle on the copy pushes and pops them) and
+    read through the state's public accessors."""
+    assert state.timer_heap and state.forget_heap  # pending gangs time out, finished ones are forgotten
+    copied = clone(state)
+    assert copied.timer_heap == state.timer_heap and copied.timer_heap is not state.timer_heap
+    assert copied.forget_heap == state.forget_heap and copied.forget_heap is not state.forget_heap
+    timers, forgets = list(state.timer_heap), list(state.forget_heap)
+    copied.timer_heap.clear()
+    copied.forget_heap.clear()
+    assert (state.timer_heap, state.forget_heap) == (timers, forgets)

@@ -234,6 +234,18 @@ class AdmissionState:
         if self.on_forget is not None:
             self.on_forget(rt.name, gang.id)
 
+    @property
+    def timer_heap(self) -> list[tuple[float, str, str, str, int]]:
+        """The gang and placement timeouts, a heap of (deadline, gang, tree, kind, attempt), as
+        held: for a copier of the state (`services.cli.dry_run.clone`); only the handlers change it."""
+        return self._timers
+
+    @property
+    def forget_heap(self) -> list[tuple[float, str, str]]:
+        """When finished gangs are forgotten, a heap of (deadline, gang, tree), as held: for a copier
+        of the state; only the handlers change it."""
+        return self._forgets
+
     def next_deadline(self) -> float | None:
         """When the earliest timer fires (the service's clock ticks then, so timers fire on a
         quiet log); stale entries may make this early, never late."""
