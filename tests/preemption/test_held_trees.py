@@ -13,6 +13,7 @@ random batch cuts while the trees held change at random."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -26,7 +27,6 @@ from events import (
     PreemptionRequested,
     TaskSpec,
     TaskStateChanged,
-    decode_all,
 )
 from services.common.folding import fold_batch
 from services.common.log import Stored
@@ -35,20 +35,13 @@ from services.preemption.folder import PreemptionFolder
 from services.preemption.held_trees import HeldTreesPreemption
 from tests.admission.builders import host, pool, tree, without_slot_waits
 from tests.admission.test_interleavings import TREES, Log, random_log
+from tests.leadership.test_held_trees import recorded
 
 
-def recorded(messages: list[Stored]) -> dict[str, Envelope]:
-    return {e.id: e for stored in messages for e in decode_all(stored.data)}
-
-
-def passes(messages: list[Stored]) -> dict[str, int]:
+def passes(messages: list[Stored]) -> Counter[str]:
     """How many preemption passes of each tree the log closes."""
-    counts: dict[str, int] = {}
-    for envelope in recorded(messages).values():
-        event = envelope.event
-        if envelope.source == "preemption" and isinstance(event, CycleCompleted):
-            counts[event.tree] = counts.get(event.tree, 0) + 1
-    return counts
+    return Counter(e.event.tree for e in recorded(messages).values()
+                   if e.source == "preemption" and isinstance(e.event, CycleCompleted))
 
 
 def same(made: Envelope, found: Envelope) -> bool:
