@@ -37,6 +37,7 @@ from typing import IO, Any
 
 import anyio
 
+from services.common import id_runs
 from services.common.input_error import InputError
 from services.common.jetstream import JetStreamLog
 from services.common.leadership import OnChange, run_as_leader
@@ -127,6 +128,7 @@ async def start_services(tg: Any, log: EventLog, names: list[str], data_dir: Pat
     (`services.common.tree_gate.run_per_tree`: ready once folded, whatever it holds; `on_trees`
     hears the trees held); the tree service keeps its one lease."""
     kv = await open_leases(log.nc) if leadership and isinstance(log, JetStreamLog) else None
+    id_runs.install(data_dir)  # the id record's runs in files of the data dir, not in the heap
     started = []
     for name in SERVICES:
         if name in names:

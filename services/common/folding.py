@@ -27,13 +27,13 @@ import logging
 import os
 import tempfile
 import zlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 
@@ -52,7 +52,7 @@ from events import (
     read_envelope,
 )
 from events.subjects import PREFIX
-from services.common import metrics, tracing
+from services.common import id_runs, metrics, trace_recovery, tracing
 from services.common.decodes import SHARED
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.memlog import subject_filter
@@ -65,7 +65,10 @@ from services.common.snapshots import (
     code_fingerprint,
     load_newest,
     pickled,
+    runs_to_save,
+    split_pickled,
 )
+from services.tree.domain import used_ids
 
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
     from projections.store import ProjectionStore
@@ -300,6 +303,8 @@ async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made
     if snapshot is None:
         return 0
     cast(Snapshotting, folder).load(snapshot.state)
+    await trace_recovery.recover(log, folder, snapshot.seq)  # (tracing on: its held gangs' contexts, from the log)
+    id_runs.sweep_current()  # (its runs taken: the files no one uses left over from earlier)
     for decision in snapshot.pending:
         made[decision.id] = decision
     logger.info("%s: started from its snapshot at %d", folder.service, snapshot.seq)
@@ -322,13 +327,29 @@ def anchored_on(log: EventLog) -> Anchored:
     return anchored
 
 
-def take_snapshot(folder: Folder, folded: int) -> Awaitable[bytes]:
+def take_snapshot(folder: Folder, folded: int) -> Pickling:
     """The folder's state through `folded`, pickled (`pickled_later`); made into a snapshot,
     compressed, by `Snapshot.encode_pickled` (in a thread)."""
     return pickled_later(cast(Snapshotting, folder).export())
 
 
-def pickled_later(state: object) -> Awaitable[bytes]:
+class Pickling:
+    """A state being pickled (awaited: its bytes), and the id runs alive when it was started:
+    held until it is saved, so that none it names is merged away and deleted meanwhile."""
+
+    def __init__(self, made: Awaitable[bytes]) -> None:
+        self.made = made
+        self.runs = used_ids.current_store().alive()
+
+    def __await__(self) -> Generator[Any, None, bytes]:
+        return self.made.__await__()
+
+
+def pickled_later(state: object) -> Pickling:
+    return Pickling(_pickled_later(state))
+
+
+def _pickled_later(state: object) -> Awaitable[bytes]:
     """`snapshots.pickled(state)`, without holding the service up: the process forks, and the child
     pickles the state as it stood at the fork (the parent's pages are shared copy-on-write) into a
     file and exits, while the parent goes on folding; the awaitable reads the file once the child
@@ -372,10 +393,12 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
     pending = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
     try:
         state_bytes = await pickling
+        runs = runs_to_save(pickling, split_pickled(state_bytes)[0])
+        id_runs.touch(runs.values())
         anchor = await anchor_of(log, folded)
         data = await anyio.to_thread.run_sync(Snapshot.encode_pickled, service, folded, code_fingerprint(), state_bytes,
                                               pending, anchor)
-        await policy.store.save(service, folded, data)
+        await policy.store.save(service, folded, data, runs)
         policy.saved = max(policy.saved, folded)
         logger.info("%s: snapshot at %d (%d bytes)", service, folded, len(data))
     except Exception as exc:  # a snapshot is a cache: the service goes on without it

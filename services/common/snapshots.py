@@ -32,6 +32,7 @@ an upgrade that touched only, say, the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import importlib.metadata
@@ -41,18 +42,26 @@ import logging
 import pickle
 import sys
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from events import Envelope
+from services.common.id_runs import FileRun
+from services.tree.domain import used_ids
+from services.tree.domain.used_ids import Run
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: a tuple state's parts pickled apart (`Parts`): a format 1 snapshot is passed over
+# 2: a tuple state's parts pickled apart (`Parts`); 3: the id record's runs stored apart, named by
+# key in the header (`runs`). An older snapshot is passed over.
+FORMAT = 3
 KEEP = 3  # snapshots kept per service (the newest)
+RUNS = "id-runs"  # run objects: `<stream>.id-runs.<key>`
+RUN_GRACE = 600.0  # seconds a run object no snapshot names is kept (one may be being saved)
 BUCKET = "poolwise_snapshots"
 _ROOT = Path(__file__).resolve().parents[2]
 _PACKAGES = ("events", "services")  # all of poolwise's source a service runs
@@ -102,14 +111,15 @@ class Snapshot:
                        pending: Sequence[Envelope] = (), anchor: int | None = None) -> bytes:
         """A snapshot of a state pickled already by `pickled` (pickling must happen while the
         state stands still; compressing need not)."""
-        payload = zlib.compress(pickle.dumps((state, list(pending)), protocol=pickle.HIGHEST_PROTOCOL), 1)
+        runs, body = split_pickled(state)
+        payload = zlib.compress(pickle.dumps((body, list(pending)), protocol=pickle.HIGHEST_PROTOCOL), 1)
         header = {"format": FORMAT, "service": service, "seq": seq, "fingerprint": fingerprint,
-                  "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor}
+                  "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor, "runs": runs}
         return json.dumps(header, sort_keys=True).encode() + b"\n" + payload
 
     @staticmethod
     def header(data: bytes) -> dict[str, Any]:
-        end = data.find(b"\n", 0, 4096)
+        end = data.find(b"\n", 0, HEADER_LIMIT)
         if end < 0:
             raise Corrupt("no header")
         try:
@@ -121,10 +131,19 @@ class Snapshot:
         return found
 
     @classmethod
-    def decode(cls, data: bytes, part: int | None = None) -> Snapshot:
+    def decode(cls, data: bytes, part: int | None = None, runs: Mapping[str, Run] | None = None) -> Snapshot:
         """The snapshot in `data`; with `part`, its state is only that part of a state exported as
-        a tuple (the others are not loaded; a state stored whole is its own part 0)."""
+        a tuple (the others are not loaded; a state stored whole is its own part 0). The runs its
+        header names come from `runs`, else from the runs this process has (`RunStore.local`:
+        `load_newest` fetches the others first); one not found makes it corrupt."""
         head = cls.header(data)
+        found = dict(runs or {})
+        for key in runs_named(head):
+            if key not in found:
+                run = used_ids.current_store().local(key)
+                if run is None:
+                    raise Corrupt(f"id run {key} not found")
+                found[key] = run
         payload = data[data.index(b"\n") + 1:]
         if len(payload) != head.get("length") or zlib.crc32(payload) != head.get("crc"):
             raise Corrupt("payload length or CRC does not match its header")
@@ -132,7 +151,7 @@ class Snapshot:
         gc.disable()  # a state is ~20 objects per gang kept: collections while it loaded took 2/3 of the load
         try:
             stored, pending = pickle.loads(zlib.decompress(payload))
-            state = _unpickled(pickle.loads(stored), part)
+            state = _unpickled(_loads(stored, found), part, found)
         except Exception as exc:  # a payload that does not load is as good as none
             raise Corrupt(f"payload: {type(exc).__name__}: {exc}") from None
         finally:
@@ -159,14 +178,76 @@ class Parts:
         return (Parts, (self.pickled,))
 
 
+HEADER_LIMIT = 1 << 16  # a header names its runs (~36 bytes each, O(log n) of them per id record)
+_RUNS_LINE = b"runs:"
+
+
+class _Pickler(pickle.Pickler):
+    """A pickler that writes each id run (`used_ids.Run`) as its key: a snapshot refers to the
+    runs, stored apart once each (`SnapshotStore.save`), so that it does not grow with them."""
+
+    def __init__(self, file: IO[bytes], runs: set[str]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.runs = runs
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, _RUN_TYPES):
+            self.runs.add(obj.key)
+            return ("id-run", obj.key)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: IO[bytes], runs: Mapping[str, Run]) -> None:
+        super().__init__(file)
+        self.runs = runs
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "id-run" and pid[1] in self.runs:
+            return self.runs[pid[1]]
+        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+
+_RUN_TYPES = (used_ids.MemoryRun, FileRun)
+
+
+def _dumps(state: object, runs: set[str]) -> bytes:
+    out = io.BytesIO()
+    _Pickler(out, runs).dump(state)
+    return out.getvalue()
+
+
+def _loads(data: bytes, runs: Mapping[str, Run]) -> Any:
+    return _Unpickler(io.BytesIO(data), runs).load()
+
+
 def pickled(state: object) -> bytes:
-    """`state` pickled as a snapshot holds it: a tuple part by part (`Parts`), anything else whole."""
+    """`state` pickled as a snapshot holds it: a tuple part by part (`Parts`), anything else whole;
+    its id runs as their keys, named on a first line (`split_pickled`)."""
+    runs: set[str] = set()
     if isinstance(state, tuple):
-        state = Parts([pickle.dumps(one, protocol=pickle.HIGHEST_PROTOCOL) for one in state])
-    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        state = Parts([_dumps(one, runs) for one in state])
+    body = _dumps(state, runs)
+    return _RUNS_LINE + " ".join(sorted(runs)).encode() + b"\n" + body
 
 
-def _unpickled(stored: object, part: int | None) -> Any:
+def split_pickled(data: bytes) -> tuple[list[str], bytes]:
+    """The keys of the runs a `pickled` state names, and the pickle."""
+    if not data.startswith(_RUNS_LINE):
+        return [], data  # (pickled by other means: names no runs)
+    end = data.index(b"\n")
+    return data[len(_RUNS_LINE):end].decode().split(), data[end + 1:]
+
+
+def runs_named(head: Mapping[str, Any]) -> list[str]:
+    """The keys of the runs a snapshot's header names."""
+    runs = head.get("runs")
+    if not isinstance(runs, list) or not all(isinstance(key, str) for key in runs):
+        raise Corrupt("its header's runs are not a list of keys")
+    return runs
+
+
+def _unpickled(stored: object, part: int | None, runs: Mapping[str, Run]) -> Any:
     """The state `pickled` made (`stored`: loaded once), whole or only its `part`."""
     if not isinstance(stored, Parts):
         if part is not None and isinstance(stored, tuple):  # a tuple pickled whole (not by `pickled`)
@@ -175,8 +256,8 @@ def _unpickled(stored: object, part: int | None) -> Any:
             raise Corrupt(f"no part {part}: the state is stored whole")
         return stored
     if part is None:
-        return tuple(pickle.loads(one) for one in stored.pickled)
-    return pickle.loads(stored.pickled[part])
+        return tuple(_loads(one, runs) for one in stored.pickled)
+    return _loads(stored.pickled[part], runs)
 
 
 class Snapshotting(Protocol):
@@ -189,13 +270,19 @@ class Snapshotting(Protocol):
 
 
 class SnapshotStore(Protocol):
-    async def save(self, service: str, seq: int, data: bytes) -> None: ...
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run] | None = None) -> None:
+        """Keep the snapshot `data` and the runs it names (`runs`: by key, those the store lacks
+        are stored, once each); then delete the snapshots `to_delete` names and the runs no
+        snapshot kept names."""
+        ...
 
     async def candidates(self, service: str) -> list[int]:
         """The positions of the service's snapshots, newest first."""
         ...
 
     async def fetch(self, service: str, seq: int) -> bytes | None: ...
+
+    async def fetch_run(self, key: str) -> bytes | None: ...
 
 
 Anchored = Callable[[int, int | None], Awaitable[bool]]
@@ -225,7 +312,7 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
             if head.get("fingerprint") != fingerprint:
                 skipped.append(f"{service}@{seq}: made by other code ({head.get('fingerprint')})")
                 continue
-            snapshot = Snapshot.decode(data, part)
+            snapshot = Snapshot.decode(data, part, await runs_for(store, runs_named(head)))
         except Corrupt as exc:
             skipped.append(f"{service}@{seq}: corrupt ({exc})")
             continue
@@ -240,6 +327,44 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
             continue
         return snapshot, skipped
     return None, skipped
+
+
+async def runs_for(store: SnapshotStore, keys: Sequence[str]) -> dict[str, Run]:
+    """The runs named `keys`: from this process's run store (its files: `services.common.id_runs`,
+    each checked against its key), else fetched from the snapshot store once and kept there.
+    Corrupt if one is in neither, or fetched does not match its key."""
+    runs = used_ids.current_store()
+    found: dict[str, Run] = {}
+    for key in keys:
+        run = runs.local(key)
+        if run is None:
+            data = await store.fetch_run(key)
+            if data is None:
+                raise Corrupt(f"id run {key} is gone")
+            try:
+                run = runs.adopt(key, data)
+            except ValueError as exc:
+                raise Corrupt(f"id run {key}: {exc}") from None
+        found[key] = run
+    return found
+
+
+def runs_to_save(pickling: object, keys: Sequence[str]) -> dict[str, Run]:
+    """The runs a pickled state names, by key: those held since it was pickled (`Pickling.runs`),
+    else those this process's store has; Corrupt if one is gone (merged away and deleted: the
+    snapshot is not saved, the next one is)."""
+    held = {run.key: run for run in getattr(pickling, "runs", ())}
+    found: dict[str, Run] = {}
+    for key in keys:
+        run = held.get(key) or used_ids.current_store().local(key)
+        if run is None:
+            raise Corrupt(f"id run {key} is gone")
+        found[key] = run
+    return found
+
+
+def unreferenced(stored: Sequence[str], referenced: set[str]) -> list[str]:
+    return [key for key in stored if key not in referenced]
 
 
 def to_delete(positions: Sequence[int], saved: int) -> list[int]:
@@ -257,17 +382,30 @@ class MemorySnapshots:
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, int], bytes] = {}
+        self.runs: dict[str, bytes] = {}  # by key
 
-    async def save(self, service: str, seq: int, data: bytes) -> None:
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run] | None = None) -> None:
+        for key, run in (runs or {}).items():
+            if key not in self.runs:
+                self.runs[key] = b"".join(run.byte_chunks())
         self.objects[(service, seq)] = data
         for old in to_delete(await self.candidates(service), seq):
             del self.objects[(service, old)]
+        referenced: set[str] = set()
+        for kept in self.objects.values():
+            with contextlib.suppress(Corrupt):
+                referenced.update(runs_named(Snapshot.header(kept)))
+        for key in unreferenced(list(self.runs), referenced):
+            del self.runs[key]
 
     async def candidates(self, service: str) -> list[int]:
         return sorted((s for name, s in self.objects if name == service), reverse=True)
 
     async def fetch(self, service: str, seq: int) -> bytes | None:
         return self.objects.get((service, seq))
+
+    async def fetch_run(self, key: str) -> bytes | None:
+        return self.runs.get(key)
 
 
 class ObjectStoreSnapshots:
@@ -302,14 +440,63 @@ class ObjectStoreSnapshots:
     def _name(self, service: str, seq: int) -> str:
         return f"{self.stream}.{service}.{seq}"
 
-    async def save(self, service: str, seq: int, data: bytes) -> None:
+    def _run_name(self, key: str) -> str:
+        return f"{self.stream}.{RUNS}.{key}"
+
+    async def _infos(self) -> list[Any]:
+        from nats.js.errors import NotFoundError
+
         obs = await self.opened()
-        await obs.put(self._name(service, seq), data)
+        try:
+            return list(await obs.list(ignore_deletes=True))
+        except NotFoundError:  # an empty store
+            return []
+
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run] | None = None) -> None:
+        """The runs first (those not stored yet), then the snapshot naming them in its description
+        (what `_collect` reads, without fetching a snapshot), then the deletions."""
+        from nats.js.api import ObjectMeta
+
+        obs = await self.opened()
+        stored = {str(info.name) for info in await self._infos()}
+        for key, run in (runs or {}).items():
+            if self._run_name(key) not in stored:
+                reader = getattr(run, "reader", None)
+                await obs.put(self._run_name(key), reader() if reader is not None else b"".join(run.byte_chunks()))
+        keys = sorted(runs or {})
+        await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
         for old in to_delete(await self.candidates(service), seq):
             try:
                 await obs.delete(self._name(service, old))
             except Exception as exc:  # an old one left over is tidied up by the next save
                 log.debug("snapshot %s@%d not deleted: %s", service, old, exc)
+        await self._collect(set(keys))
+
+    async def _collect(self, keep: set[str]) -> None:
+        """Delete the run objects no snapshot of this stream names (nor `keep`), once older than
+        `RUN_GRACE` (another service may be between storing its runs and its snapshot)."""
+        obs = await self.opened()
+        infos = await self._infos()
+        runs_prefix = f"{self.stream}.{RUNS}."
+        snapshot = f"{self.stream}."
+        referenced = set(keep)
+        stored: dict[str, Any] = {}
+        for info in infos:
+            name = str(info.name)
+            if name.startswith(runs_prefix):
+                stored[name[len(runs_prefix):]] = info
+            elif name.startswith(snapshot) and name.rsplit(".", 1)[-1].isdigit():
+                description = str(getattr(info, "description", "") or "")
+                if description.startswith("runs:"):
+                    referenced.update(description[len("runs:"):].split())
+        now = datetime.now(UTC)
+        for key in unreferenced(list(stored), referenced):
+            if _age(stored[key], now) < RUN_GRACE:
+                continue
+            try:
+                await obs.delete(self._run_name(key))
+            except Exception as exc:  # tidied up by the next save
+                log.debug("id run %s not deleted: %s", key, exc)
 
     async def candidates(self, service: str) -> list[int]:
         from nats.js.errors import NotFoundError
@@ -340,6 +527,25 @@ class ObjectStoreSnapshots:
         except NotFoundError:
             return None
         return buffer.getvalue()
+
+    async def fetch_run(self, key: str) -> bytes | None:
+        from nats.js.errors import NotFoundError
+
+        obs = await self.opened()
+        buffer = io.BytesIO()
+        try:
+            await obs.get(self._run_name(key), writeinto=buffer)
+        except NotFoundError:
+            return None
+        return buffer.getvalue()
+
+
+def _age(info: Any, now: datetime) -> float:
+    """Seconds since an object was stored (unknown: old)."""
+    try:
+        return (now - datetime.fromisoformat(str(info.mtime).replace("Z", "+00:00"))).total_seconds()
+    except (TypeError, ValueError):
+        return float("inf")
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import anyio
 import pytest
@@ -23,6 +23,7 @@ from services.common.log import EventLog
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, ObjectStoreSnapshots, SnapshotPolicy, SnapshotStore
 from services.replay import verify
+from services.tree.domain.used_ids import Run
 from tests.admission.builders import gang, host, pool, task, tree
 from tests.conftest import reset_stream
 
@@ -192,13 +193,14 @@ async def test_the_tree_service_starts_from_its_snapshot(nats_url: str, caplog: 
     if saving == "held":  # every save takes a while: a stop always comes while one is saved
         original = ObjectStoreSnapshots.save
 
-        async def held(self: ObjectStoreSnapshots, service: str, seq: int, data: bytes) -> None:
+        async def held(self: ObjectStoreSnapshots, service: str, seq: int, data: bytes,
+                       runs: Mapping[str, Run] | None = None) -> None:
             try:
                 await anyio.sleep(0.5)
             except anyio.get_cancelled_exc_class():
                 cancelled.append(seq)
                 raise
-            await original(self, service, seq, data)
+            await original(self, service, seq, data, runs)
 
         monkeypatch.setattr(ObjectStoreSnapshots, "save", held)
     log = await JetStreamLog.connect(nats_url, stream=STREAM)

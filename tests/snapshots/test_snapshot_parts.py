@@ -60,17 +60,19 @@ def test_a_state_stored_whole_is_its_own_part_0_and_has_no_other() -> None:
         Snapshot.decode(data, part=1)
 
 
-def test_a_snapshot_of_the_format_before_parts_is_passed_over() -> None:
+@pytest.mark.parametrize("old", [1, 2])
+def test_a_snapshot_of_an_older_format_is_passed_over(old: int) -> None:
     """Format 1 held a tuple state pickled whole: read as parts, its first part would be the
-    tuple itself. It is passed over (its header's format), whatever its fingerprint."""
+    tuple itself; format 2 held the id record's runs in the state (format 3 names them, stored
+    apart). Either is passed over (its header's format), whatever its fingerprint."""
     payload = zlib.compress(pickle.dumps((pickled({"a": 1}), [])), 1)
-    header = {"format": 1, "service": "admission", "seq": 3, "fingerprint": "same", "length": len(payload),
+    header = {"format": old, "service": "admission", "seq": 3, "fingerprint": "same", "length": len(payload),
               "crc": zlib.crc32(payload), "anchor": None}
     store = MemorySnapshots()
     store.objects[("admission", 3)] = json.dumps(header).encode() + b"\n" + payload
-    assert snapshots.FORMAT == 2
+    assert snapshots.FORMAT == 3
     found, skipped = anyio.run(lambda: load_newest(store, "admission", "same", part=0))
-    assert found is None and "format 1" in skipped[0]
+    assert found is None and f"format {old}" in skipped[0]
 
 
 def test_a_tuple_state_pickled_whole_gives_its_parts_too() -> None:

@@ -1,40 +1,66 @@
-"""`UsedIds`: a set of ids that only grows, kept in about 16 bytes an id.
+"""`UsedIds`: a set of ids that only grows, with about 1.3 bytes an id in memory.
 
 Gang ids are single use in a tree, and so are task ids: they must be remembered long after their
-gangs are forgotten (`gang_retention`). As Python strings in a set that is 100-150 bytes an id,
-the one thing that would still grow with the history (a million gangs of two tasks: ~400 MB in
-each service). Here the ids added lately stay strings in a small set (`_recent`), and every
-`MERGE_AT` of them are merged into compact arrays:
+gangs are forgotten (`gang_retention`), for good. Held in the process that is the one thing that
+would still grow with the history, so here only this stays in memory:
 
-- `_sorted`: a sorted NumPy array of 64-bit digests of the ids (`digest`: a fixed mix of the
-  id's bytes, the same in every process, so every reader of the log agrees; computed for a
-  whole merge at once with NumPy): the exact answer, by binary search;
-- `_bits`: a bitmap of 32 bits an id, indexed by the id's CRC-32, in front of it: an id whose bit
-  is clear was never merged. Most ids asked about are new ones (every gang and task id is
-  checked when it comes), and the bitmap turns ~97% of them away for the price of a CRC
-  (~0.3 µs) instead of a digest and a search (~2 µs); `_crcs` keeps each merged id's CRC so
-  that the bitmap can be made again, larger, as the ids grow.
+- `_recent`: the ids added lately, as strings in a set (at most `SEAL_AT`);
+- a Bloom filter over every sealed id (`FILTER_BITS` bits an id, `FILTER_K` positions derived
+  from the id's CRC-32, so a fresh id costs a CRC and three bit tests: most ids asked about are
+  new ones, every gang and task id is checked when it comes, and ~98% of them stop here);
+- each run's sparse index (the first digest of every `BLOCK` digests: 8 bytes per 512 ids).
+
+Every `SEAL_AT` recent ids are sealed into an immutable sorted *run*: their 64-bit digests
+(`digest`: a fixed mix of the id's bytes, the same in every process, so every reader of the log
+agrees), sorted without repeats, and their CRC-32s (kept so that the filter can be made again,
+larger, as the ids grow). Runs are merged geometrically (a run is merged into the one before it
+while that one is at most twice its size), so a merge rewrites a part and there are O(log n) runs.
+Only an id that passes the filter (~2% of fresh ids, and the ids really used) is digested and
+looked up: in each run, the one block its index points to (`Run.read_block`), by binary search.
+No false negatives, ever, and the exact answer is the digest's, as it always was.
+
+Where runs live is the `RunStore`'s business: `MemoryRuns` (pure, the default: domain tests,
+scenario runs, what-if copies) holds them as arrays; a service's shell installs a store of files
+(`services.common.id_runs`, read with `pread`: the pages sit in the page cache, not in the
+process) with `use_store`. Runs are immutable and named by the digest of their content (`key`),
+which is how a snapshot refers to them (`services.common.snapshots`): a snapshot holds the recent
+ids and the runs' keys, never the runs.
+
+A run's bytes (what a file and a snapshot's run object hold): the digests (int64, little-endian,
+sorted), the CRCs (uint32), then a trailer: `MAGIC`, the count of digests and of CRCs (uint64).
+Its key: the first 32 hex digits of the SHA-256 of those bytes.
 
 Two different ids share a digest with a chance of about n^2 / 2^65 (a million ids: one in 3.7e7;
 the mix is not cryptographic: ids made on purpose to collide could be); such an id would read
-as used. Every reader computes the same digests, so every reader folds the
-same answer (replay included): a collision could refuse a fresh id, never make two services differ.
+as used. Every reader computes the same digests, so every reader folds the same answer (replay
+included): a collision could refuse a fresh id, never make two services differ.
 
 A worked example: after `add("g1")` and `add("g2")`, `"g1" in ids` is True and `"g3" in ids`
-False, `len(ids)` is 2; merged, they take 2 x (8 + 4) bytes and 8 bytes of bitmap (its first
-64 KiB are allocated at the first merge).
+False, `len(ids)` is 2; sealed, they are one run of 2 x (8 + 4) bytes and a trailer, and the
+filter has 3 bits set for each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import struct
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+from weakref import WeakValueDictionary
 from zlib import crc32
 
 import numpy as np
 
-MERGE_AT = 16_384  # ids kept as strings before they are merged into the arrays (at least)
-BITS_PER_ID = 32  # bitmap bits per merged id (a new id passes it with a chance of ~1/32)
-MIN_BITS = 1 << 19  # 64 KiB
+SEAL_AT = 16_384  # recent ids kept as strings before they are sealed into a run
+BLOCK = 512  # digests per block: what a lookup reads of a run (4 KiB)
+FILTER_BITS = 10  # Bloom filter bits per sealed id (with k=3: a fresh id passes ~1.7% of the time)
+FILTER_K = 3
+FILTER_GROWTH = 1.5  # the filter is made again, this much larger, when the sealed ids outgrow it
+MIN_FILTER_IDS = 1 << 16
+MAGIC = b"PWIDRUN1"
+TRAILER = struct.Struct("<8sQQ")
+CHUNK = 1 << 16  # digests or CRCs handled at a time when runs are merged or read whole
 
 
 _M = (1 << 64) - 1
@@ -80,95 +106,472 @@ def digests_of(ids: list[bytes]) -> np.ndarray:
     return h.view(np.int64)
 
 
+# --- runs -------------------------------------------------------------------------------------
+
+
+class Run(Protocol):
+    """An immutable sorted run: `count` digests (sorted, no repeats) and `crc_count` CRCs."""
+
+    key: str
+    count: int
+    crc_count: int
+    index: list[int]  # the first digest of every block (in memory; a list: `bisect` on it is fastest)
+
+    def read_block(self, i: int) -> Sequence[int]:
+        """The digests of block `i` (`bisect` searches it: no NumPy call per lookup)."""
+        ...
+
+    def digest_chunks(self) -> Iterator[np.ndarray]: ...
+
+    def crc_chunks(self) -> Iterator[np.ndarray]: ...
+
+    def byte_chunks(self) -> Iterator[bytes]:
+        """The run's bytes (see the module doc), a piece at a time."""
+        ...
+
+
+class RunStore(Protocol):
+    """Where runs are written and found again (by key)."""
+
+    def alive(self) -> list[Run]:
+        """The runs of this store that something holds (what a snapshot being saved may name)."""
+        ...
+
+    def adopt(self, key: str, data: bytes) -> Run:
+        """The run in `data` (fetched), kept; ValueError unless it is the run named `key`."""
+        ...
+
+    def write(self, digests: Iterable[np.ndarray], crcs: Iterable[np.ndarray]) -> Run:
+        """A run of these digests (sorted, no repeats, in order across the pieces) and CRCs."""
+        ...
+
+    def local(self, key: str) -> Run | None:
+        """The run named `key` if this store has it (checked against its key), else None."""
+        ...
+
+
+class RunBuilder:
+    """A run's bytes, key and index, made as its pieces come (digests first, then CRCs)."""
+
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+        self.count = 0
+        self.crc_count = 0
+        self.index_parts: list[np.ndarray] = []
+
+    def digests(self, chunk: np.ndarray) -> bytes:
+        chunk = np.asarray(chunk, dtype="<i8")
+        self.index_parts.append(chunk[(-self.count) % BLOCK::BLOCK].copy())
+        self.count += len(chunk)
+        data = chunk.tobytes()
+        self.sha.update(data)
+        return data
+
+    def crcs(self, chunk: np.ndarray) -> bytes:
+        data = np.asarray(chunk, dtype="<u4").tobytes()
+        self.crc_count += len(chunk)
+        self.sha.update(data)
+        return data
+
+    def trailer(self) -> bytes:
+        data = TRAILER.pack(MAGIC, self.count, self.crc_count)
+        self.sha.update(data)
+        return data
+
+    @property
+    def key(self) -> str:
+        return self.sha.hexdigest()[:32]
+
+    @property
+    def index(self) -> list[int]:
+        return [int(first) for part in self.index_parts for first in part.tolist()]
+
+
+def parse_trailer(data: bytes) -> tuple[int, int]:
+    """(count of digests, count of CRCs) from a run's last `TRAILER.size` bytes; ValueError if it
+    is not a run's."""
+    if len(data) != TRAILER.size:
+        raise ValueError("a run's trailer is missing")
+    magic, count, crc_count = TRAILER.unpack(data)
+    if magic != MAGIC:
+        raise ValueError("not a run (its trailer's magic differs)")
+    return count, crc_count
+
+
+def run_arrays(data: bytes, key: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The digests and CRCs in a run's bytes; ValueError if they are not a whole run (or, with
+    `key`, not the run named so)."""
+    count, crc_count = parse_trailer(data[-TRAILER.size:])
+    if len(data) != count * 8 + crc_count * 4 + TRAILER.size:
+        raise ValueError("a run's length does not match its trailer")
+    if key is not None and hashlib.sha256(data).hexdigest()[:32] != key:
+        raise ValueError(f"run {key}: its content does not match its key")
+    digests = np.frombuffer(data, dtype="<i8", count=count).astype(np.int64)
+    crcs = np.frombuffer(data, dtype="<u4", count=crc_count, offset=count * 8).astype(np.uint32)
+    return digests, crcs
+
+
+class MemoryRun:
+    """A run held as two arrays (`MemoryRuns`)."""
+
+    __slots__ = ("__weakref__", "count", "crc_count", "crcs", "digests", "index", "key")
+
+    def __init__(self, key: str, digests: np.ndarray, crcs: np.ndarray) -> None:
+        self.key = key
+        self.digests = digests
+        self.crcs = crcs
+        self.count = len(digests)
+        self.crc_count = len(crcs)
+        self.index: list[int] = digests[::BLOCK].tolist()
+
+    def read_block(self, i: int) -> Sequence[int]:
+        return self.digests[i * BLOCK:(i + 1) * BLOCK].data  # (a memoryview)
+
+    def digest_chunks(self) -> Iterator[np.ndarray]:
+        for at in range(0, self.count, CHUNK):
+            yield self.digests[at:at + CHUNK]
+
+    def crc_chunks(self) -> Iterator[np.ndarray]:
+        for at in range(0, self.crc_count, CHUNK):
+            yield self.crcs[at:at + CHUNK]
+
+    def byte_chunks(self) -> Iterator[bytes]:
+        yield self.digests.astype("<i8").tobytes()
+        yield self.crcs.astype("<u4").tobytes()
+        yield TRAILER.pack(MAGIC, self.count, self.crc_count)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (a plain pickle holds the arrays; a snapshot, the key)
+        return (MemoryRun, (self.key, self.digests, self.crcs))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MemoryRun:
+        return self  # immutable
+
+
+_R = TypeVar("_R")
+
+
+class RunRegistry:
+    """The runs of a store that something holds, by key (weakly: a run no `UsedIds` holds is let
+    go). A run written or fetched again is the one held already."""
+
+    def __init__(self) -> None:
+        self._alive: WeakValueDictionary[str, Any] = WeakValueDictionary()
+
+    def alive(self) -> list[Run]:
+        return list(self._alive.values())
+
+    def held(self, key: str) -> Any:
+        return self._alive.get(key)
+
+    def keep(self, run: _R) -> _R:
+        self._alive[getattr(run, "key")] = run  # noqa: B009 (any run)
+        return run
+
+
+class MemoryRuns(RunRegistry):
+    """Runs in memory: the pure store (the default). `local(key)` finds the runs alive in this
+    process (a snapshot loaded where it was taken, as the tests do)."""
+
+    def write(self, digests: Iterable[np.ndarray], crcs: Iterable[np.ndarray]) -> Run:
+        built = RunBuilder()
+        digest_parts = [chunk for chunk in digests if built.digests(chunk) is not None]
+        crc_parts = [chunk for chunk in crcs if built.crcs(chunk) is not None]
+        built.trailer()
+        found: Run | None = self.held(built.key)
+        if found is not None:
+            return found
+        return self.keep(MemoryRun(built.key, np.concatenate([*digest_parts, _EMPTY_I8]).astype(np.int64),
+                                   np.concatenate([*crc_parts, _EMPTY_U4]).astype(np.uint32)))
+
+    def local(self, key: str) -> Run | None:
+        found: Run | None = self.held(key)
+        return found
+
+    def adopt(self, key: str, data: bytes) -> Run:
+        """The run in `data` (ValueError unless it is the run named `key`)."""
+        found: Run | None = self.held(key)
+        if found is None:
+            found = self.keep(MemoryRun(key, *run_arrays(data, key)))
+        return found
+
+
+_EMPTY_I8 = np.empty(0, dtype=np.int64)
+_EMPTY_U4 = np.empty(0, dtype=np.uint32)
+
+
+def merged(runs: Sequence[Run]) -> Iterator[np.ndarray]:
+    """The digests of `runs` merged, sorted without repeats, a chunk at a time (what a merge
+    holds: about a chunk of each run, never the runs)."""
+    sources = [run.digest_chunks() for run in runs]
+    held: list[np.ndarray | None] = [next(source, None) for source in sources]
+    while True:
+        live = [i for i, chunk in enumerate(held) if chunk is not None]
+        if not live:
+            return
+        # everything at or below the smallest of the chunks' last digests can go out: what is
+        # still to come of each run is above its own chunk's last
+        bound = min(int(held[i][-1]) for i in live)  # type: ignore[index]
+        out = []
+        for i in live:
+            chunk = held[i]
+            assert chunk is not None
+            cut = int(chunk.searchsorted(bound, side="right"))
+            out.append(chunk[:cut])
+            rest = chunk[cut:]
+            held[i] = rest if len(rest) else next(sources[i], None)
+        # (a stable sort of sorted pieces is a merge: timsort finds the runs; then the repeats out)
+        both = np.sort(np.concatenate(out), kind="stable")
+        yield both[np.concatenate(([True], both[1:] != both[:-1]))] if len(both) else both
+
+
+def _crcs_of(runs: Sequence[Run]) -> Iterator[np.ndarray]:
+    for run in runs:
+        yield from run.crc_chunks()
+
+
+_STORE: list[RunStore] = [MemoryRuns()]
+
+
+def use_store(store: RunStore) -> RunStore:
+    """Make `store` where new `UsedIds` seal their runs (a service's shell: files); returns the
+    store used before."""
+    before = _STORE[0]
+    _STORE[0] = store
+    return before
+
+
+def current_store() -> RunStore:
+    return _STORE[0]
+
+
+# --- the filter -------------------------------------------------------------------------------
+
+
+_PHI32 = 0x9E3779B1
+
+
+def _filter_size(ids: int) -> int:
+    return max(MIN_FILTER_IDS, ids) * FILTER_BITS
+
+
+def _set_positions(bits: bytearray, size: int, crcs: np.ndarray) -> None:
+    """Set the filter bits of ids with these CRCs (`UsedIds._maybe_sealed` tests the same)."""
+    a = crcs.astype(np.uint64)
+    b = ((a * np.uint64(_PHI32)) >> np.uint64(16)) | np.uint64(1)
+    m = np.uint64(size)
+    positions = np.sort(np.concatenate([(a + np.uint64(i) * b) % m for i in range(FILTER_K)]))
+    if not len(positions):
+        return
+    # sorted, the bits of one byte are neighbours: OR-ed together, then set with one store per
+    # byte (`np.bitwise_or.at` did the same a bit at a time, ten times slower)
+    at = positions >> np.uint64(3)
+    ones = np.left_shift(np.uint8(1), (positions & np.uint64(7)).astype(np.uint8))
+    starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
+    view = np.frombuffer(bits, dtype=np.uint8)
+    where = at[starts].astype(np.intp)
+    view[where] |= np.bitwise_or.reduceat(ones, starts)
+
+
+def _passes(bits: bytearray, size: int, crcs: np.ndarray) -> np.ndarray:
+    """Whether ids with these CRCs pass the filter (may have been sealed), as booleans."""
+    a = crcs.astype(np.uint64)
+    b = ((a * np.uint64(_PHI32)) >> np.uint64(16)) | np.uint64(1)
+    view = np.frombuffer(bits, dtype=np.uint8)
+    passed = np.ones(len(crcs), dtype=bool)
+    m = np.uint64(size)
+    for i in range(FILTER_K):
+        positions = (a + np.uint64(i) * b) % m
+        byte = view[(positions >> np.uint64(3)).astype(np.intp)]
+        passed &= (byte >> (positions & np.uint64(7)).astype(np.uint8)) & 1 == 1
+    return passed
+
+
+# --- the set ----------------------------------------------------------------------------------
+
+
 class UsedIds:
     """Ids added once, never removed; `in` says whether one was added (see the module doc)."""
 
-    __slots__ = ("_bits", "_crcs", "_mask", "_next", "_recent", "_sorted")
+    __slots__ = ("_bits", "_capacity", "_recent", "_runs", "_sealed", "_size", "_store")
 
-    def __init__(self, ids: Iterable[str] = ()) -> None:
+    def __init__(self, ids: Iterable[str] = (), store: RunStore | None = None) -> None:
+        self._store = store  # None: the store in use when a run is sealed (`use_store`)
         self._recent: set[str] = set()
-        self._sorted = np.empty(0, dtype=np.int64)
-        self._crcs = np.empty(0, dtype=np.uint32)
-        self._bits = bytearray()
-        self._mask = 0  # bit positions: crc & mask
-        # merged in bulk: each merge copies the arrays, so the larger they are the more ids wait
-        # (amortised, every id is copied about 16 times over its life)
-        self._next = MERGE_AT
+        self._runs: list[Run] = []  # oldest (largest) first
+        self._sealed = 0  # CRCs in the runs (ids sealed, repeats of a digest included)
+        self._bits = bytearray()  # the filter; empty: to be made from the runs (`_filter`)
+        self._size = 0  # its bits
+        self._capacity = 0  # the sealed ids it was made for
         for id_ in ids:
             self.add(id_)
 
     def add(self, id_: str) -> None:
         recent = self._recent
         recent.add(id_)
-        if len(recent) >= self._next:
-            self._merge()
+        if len(recent) >= SEAL_AT:
+            self._seal()
 
     def __contains__(self, id_: object) -> bool:
         if id_ in self._recent:
             return True
-        if not self._mask or not isinstance(id_, str):
+        if not self._runs or not isinstance(id_, str):
             return False
         data = id_.encode()
-        bit = crc32(data) & self._mask
-        if not self._bits[bit >> 3] >> (bit & 7) & 1:
+        crc = crc32(data)
+        # the filter, inlined (a fresh id stops here ~98% of the time): `_maybe_sealed`
+        if self._capacity == 0:
+            self._filter()
+        bits, size = self._bits, self._size
+        at = crc % size
+        if not bits[at >> 3] >> (at & 7) & 1:
             return False
-        key = digest(data)
-        found = self._sorted
-        at = int(found.searchsorted(key))
-        return at < len(found) and int(found[at]) == key
+        step = ((crc * _PHI32) >> 16) | 1
+        at = (crc + step) % size
+        if not bits[at >> 3] >> (at & 7) & 1:
+            return False
+        at = (crc + 2 * step) % size
+        if not bits[at >> 3] >> (at & 7) & 1:
+            return False
+        return self._sealed_has(digest(data))
+
+    def _maybe_sealed(self, crc: int) -> bool:
+        """The filter: False means never sealed (the positions of `_set_positions`)."""
+        if self._capacity == 0:
+            self._filter()
+        bits, size = self._bits, self._size
+        step = ((crc * _PHI32) >> 16) | 1
+        for i in range(FILTER_K):
+            at = (crc + i * step) % size
+            if not bits[at >> 3] >> (at & 7) & 1:
+                return False
+        return True
+
+    def _sealed_has(self, key: int) -> bool:
+        for run in self._runs:  # (the largest first: it holds most of the ids)
+            block = bisect_right(run.index, key) - 1
+            if block < 0:
+                continue
+            found = run.read_block(block)
+            at = bisect_left(found, key)
+            if at < len(found) and found[at] == key:
+                return True
+        return False
 
     def isdisjoint(self, ids: Iterable[str]) -> bool:
         return not any(id_ in self for id_ in ids)
 
     def __len__(self) -> int:
-        """How many ids were added (merged ids that share a digest count once)."""
-        return len(self._sorted) + len(self._recent)
+        """How many ids were added (sealed ids that share a digest count once)."""
+        unsealed = sum(1 for id_ in self._recent if not self._runs or id_ not in self._sealed_view())
+        return sum(run.count for run in self._runs) + unsealed
+
+    def _sealed_view(self) -> _Sealed:
+        return _Sealed(self)
 
     def __bool__(self) -> bool:
-        return bool(self._recent) or bool(self._mask)
+        return bool(self._recent) or bool(self._runs)
 
     @property
     def nbytes(self) -> int:
-        """About what the ids take (the strings not merged yet counted at 80 bytes each)."""
-        return int(self._sorted.nbytes + self._crcs.nbytes) + len(self._bits) + 80 * len(self._recent)
+        """About what the ids take in memory (the strings not sealed yet counted at 80 bytes each,
+        and the runs' indexes; not the runs)."""
+        return len(self._bits) + sum(8 * len(run.index) for run in self._runs) + 80 * len(self._recent)
 
-    def _merge(self) -> None:
-        """Move the recent ids into the arrays (a few milliseconds per `MERGE_AT` ids)."""
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        return tuple(self._runs)
+
+    def _seal(self) -> None:
+        """Seal the recent ids into a run (a few milliseconds per `SEAL_AT` ids), leaving out those
+        sealed already, then merge runs while the one before the newest is at most twice its size."""
+        if not self._recent:
+            return
         recent = list(map(str.encode, self._recent))
-        self._recent = set()
-        digests = digests_of(recent)
         crcs = np.fromiter(map(crc32, recent), dtype=np.uint32, count=len(recent))
-        digests = np.unique(digests)  # sorted, without repeats
-        old = self._sorted
-        at = old.searchsorted(digests)
-        fresh = (at >= len(old)) | (old[np.minimum(at, len(old) - 1)] != digests) if len(old) else slice(None)
-        self._sorted = np.insert(old, at[fresh], digests[fresh])  # one copy of the array: O(n)
-        self._crcs = np.concatenate([self._crcs, crcs])
-        self._next = max(MERGE_AT, len(self._sorted) // 16)
-        size = max(MIN_BITS, 1 << int(len(self._crcs) * BITS_PER_ID - 1).bit_length())
-        if size > len(self._bits) * 8:  # (re)made larger: every merged id's bit again
-            self._bits = bytearray(size // 8)
-            self._mask = size - 1
-            self._set_bits(self._crcs)
+        digests = digests_of(recent)
+        if self._runs:  # ids sealed before (added again): only those that pass the filter are looked up
+            if self._capacity == 0:
+                self._filter()
+            again = _passes(self._bits, self._size, crcs)
+            for at in np.flatnonzero(again).tolist():
+                again[at] = self._sealed_has(int(digests[at]))
+            crcs, digests = crcs[~again], digests[~again]
+        self._recent = set()
+        if not len(digests):
+            return
+        store = self._store if self._store is not None else _STORE[0]
+        digests = np.sort(digests)
+        self._runs.append(store.write([digests[np.concatenate(([True], digests[1:] != digests[:-1]))]], [crcs]))
+        while len(self._runs) >= 2 and self._runs[-2].count <= 2 * self._runs[-1].count:
+            pair = self._runs[-2:]
+            self._runs[-2:] = [store.write(merged(pair), _crcs_of(pair))]
+        self._sealed += len(crcs)
+        if self._capacity and self._sealed <= self._capacity:
+            _set_positions(self._bits, self._size, crcs)
         else:
-            self._set_bits(crcs)
+            self._capacity = 0  # made again, larger, when next needed
 
-    def _set_bits(self, crcs: np.ndarray) -> None:
-        positions = crcs.astype(np.uint64) & np.uint64(self._mask)
-        view = np.frombuffer(self._bits, dtype=np.uint8)
-        np.bitwise_or.at(view, (positions >> np.uint64(3)).astype(np.intp),
-                         (np.uint8(1) << (positions & np.uint64(7)).astype(np.uint8)))
+    def _filter(self) -> None:
+        """Make the filter from the runs' CRCs, for `FILTER_GROWTH` times the ids sealed."""
+        capacity = max(MIN_FILTER_IDS, int(self._sealed * FILTER_GROWTH))
+        size = _filter_size(capacity)
+        bits = bytearray((size + 7) // 8)
+        for run in self._runs:
+            for chunk in run.crc_chunks():
+                _set_positions(bits, size, chunk)
+        self._bits, self._size, self._capacity = bits, size, capacity
+
+    def _all_digests(self) -> np.ndarray:
+        parts = [chunk for run in self._runs for chunk in run.digest_chunks()]
+        if self._recent:
+            parts.append(digests_of(list(map(str.encode, self._recent))))
+        return np.unique(np.concatenate([*parts, _EMPTY_I8]))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (set, frozenset)):
             return len(self) == len(other) and all(id_ in self for id_ in other)
         if isinstance(other, UsedIds):
-            self._merge()
-            other._merge()
-            return bool(np.array_equal(self._sorted, other._sorted))
+            return bool(np.array_equal(self._all_digests(), other._all_digests()))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
 
+    # A pickle (a snapshot) holds the recent ids and the runs (a snapshot's pickler writes a run
+    # as its key); the filter is made again from the runs when first needed, so that it does not
+    # make a snapshot grow with the history.
+    def __getstate__(self) -> tuple[list[str], list[Run], int]:
+        return sorted(self._recent), list(self._runs), self._sealed
+
+    def __setstate__(self, state: tuple[list[str], list[Run], int]) -> None:
+        recent, runs, sealed = state
+        self._store = None
+        self._recent = set(recent)
+        self._runs = list(runs)
+        self._sealed = sealed
+        self._bits, self._size, self._capacity = bytearray(), 0, 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> UsedIds:
+        """A copy (a what-if's): the runs shared (immutable), the filter copied."""
+        copied = UsedIds.__new__(UsedIds)
+        copied._store = self._store
+        copied._recent = set(self._recent)
+        copied._runs = list(self._runs)
+        copied._sealed = self._sealed
+        copied._bits, copied._size, copied._capacity = bytearray(self._bits), self._size, self._capacity
+        return copied
+
     def __repr__(self) -> str:
-        return f"UsedIds({len(self)} ids)"
+        return f"UsedIds({len(self)} ids, {len(self._runs)} runs)"
+
+
+class _Sealed:
+    """`id in _Sealed(ids)`: whether `ids` has `id` in a run (not counting the recent ones)."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: UsedIds) -> None:
+        self.ids = ids
+
+    def __contains__(self, id_: str) -> bool:
+        data = id_.encode()
+        return self.ids._maybe_sealed(crc32(data)) and self.ids._sealed_has(digest(data))

@@ -1,0 +1,264 @@
+"""The id record's runs in files: the `RunStore` a service's shell installs (`install`).
+
+`UsedIds` (services/tree/domain/used_ids.py) keeps in memory only its recent ids, a Bloom filter
+and each run's sparse index; the runs themselves (sorted digests and CRCs, immutable, named by the
+digest of their bytes) are files `<key>.run` in `<data_dir>/id-runs/`, read a block at a time with
+`os.pread`: the pages they take sit in the page cache, shared and dropped by the kernel when
+memory is short, never in the process's RSS (a mapping would be counted there once touched).
+
+A file is written under a temporary name and renamed when whole, so a file named by a key holds
+that run; it is still checked against its key when a start takes it (`local`: a disk can rot, and
+the check costs one read of it). A run merged away is deleted when the last `UsedIds` holding it
+lets it go (while the process runs: never at exit, the next start takes the runs its snapshot
+names from here). Files of runs no process holds any more (a process killed before it could
+delete them) are swept at a start (`sweep`) once older than `SWEEP_AFTER`. Services sharing a
+data dir share the directory: a file another process deleted stays readable by those that have
+it open, and a start that misses one fetches it from the snapshot store (`services.common.
+snapshots`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from services.tree.domain import used_ids
+from services.tree.domain.used_ids import TRAILER, Run, RunBuilder, RunRegistry, RunStore, parse_trailer
+
+log = logging.getLogger(__name__)
+
+DIRECTORY = "id-runs"
+SWEEP_AFTER = 24 * 3600.0  # seconds: a run file no process opened for this long is left over
+READ = 1 << 20  # bytes read at a time when a run is read whole (a multiple of a block)
+
+
+class FileRun:
+    """A run in a file, kept open; only its index is in memory."""
+
+    __slots__ = ("__weakref__", "count", "crc_count", "fd", "index", "key", "path")
+
+    def __init__(self, key: str, path: Path, fd: int, count: int, crc_count: int, index: list[int]) -> None:
+        self.key, self.path, self.fd = key, path, fd
+        self.count, self.crc_count = count, crc_count
+        self.index = index
+
+    def read_block(self, i: int) -> Sequence[int]:
+        # (a little-endian file read on a little-endian machine: `install` refuses others)
+        block = used_ids.BLOCK
+        return memoryview(os.pread(self.fd, min(block, self.count - i * block) * 8, i * block * 8)).cast("q")
+
+    def _chunks(self, start: int, items: int, width: int, dtype: str) -> Iterator[np.ndarray]:
+        step = used_ids.CHUNK
+        for at in range(0, items, step):
+            n = min(step, items - at)
+            yield np.frombuffer(os.pread(self.fd, n * width, start + at * width), dtype=dtype, count=n)
+
+    def digest_chunks(self) -> Iterator[np.ndarray]:
+        return self._chunks(0, self.count, 8, "<i8")
+
+    def crc_chunks(self) -> Iterator[np.ndarray]:
+        return self._chunks(self.count * 8, self.crc_count, 4, "<u4")
+
+    def byte_chunks(self) -> Iterator[bytes]:
+        end = self.count * 8 + self.crc_count * 4 + TRAILER.size
+        for at in range(0, end, READ):
+            yield os.pread(self.fd, min(READ, end - at), at)
+
+    def reader(self) -> IO[bytes]:
+        """The run's bytes as a file (what an upload reads), from the open file: another process
+        may have deleted its name."""
+        return io.BufferedReader(_PreadRaw(self.fd, self.count * 8 + self.crc_count * 4 + TRAILER.size))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A plain pickle (not a snapshot's, which writes the key): the run's arrays, so that it
+        # loads anywhere.
+        digests = np.concatenate([*self.digest_chunks(), np.empty(0, np.int64)]).astype(np.int64)
+        crcs = np.concatenate([*self.crc_chunks(), np.empty(0, np.uint32)]).astype(np.uint32)
+        return (used_ids.MemoryRun, (self.key, digests, crcs))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FileRun:
+        return self  # immutable
+
+
+class _PreadRaw(io.RawIOBase):
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size, self.at = fd, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.size - self.at)
+        if n <= 0:
+            return 0
+        got = os.preadv(self.fd, [memoryview(buffer)[:n]], self.at)
+        self.at += got
+        return got
+
+
+def _closed(fd: int, path: Path, delete: bool) -> None:
+    with suppress(OSError):
+        os.close(fd)
+    if delete:
+        with suppress(OSError):
+            path.unlink()
+
+
+class FileRuns(RunRegistry):
+    """Runs as files in `directory` (see the module doc)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__()
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.run"
+
+    def _open(self, key: str, path: Path, count: int, crc_count: int, index: list[int]) -> FileRun:
+        fd = os.open(path, os.O_RDONLY)
+        run = FileRun(key, path, fd, count, crc_count, index)
+        done = weakref.finalize(run, _closed, fd, path, True)
+        done.atexit = False  # at exit the files stay: the next start takes them
+        return self.keep(run)
+
+    def write(self, digests: Iterable[np.ndarray], crcs: Iterable[np.ndarray]) -> Run:
+        built = RunBuilder()
+        handle, name = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=".run")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                for chunk in digests:
+                    out.write(built.digests(chunk))
+                for chunk in crcs:
+                    out.write(built.crcs(chunk))
+                out.write(built.trailer())
+            key = built.key
+            found: Run | None = self.held(key)
+            if found is not None:
+                os.unlink(name)
+                return found
+            path = self._path(key)
+            os.replace(name, path)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(name)
+            raise
+        return self._open(key, path, built.count, built.crc_count, built.index)
+
+    def local(self, key: str) -> Run | None:
+        """The run `key` if it is alive here or its file is (read whole: checked against its key,
+        its index made), else None (a file that does not match is deleted)."""
+        found: Run | None = self.held(key)
+        if found is not None:
+            return found
+        path = self._path(key)
+        try:
+            checked = _checked(path, key)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("id run %s in %s not used: %s", key, self.directory, exc)
+            with suppress(OSError):
+                path.unlink()
+            return None
+        with suppress(OSError):
+            os.utime(path)  # (taken: not left over)
+        return self._open(key, path, *checked)
+
+    def adopt(self, key: str, data: bytes) -> Run:
+        """The run `key` from its bytes (fetched), kept as its file; ValueError if it is not that run."""
+        found: Run | None = self.held(key)
+        if found is not None:
+            return found
+        handle, name = tempfile.mkstemp(dir=self.directory, prefix=".fetching-", suffix=".run")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            checked = _checked(Path(name), key)
+            os.replace(name, self._path(key))
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(name)
+            raise
+        return self._open(key, self._path(key), *checked)
+
+    def sweep(self, older_than: float = SWEEP_AFTER) -> int:
+        """Delete run files no run here holds and not used for `older_than` seconds (and temporary
+        ones as old): how many."""
+        gone = 0
+        cutoff = time.time() - older_than
+        for path in self.directory.glob("*.run"):
+            key = path.name.removesuffix(".run")
+            if self.held(key) is not None:
+                continue
+            with suppress(OSError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    gone += 1
+        return gone
+
+
+def _checked(path: Path, key: str) -> tuple[int, int, list[int]]:
+    """(count, crc_count, index) of the run file at `path`, read whole and checked against `key`."""
+    sha = hashlib.sha256()
+    index_parts: list[np.ndarray] = []
+    with open(path, "rb", buffering=0) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size < TRAILER.size:
+            raise ValueError("too short for a run")
+        count, crc_count = parse_trailer(os.pread(file.fileno(), TRAILER.size, size - TRAILER.size))
+        if size != count * 8 + crc_count * 4 + TRAILER.size:
+            raise ValueError("its length does not match its trailer")
+        at = 0
+        while at < size:
+            data = os.pread(file.fileno(), min(READ, size - at), at)
+            if not data:
+                raise ValueError("cut short while read")
+            sha.update(data)
+            if at < count * 8:  # (READ is a multiple of a block: each piece starts on one)
+                digests = np.frombuffer(data, dtype="<i8", count=min(len(data), count * 8 - at) // 8)
+                index_parts.append(digests[::used_ids.BLOCK].astype(np.int64))
+            at += len(data)
+    if sha.hexdigest()[:32] != key:
+        raise ValueError("its content does not match its key")
+    return count, crc_count, [first for part in index_parts for first in part.tolist()]
+
+
+def touch(runs: Iterable[Run]) -> None:
+    """Mark the files of `runs` as in use (a snapshot names them: not left over for `sweep`)."""
+    for run in runs:
+        if isinstance(run, FileRun):
+            with suppress(OSError):
+                os.utime(run.path)
+
+
+def sweep_current() -> int:
+    """`FileRuns.sweep` of the store in use, if it is one of files (after a start loaded its runs)."""
+    store = used_ids.current_store()
+    return store.sweep() if isinstance(store, FileRuns) else 0
+
+
+def install(data_dir: Path | None) -> RunStore:
+    """Make the service's id record keep its runs in `<data_dir>/id-runs` (None: in memory, as
+    before); the store now in use."""
+    if data_dir is None or sys.byteorder != "little":  # (runs are little-endian, read as they are)
+        return used_ids.current_store()
+    current = used_ids.current_store()
+    directory = Path(data_dir) / DIRECTORY
+    if isinstance(current, FileRuns) and current.directory == directory:
+        return current
+    store = FileRuns(directory)
+    used_ids.use_store(store)
+    return store

@@ -1,0 +1,150 @@
+"""Snapshots with the id record's runs stored apart (format 3): a snapshot names its runs by key,
+and a start takes them from its data dir when they are there (checked) or fetches them once from
+the snapshot store; either way, snapshot and tail give the very decisions and state of the whole
+fold. The golden workload of `test_snapshot_and_tail`, with runs of 16 ids (so that the gang ids
+of the trees and the forgotten tasks are sealed into many runs and merged)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from services.common.id_runs import FileRuns
+from services.common.snapshots import (
+    MemorySnapshots,
+    Snapshot,
+    load_newest,
+    pickled,
+    runs_named,
+    runs_to_save,
+    split_pickled,
+)
+from services.tree.domain import used_ids
+from services.tree.domain.used_ids import MemoryRuns
+from tests.snapshots.test_snapshot_and_tail import Folders, Log, log, monkeypatch_module
+
+__all__ = ["log", "monkeypatch_module"]  # (fixtures used here)
+
+
+@pytest.fixture(scope="module")
+def small_runs(monkeypatch_module: pytest.MonkeyPatch) -> None:
+    monkeypatch_module.setattr(used_ids, "SEAL_AT", 16)
+    monkeypatch_module.setattr(used_ids, "BLOCK", 4)
+    monkeypatch_module.setattr(used_ids, "MIN_FILTER_IDS", 8)
+    monkeypatch_module.setattr(used_ids, "CHUNK", 8)
+
+
+@pytest.fixture
+def store_in_use() -> Iterator[None]:
+    before = used_ids.current_store()
+    yield
+    used_ids.use_store(before)
+
+
+@pytest.fixture(scope="module")
+def straight(log: Log, small_runs: None) -> tuple[list[str], list[str]]:
+    before = used_ids.use_store(MemoryRuns())
+    try:
+        folders = Folders()
+        decisions = folders.fold(log, 0, len(log))
+        return decisions, folders.state_lines()
+    finally:
+        used_ids.use_store(before)
+
+
+class Counting(MemorySnapshots):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched: list[str] = []
+
+    async def fetch_run(self, key: str) -> bytes | None:
+        self.fetched.append(key)
+        return await super().fetch_run(key)
+
+
+def save(store: MemorySnapshots, folders: Folders, at: int) -> dict[str, list[str]]:
+    """Each folder's snapshot at `at`, saved as a service saves it: the keys of the runs named."""
+    named = {}
+    for folder in (folders.admission, folders.preemption):
+        state = pickled(folder.export())
+        keys = split_pickled(state)[0]
+        data = Snapshot.encode_pickled(folder.service, at, "test", state)
+        anyio.run(store.save, folder.service, at, data, runs_to_save(None, keys))
+        named[folder.service] = keys
+    return named
+
+
+def load(store: MemorySnapshots) -> Folders:
+    new = Folders()
+    for theirs in (new.admission, new.preemption):
+        found, skipped = anyio.run(load_newest, store, theirs.service, "test")
+        assert found is not None, skipped
+        theirs.load(found.state)
+    return new
+
+
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("data_dir", ["fresh", "has the runs"])
+def test_a_snapshot_with_runs_loads_on_any_data_dir_and_folds_as_the_whole(
+        log: Log, straight: tuple[list[str], list[str]], tmp_path: Path, seed: int, data_dir: str) -> None:
+    decisions, lines = straight
+    cut = random.Random(seed).randrange(len(log) // 2, len(log))
+    made_in = tmp_path / "made"
+    used_ids.use_store(FileRuns(made_in))
+    before = Folders()
+    made = before.fold(log, 0, cut)
+    store = Counting()
+    named = save(store, before, cut)
+    assert len(named["admission"]) >= 3  # sealed runs of gang ids (per tree) and forgotten tasks
+    assert set(store.runs) == {key for keys in named.values() for key in keys}
+    # a start: a new process (no run alive in it) on a data dir without the runs, or with them
+    directory = tmp_path / "fresh" if data_dir == "fresh" else made_in
+    used_ids.use_store(FileRuns(directory))
+    after = load(store)
+    if data_dir == "fresh":
+        assert sorted(store.fetched) == sorted({key for keys in named.values() for key in keys})
+        assert {p.name for p in directory.glob("*.run")} >= {f"{key}.run" for key in store.fetched}
+    else:
+        assert store.fetched == []
+    del before
+    made += after.fold(log, cut, len(log))
+    assert made == decisions
+    assert after.state_lines() == lines
+
+
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+def test_a_run_that_is_gone_or_altered_makes_the_snapshot_passed_over(log: Log, tmp_path: Path) -> None:
+    used_ids.use_store(FileRuns(tmp_path / "made"))
+    before = Folders()
+    before.fold(log, 0, len(log) // 2)
+    store = Counting()
+    named = save(store, before, len(log) // 2)
+    used_ids.use_store(FileRuns(tmp_path / "fresh"))
+    key = named["admission"][0]
+    store.runs[key] = store.runs[key][:-1] + bytes([store.runs[key][-1] ^ 1])
+    found, skipped = anyio.run(lambda: load_newest(store, "admission", "test"))
+    assert found is None and f"id run {key}" in skipped[0]
+    del store.runs[key]
+    found, skipped = anyio.run(lambda: load_newest(store, "admission", "test"))
+    assert found is None and "gone" in skipped[0]
+
+
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+def test_runs_no_kept_snapshot_names_are_deleted(log: Log) -> None:
+    """Each run is stored once, and deleted with the last snapshot that names it."""
+    used_ids.use_store(MemoryRuns())
+    folders, store = Folders(), MemorySnapshots()
+    cuts = sorted(random.Random(5).sample(range(100, len(log)), 6))
+    start = 0
+    for cut in cuts:
+        folders.fold(log, start, cut)
+        save(store, folders, cut)
+        start = cut
+        kept = {key for data in store.objects.values() for key in runs_named(Snapshot.header(data))}
+        assert set(store.runs) == kept
+    assert len(store.objects) == 2 * 3  # the newest three of each service
