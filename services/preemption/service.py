@@ -4,6 +4,8 @@ folded state."""
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -12,6 +14,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from events.commands import Reply
+from services.admission.held_trees import WhenSettled
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.requests import answer_until_cancelled, parse_request, serve_requests
@@ -20,6 +23,7 @@ from services.common.tree_gate import TreeGate, naming_holders, while_holding
 from services.common.tree_leases import TreeLeases
 from services.preemption.commands import COMMANDS, SERVICE, PreemptionList
 from services.preemption.folder import SUBJECTS, PreemptionFolder
+from services.preemption.held_trees import HeldTreesPreemption
 
 if TYPE_CHECKING:
     from projections.store import ProjectionStore
@@ -53,22 +57,76 @@ def standby() -> Warm:
     return Warm(PreemptionFolder(), SUBJECTS)
 
 
+class FollowHeld:
+    """Keeps a per-tree instance's `folder.held` the trees whose lease it holds, and says on stderr
+    what it has decided and read at each change and when it stops. A tree taken over while its
+    pass is parked is decided at once (`take_over`): on a quiet log no message would come to fold.
+    `settled`: nothing parked, and nothing decided so that is not handed to the log yet (a
+    snapshot waits: what it keeps back is what the log's `kept` holds)."""
+
+    def __init__(self, trees: TreeLeases, folder: HeldTreesPreemption, log: EventLog) -> None:
+        self.trees, self.folder, self.log = trees, folder, log
+        self.sending = 0
+
+    def settled(self) -> bool:
+        return self.folder.settled() and not self.sending
+
+    async def run(self) -> None:
+        folder = self.folder
+        try:
+            while True:
+                held = self.trees.held()
+                if held != folder.held:
+                    folder.held = held
+                    print(work_line(folder), file=sys.stderr, flush=True)
+                    made = folder.take_over()
+                    if made:
+                        self.sending += 1
+                        try:
+                            await self.log.append(made)  # (the tree gate: sent if held, else kept)
+                        finally:
+                            self.sending -= 1
+                with anyio.move_on_after(0.5):  # (a change while sending is seen at the next look)
+                    await self.trees.changed()
+        finally:
+            print(work_line(folder), file=sys.stderr, flush=True)  # (and when it stops)
+
+
+def work_line(folder: HeldTreesPreemption) -> str:
+    """What an instance deciding per tree has done so far: passes decided here and read from the log."""
+    def counts(counter: Counter[str]) -> str:
+        return ", ".join(f"{tree} {n}" for tree, n in sorted(counter.items())) or "none"
+
+    return (f"poolwise: preemption passes decided here: {counts(folder.decided)}; "
+            f"read from the log: {counts(folder.read)}")
+
+
 async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: PreemptionFolder | None = None,
                            warm: Warm | None = None, trees: TreeLeases | None = None,
                            task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
     """Preemption on `log`; `warm`: a standby's fold, caught up already (it decides from there);
-    `trees`: an instance deciding per tree answers requests while it holds a tree, for any tree
-    (it folds and decides them all: its pass memory is not on the log), naming each tree's holder
-    (`services.common.tree_gate`)."""
+    `trees`: an instance deciding per tree (`services.common.tree_gate`): it decides the passes of
+    the trees it holds and reads the others' from the log (`services.preemption.held_trees`), and
+    answers requests while it holds a tree, for any tree, naming each tree's holder."""
     if warm is not None:
         folder = cast(PreemptionFolder, warm.folder)
+    snapshots = policy_for(log, "preemption")
+    follow: FollowHeld | None = None
+    if trees is not None and folder is None:
+        folder = held = HeldTreesPreemption()
+        held.on_waiting = trees.learn
+        follow = FollowHeld(trees, held, log)
+        if snapshots is not None:
+            snapshots = WhenSettled.of(snapshots, follow.settled)
     folder = folder or PreemptionFolder()
     store: ProjectionStore | None = None  # the history is projected once, by the tree service
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="preemption", store=store,
-                                                          snapshots=policy_for(log, "preemption"), warm=warm,
+                                                          snapshots=snapshots, warm=warm,
                                                           linger=LINGER, task_status=task_status))
+            if follow is not None:
+                tg.start_soon(follow.run)
             nc = getattr(log, "nc", None)
             if nc is not None and trees is not None:  # naming each tree's holder (`naming_holders`)
                 asked = naming_holders(cast(TreeGate, log), partial(answer, folder))
