@@ -39,6 +39,19 @@ class GangNotes:
     preempted_at: float | None = None
 
 
+# A `GangNotes` as a plain tuple of its fields in order: how `History` pickles the notes (a dict
+# of tuples is pickled and loaded in C; a slotted dataclass goes through Python per gang, ~3 µs),
+# and how it holds them after a load until a gang's notes are first read (`History._found`).
+Packed = tuple[str | None, str | None, str | None, str | None, float | None, str | None, float | None,
+               float | None, str | None, float | None]
+
+
+def packed(notes: GangNotes) -> Packed:
+    """`notes` as a tuple of its fields, in order (`GangNotes(*packed(notes)) == notes`)."""
+    return (notes.admitted_queue, notes.rejection, notes.refusal, notes.cancel_reason, notes.cancelled_at,
+            notes.requeue_reason, notes.requeued_at, notes.finished_at, notes.preempted_reason, notes.preempted_at)
+
+
 # The events `History.observe` learns from (others need not be shown to it), and those of them
 # whose notes keep the time they happened (the others may be shown with any time).
 OBSERVED: frozenset[type[Event]] = frozenset({GangAdmitted, GangCancelled, GangRequeued, GangTimedOut, GangFinished,
@@ -50,21 +63,35 @@ TIMED: frozenset[type[Event]] = frozenset({GangRequeued, GangTimedOut, GangFinis
 class History:
     """Notes per (tree, gang), kept by observing every event folded and every decision made."""
 
-    notes: dict[tuple[str, str], GangNotes] = field(default_factory=dict)
+    notes: dict[tuple[str, str], GangNotes | Packed] = field(default_factory=dict)
+    """Each gang's notes: a `GangNotes`, or as loaded from a snapshot (`Packed`) until first read."""
     admitted: dict[tuple[str, str], str] = field(default_factory=dict)
     """The queue each gang was last admitted from: kept apart from `notes`, since nearly every
     gang has one and few have any other note."""
 
+    def __getstate__(self) -> tuple[dict[tuple[str, str], Packed], dict[tuple[str, str], str]]:
+        return {key: notes if isinstance(notes, tuple) else packed(notes) for key, notes in self.notes.items()}, \
+            self.admitted
+
+    def __setstate__(self, state: tuple[dict[tuple[str, str], GangNotes | Packed], dict[tuple[str, str], str]]) -> None:
+        self.notes, self.admitted = state  # the notes stay tuples: most finished gangs' are never read
+
+    def _found(self, key: tuple[str, str]) -> GangNotes | None:
+        found = self.notes.get(key)
+        if isinstance(found, tuple):
+            found = self.notes[key] = GangNotes(*found)
+        return found
+
     def get(self, tree: str, gang: str) -> GangNotes:
         key = (tree, gang)
-        notes = self.notes.get(key)
+        notes = self._found(key)
         queue = self.admitted.get(key)
         if queue is None:
             return notes or GangNotes()
         return GangNotes(admitted_queue=queue) if notes is None else replace(notes, admitted_queue=queue)
 
     def _of(self, tree: str, gang: str) -> GangNotes:
-        found = self.notes.get((tree, gang))
+        found = self._found((tree, gang))
         if found is None:
             found = self.notes[(tree, gang)] = GangNotes()
         return found
