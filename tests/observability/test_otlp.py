@@ -32,6 +32,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Received]:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
         monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        monkeypatch.setenv("POOLWISE_LOG", "info")  # (the services say where they started from)
         for name in ("POOLWISE_TRACE", "OTEL_TRACES_EXPORTER", "OTEL_TRACES_SAMPLER", "POOLWISE_TRACE_RATIO"):
             monkeypatch.delenv(name, raising=False)
         yield received
@@ -154,4 +155,41 @@ def test_a_gangs_trace_and_the_metrics_reach_an_otlp_receiver(tmp_path: Path, re
         assert set(exported(points, "poolwise_gangs_admitted", tree="default", pool="/a")) == {1.0}
         assert set(exported(points, "poolwise_admission_wait_seconds", tree="default", pool="/a")) == {1.0}
         assert exported(points, "poolwise_cycle_duration_seconds", service="admission")
+        assert "Traceback" not in up.stderr
+
+
+def test_a_gang_enqueued_before_a_restart_and_decided_after_it_keeps_its_trace(tmp_path: Path,
+                                                                               receiver: Received) -> None:
+    """a0 runs (all 10 cpu) and c0 waits behind it; up stops cleanly (each service keeps a snapshot
+    of its fold) and starts again from those snapshots. Then b0 makes preemption ask a0 back, and
+    a0's end lets c0 in: both decisions, made after the restart, are in the gangs' traces (the
+    contexts read back from their enqueues on the log)."""
+    with Up(tmp_path / "data", tmp_path) as up:
+        up.start()
+        setup_cluster(up, tmp_path)
+        assert "admitted" in submit(up, "a0", "/a", 2, "--wait", "20").out
+        for task in ("a0/0", "a0/1"):
+            ok(up.cli("task", "set", task, "running", "--gang", "a0"))
+        submit(up, "c0", "/a", 1)
+        before = spans_where(receiver, has("enqueue", "c0"), "c0's enqueue at the receiver")
+        assert up.stop() == 0
+        up.start()
+        wait_for(lambda: "admission: started from its snapshot" in up.stderr, "admission started from its snapshot")
+        submit(up, "b0", "/b", 1, "--no-preemptible")
+        wait_for(lambda: has("preemption requested", "a0")(receiver.snapshot()[0]) or None,
+                 "a0's preemption after the restart, in its trace")
+        for task in ("a0/0", "a0/1"):
+            ok(up.cli("task", "set", task, "succeeded", "--gang", "a0"))
+        spans = spans_where(receiver, has("admission GangAdmitted", "c0"), "c0's admission after the restart")
+
+        a0, c0 = gang_span(spans, "enqueue", "a0"), gang_span(before, "enqueue", "c0")
+        admitted = gang_span(spans, "admission GangAdmitted", "c0")
+        assert (admitted.trace_id, admitted.parent_id) == (c0.trace_id, c0.span_id)
+        cycle = one(spans, "c0's cycle", lambda s: s.span_id == admitted.links[0].span_id)
+        assert (c0.trace_id, c0.span_id) in {(link.trace_id, link.span_id) for link in cycle.links}
+        # a0 was admitted before the restart: preemption joins it to its enqueue (what the log keeps),
+        # or to admission's decision where its fold read that after its snapshot
+        preempted = gang_span(spans, "preemption requested", "a0")
+        decided = gang_span(spans, "admission GangAdmitted", "a0")
+        assert preempted.trace_id == a0.trace_id and preempted.parent_id in (a0.span_id, decided.span_id)
         assert "Traceback" not in up.stderr
