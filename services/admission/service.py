@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -29,6 +28,7 @@ from services.admission.domain.state import SERVICE, trees_ticked
 from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.admission.held_trees import HeldTreesFolder, WhenSettled
 from services.admission.queries import ExplainingFolder, answer, serve_queries
+from services.common import tree_gate
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.requests import answer_until_cancelled
@@ -170,11 +170,7 @@ async def follow_held(trees: TreeLeases, folder: HeldTreesFolder, ticker: Clock 
 
 def work_line(folder: HeldTreesFolder) -> str:
     """What an instance deciding per tree has done so far: cycles decided here and read from the log."""
-    def counts(counter: Counter[str]) -> str:
-        return ", ".join(f"{tree} {n}" for tree, n in sorted(counter.items())) or "none"
-
-    return (f"poolwise: admission cycles decided here: {counts(folder.decided)}; "
-            f"read from the log: {counts(folder.read)}")
+    return tree_gate.work_line("admission cycles", folder.decided, folder.read)
 
 
 def standby() -> Warm:

@@ -30,6 +30,7 @@ import contextlib
 import inspect
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from itertools import chain, count
@@ -51,7 +52,7 @@ from services.common.memlog import envelope_subject, subject_filter
 from services.common.requests import Answer
 from services.common.tree_leases import PRESENCE, TreeLeases, consumer_name, holders, tree_of
 
-__all__ = ["LeasesFailed", "TreeGate", "naming_holders", "run_per_tree", "while_holding"]
+__all__ = ["LeasesFailed", "TreeGate", "naming_holders", "run_per_tree", "while_holding", "work_line"]
 
 
 class TreeGate(JetStreamLog):
@@ -242,6 +243,15 @@ async def run_per_tree(service: str, serve: Serve, *, log: JetStreamLog, bucket:
         with anyio.CancelScope(shield=True):
             await leases.stop()
             await _delete_consumer(log.nc, log.stream, gate.consumer)
+
+
+def work_line(what: str, decided: Counter[str], read: Counter[str]) -> str:
+    """What an instance deciding per tree has done so far, as it says on stderr: `what` (admission
+    cycles, preemption passes) decided here and read from the log, per tree."""
+    def counts(counter: Counter[str]) -> str:
+        return ", ".join(f"{tree} {n}" for tree, n in sorted(counter.items())) or "none"
+
+    return f"poolwise: {what} decided here: {counts(decided)}; read from the log: {counts(read)}"
 
 
 class LeasesFailed(Exception):

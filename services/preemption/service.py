@@ -5,7 +5,6 @@ folded state."""
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -15,6 +14,7 @@ from anyio.abc import TaskStatus
 
 from events.commands import Reply
 from services.admission.held_trees import WhenSettled
+from services.common import tree_gate
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.requests import answer_until_cancelled, parse_request, serve_requests
@@ -94,11 +94,7 @@ class FollowHeld:
 
 def work_line(folder: HeldTreesPreemption) -> str:
     """What an instance deciding per tree has done so far: passes decided here and read from the log."""
-    def counts(counter: Counter[str]) -> str:
-        return ", ".join(f"{tree} {n}" for tree, n in sorted(counter.items())) or "none"
-
-    return (f"poolwise: preemption passes decided here: {counts(folder.decided)}; "
-            f"read from the log: {counts(folder.read)}")
+    return tree_gate.work_line("preemption passes", folder.decided, folder.read)
 
 
 async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: PreemptionFolder | None = None,

@@ -17,6 +17,7 @@ import contextlib
 import re
 import signal
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -97,14 +98,21 @@ async def all_admitted(url: str, gangs: list[tuple[str, str]], attempt: int, wha
     await eventually(check, what, timeout=30)
 
 
-async def test_two_preemption_instances_decide_their_trees_passes_and_take_over_a_killed_ones(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def two_instances(tmp_path: Path, label: str) -> AsyncIterator[tuple[Up, Serve, str]]:
+    """`poolwise up --trees per-tree` with the four trees, and a second preemption instance."""
     data = tmp_path / "data"
     with Up(data, tmp_path, "--trees", "per-tree") as up, contextlib.ExitStack() as stack:
         await anyio.to_thread.run_sync(up.start)
         url = (data / "nats.url").read_text().strip()
         await configure(url)
-        other = Serve("p", url, tmp_path, "--trees", "per-tree", service="preemption")
+        other = Serve(label, url, tmp_path, "--trees", "per-tree", service="preemption")
         stack.callback(other.close)
+        yield up, other, url
+
+
+async def test_two_preemption_instances_decide_their_trees_passes_and_take_over_a_killed_ones(tmp_path: Path) -> None:
+    async with two_instances(tmp_path, "p") as (up, other, url):
 
         def split() -> bool:
             ours, theirs = held(up.stderr, "preemption"), held(other.err, "preemption")
@@ -170,13 +178,7 @@ async def test_two_preemption_instances_decide_their_trees_passes_and_take_over_
 
 
 async def test_a_clean_stop_deletes_its_tree_leases_rather_than_leaving_them_to_expire(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    with Up(data, tmp_path, "--trees", "per-tree") as up, contextlib.ExitStack() as stack:
-        await anyio.to_thread.run_sync(up.start)
-        url = (data / "nats.url").read_text().strip()
-        await configure(url)
-        other = Serve("c", url, tmp_path, "--trees", "per-tree", service="preemption")
-        stack.callback(other.close)
+    async with two_instances(tmp_path, "c") as (up, other, url):
         await until(lambda: len(held(other.err, "preemption")) == 2, "the second instance to hold two trees",
                     timeout=30)
         theirs = held(other.err, "preemption")
