@@ -79,8 +79,7 @@ def teams(duration: float, seed: int = 21) -> Workload:
         add(at, "/spot", "spot", runtime_ms=seconds(20, 60), resources=(("cpu", 4.0),), revocable=True,
             user=rng.choice(("ana", "dee")))
     jobs.sort(key=lambda j: (j.at_ms, j.gang))
-    classes = ("training", "finetune", "sweep", "service", "etl", "ci", "too-big", "spot")
     return Workload(name="teams", cluster=cluster_file(), jobs=tuple(jobs), step_ms=STEP_MS, paced=True,
-                    speed=SPEED, horizon_ms=horizon_s * 1000, classes=classes,
+                    speed=SPEED, horizon_ms=horizon_s * 1000, classes=tuple(counts),  # in the order first added
                     description=(f"three teams on 8 machines, {len(jobs):,} jobs over {horizon_s} s of log time "
                                  f"({SPEED:g}x the wall clock)"))

@@ -60,12 +60,12 @@ class Workload:
     classes: tuple[str, ...] = field(default=())  # in the order the summary lists them
 
     def capacity(self) -> float:
-        """The cpu of the cluster file's hosts (what usage is a share of)."""
-        import yaml
+        """The cpu of the cluster file's hosts (what usage is a share of), the file read as
+        `poolwise apply` reads it (`capacity:` is one host)."""
+        from services.scenario.cluster_file import cluster_text
 
-        data = yaml.safe_load(self.cluster)
-        hosts = data.get("hosts") or [{"resources": data.get("capacity", {})}]
-        return float(sum(h.get("resources", {}).get("cpu", 0) for h in hosts))
+        hosts = cluster_text(self.cluster, f"{self.name}-cluster.yaml").config.hosts or {}
+        return float(sum(host.resources.get("cpu", 0.0) for host in hosts.values()))
 
 
 def spread(count: int, first_ms: int, every_ms: int) -> list[int]:

@@ -30,7 +30,7 @@ from services.scenario.checks import check_header
 from services.scenario.errors import Loc, Problem, ScenarioError, format_place
 from services.scenario.format import HostEntry, Scenario
 from services.scenario.problems import describe
-from services.scenario.source import Source, read_source
+from services.scenario.source import Source, parse_text, read_source
 from services.tree.domain import paths
 from services.tree.domain.cluster import ClusterConfig, PoolKey
 from services.tree.domain.target import Violation
@@ -69,7 +69,17 @@ def load_cluster(path: str | Path, steps: bool = False) -> ClusterFile:
     """Read a cluster file (YAML; `.json` as JSON). Raises `ScenarioError` (file, place, problem).
     `steps`: a scenario's `steps` are let through, not read (`poolwise whatif` reads them as
     `scenario run` does)."""
-    source = read_source(str(path))
+    return read_cluster(read_source(str(path)), steps)
+
+
+def cluster_text(text: str, name: str) -> ClusterFile:
+    """A cluster file's text (YAML) read as `load_cluster` reads a file; `name` stands for the
+    file in errors (e.g. the demo's workloads, whose cluster is a package resource)."""
+    return read_cluster(parse_text(text, name))
+
+
+def read_cluster(source: Source, steps: bool = False) -> ClusterFile:
+    """`load_cluster` of a file's text parsed (`source`)."""
     data = source.data
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}, not a mapping"

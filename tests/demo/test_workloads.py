@@ -12,7 +12,9 @@ from events import GangAdmitted, GangEnqueued, TaskSpec
 from services.demo.kueue import kueue_baseline
 from services.demo.record import Recorder, percentile
 from services.demo.teams import teams
+from services.demo.workload import Workload
 from services.scenario.cluster_file import load_cluster
+from services.scenario.errors import ScenarioError
 from services.tree.domain.change_plan import plan_changes
 from services.tree.domain.state import TreeState
 
@@ -61,6 +63,21 @@ def test_teams_is_the_same_mix_each_time_and_has_every_kind_of_job() -> None:
     assert any(j.klass == "too-big" for j in jobs)  # above /dev's limit of cpu 96: refused
     assert len({j.gang for j in jobs}) == len(jobs)
     assert len(teams(10).jobs) < len(jobs)
+
+
+def test_teams_lists_its_classes_in_the_order_they_are_drawn_and_its_cpu() -> None:
+    workload = teams(60)
+    assert workload.classes == ("training", "finetune", "sweep", "service", "etl", "ci", "too-big", "spot")
+    assert set(workload.classes) == {j.klass for j in workload.jobs}
+    assert workload.capacity() == 8 * 64.0  # eight machines of 64 cpu (their revocable cpu not counted)
+
+
+def test_capacity_reads_the_cluster_file_as_apply_does() -> None:
+    one_host = Workload(name="w", cluster="capacity: {cpu: 40, memory: 100}\n", jobs=(), step_ms=1000)
+    assert one_host.capacity() == 40.0
+    bad = Workload(name="w", cluster="hosts:\n  - {name: h1, resources: {cpu: 4}, cores: 2}\n", jobs=(), step_ms=1000)
+    with pytest.raises(ScenarioError, match="cores"):
+        bad.capacity()
 
 
 def test_percentile_is_nearest_rank() -> None:
