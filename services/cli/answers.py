@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pydantic import BaseModel
 
 from services.cli.args import InputError, ServiceError
 from services.common.natsserver import resolve_nats_url
@@ -26,6 +27,17 @@ class Answer:
 
     table: pa.Table
     cut: bool = False
+
+
+class SqlRequest(BaseModel):
+    """The tree service's `sql` request (`services/tree/projection.py`: `answer_sql`); `format`
+    arrow (an Arrow IPC stream, base64) or rows (columns and rows as JSON)."""
+
+    op: str = "sql"
+    sql: str
+    params: list[Any] | None = None
+    max_rows: int
+    format: str = "arrow"
 
 
 class Source:
@@ -53,17 +65,9 @@ class Service(Source):
 
     def ask(self, sql: str, max_rows: int, params: Sequence[object] | None = None) -> Answer:
         import anyio
-        from pydantic import BaseModel
 
         from projections.answers import from_ipc, unb64
         from services.cli.client import request
-
-        class SqlRequest(BaseModel):
-            op: str = "sql"
-            sql: str
-            params: list[Any] | None = None
-            max_rows: int
-            format: str = "arrow"
 
         async def ask() -> dict[str, Any]:
             reply = await request(self.url, HOLDER, SqlRequest(sql=sql, params=None if params is None else list(params),

@@ -84,10 +84,14 @@ def demo(
     try:
         board = None if http_port is None else partial(dashboard, http_port, err=as_json)  # (stdout: the JSON)
         result = anyio.run(lambda: run_demo(chosen, where, watcher, apply_file, deadline=deadline,  # type: ignore[arg-type]
-                                            beside=board))
+                                            beside=board, settle=None if data_dir is None else read_models_settled))
     finally:
         if data_dir is None:
             shutil.rmtree(where, ignore_errors=True)
+    if result.read_models_behind is not None:
+        held, end = result.read_models_behind
+        typer.echo(f"note: the SQL tables in {where} hold the log up to position {held:,} of {end:,}; "
+                   f"`poolwise up --data-dir {where}` folds the rest", err=True)
     if as_json:
         sys.stdout.write(json.dumps(result_document(result), sort_keys=True) + "\n")
     else:
@@ -110,6 +114,34 @@ async def apply_file(url: str, path: Path) -> dict[str, Any]:
     if outcome["violations"] or outcome.get("stopped"):
         raise RuntimeError(f"{path}: not applied: {outcome}")
     return outcome
+
+
+CHECKPOINTS = "SELECT min(last_seq) AS held FROM checkpoints"
+
+
+async def read_models_settled(url: str, patience: float = 60.0) -> tuple[int, int] | None:
+    """Wait until the tree service's read models hold the log at `url` to its end (their lowest
+    checkpoint, asked over SQL as `poolwise sql` asks): None, or, after `patience` seconds, where
+    they stopped and where the log ends. The demo keeps its data dir for `poolwise sql --data-dir`:
+    without this the tables lagged where the demo stopped (the tree service projects behind its fold)."""
+    from services.cli.answers import SqlRequest
+    from services.cli.client import request
+    from services.common.jetstream import JetStreamLog
+
+    log = await JetStreamLog.connect(url, name="poolwise-demo-settle")
+    try:
+        end = await log.last_seq()
+    finally:
+        await log.close()
+    held = 0
+    with anyio.move_on_after(patience):
+        while True:
+            rows = (await request(url, "tree", SqlRequest(sql=CHECKPOINTS, max_rows=1, format="rows"))).data["rows"]
+            held = int(rows[0][0] or 0) if rows else 0
+            if held >= end:
+                return None
+            await anyio.sleep(0.1)
+    return held, end
 
 
 async def dashboard(port: int, url: str, *, err: bool = False,

@@ -67,20 +67,27 @@ class DemoResult:
     steps: int
     log_positions: int
     stopped_early: bool  # the wall-clock budget ended the workload before its last job
+    read_models_behind: tuple[int, int] | None = None  # (where the tree's SQL tables stopped, the log's end)
 
 
 # applies a cluster file (its path) to the system at a URL, as `poolwise apply -f` does, and
 # returns apply's outcome document: the CLI's code (services.cli.demo_cmd.apply_file), handed down
 Apply = Callable[[str, Path], Awaitable[dict[str, Any]]]
+# waits until the tree service's read models (its SQL tables) hold the whole log at a URL, and
+# returns None, or where they stopped and where the log ends: the CLI's code, handed down, run
+# when the demo's data dir is kept (services.cli.demo_cmd.read_models_settled)
+Settle = Callable[[str], Awaitable[tuple[int, int] | None]]
 
 
 async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, apply: Apply, *,
                    deadline: float | None = None,
-                   beside: Callable[..., Coroutine[Any, Any, None]] | None = None) -> DemoResult:
+                   beside: Callable[..., Coroutine[Any, Any, None]] | None = None,
+                   settle: Settle | None = None) -> DemoResult:
     """Run `workload` on a new system in `data_dir` (a fresh directory), its cluster file applied
     with `apply`; `deadline`: the `time.monotonic()` after which no more steps are taken (the
     replay and summary still run); `beside(url, task_status=...)`: started once the system is up,
-    before the cluster is applied, and stopped with the system (the CLI's dashboard)."""
+    before the cluster is applied, and stopped with the system (the CLI's dashboard); `settle`:
+    awaited after the replay, before the system stops (the kept data dir's SQL tables made whole)."""
     from services.launcher import run_system
 
     started, cpu0 = time.monotonic(), _cpu()
@@ -114,12 +121,13 @@ async def run_demo(workload: Workload, data_dir: Path, watcher: Watcher, apply: 
         cpu_run = _cpu() - cpu0
         report = await verify_url(url)
         cpu_replay = _cpu() - cpu0 - cpu_run
+        behind = None if settle is None else await settle(url)
         cpu_nats = _server_cpu(data_dir)
         positions = drive.reader.position
         tg.cancel_scope.cancel()
     summary = drive.recorder.summary(workload.capacity(), workload.classes)
     return DemoResult(workload, summary, report, time.monotonic() - started, _cpu() - cpu0, cpu_run, cpu_nats,
-                      cpu_replay, drive.steps, positions, drive.stopped_early)
+                      cpu_replay, drive.steps, positions, drive.stopped_early, behind)
 
 
 def _cpu() -> float:

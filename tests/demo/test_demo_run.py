@@ -12,8 +12,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from services.cli.demo_cmd import apply_file
-from services.demo.driver import DemoResult, run_demo
+from projections.store import ProjectionStore
+from services.cli.answers import store_files
+from services.cli.demo_cmd import apply_file, read_models_settled
+from services.demo.driver import DemoResult, Settle, run_demo
 from services.demo.kueue import kueue_baseline
 from services.demo.live import PlainLines
 from services.demo.summary import print_summary, result_document
@@ -22,15 +24,22 @@ from services.demo.teams import teams
 pytestmark = pytest.mark.nats
 
 
-def _run(workload, where: Path, lines: list[str]) -> DemoResult:  # type: ignore[no-untyped-def]
-    return anyio.run(lambda: run_demo(workload, where, PlainLines(workload, lines.append), apply_file))
+def _run(workload, where: Path, lines: list[str], settle: Settle | None = None) -> DemoResult:  # type: ignore[no-untyped-def]
+    return anyio.run(lambda: run_demo(workload, where, PlainLines(workload, lines.append), apply_file,
+                                      settle=settle))
 
 
 @pytest.fixture(scope="module")
-def teams_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoResult, list[str]]]:
+def teams_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("teams")
+
+
+@pytest.fixture(scope="module")
+def teams_run(teams_dir: Path) -> Iterator[tuple[DemoResult, list[str]]]:
     lines: list[str] = []
     fast = dataclasses.replace(teams(10), speed=10_000.0)  # 75 s of log time, 92 jobs, unpaced
-    yield _run(fast, tmp_path_factory.mktemp("teams"), lines), lines
+    # as `poolwise demo --data-dir` runs it: the SQL tables made whole before the system stops
+    yield _run(fast, teams_dir, lines, read_models_settled), lines
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +56,24 @@ def test_teams_demo_ends_with_replay_verified(teams_run: tuple[DemoResult, list[
     # tenth of the 75 s (7.5 s: the next step at or after it)
     assert lines[0].startswith("applied ") and lines[0].endswith(": 18 change(s) in 18 command(s) (poolwise apply)")
     assert [line.split(" |")[0] for line in lines[1:]][:3] == ["log time 0.0 s", "log time 8.0 s", "log time 16.0 s"]
+
+
+def test_a_kept_data_dirs_sql_tables_hold_the_whole_log(teams_run: tuple[DemoResult, list[str]],
+                                                        teams_dir: Path) -> None:
+    """The demo stopped, its data dir's read models (what `poolwise sql --data-dir` reads) hold
+    every position of its log: the driver waited for the tree service's projections."""
+    result, _ = teams_run
+    assert result.read_models_behind is None
+    main, others = store_files(teams_dir)
+    store = ProjectionStore.open_read_only(main, others)
+    try:
+        (held,), = store.query("SELECT min(last_seq) FROM checkpoints")[1]
+        (last, finished), = store.query("SELECT max(seq), count(*) FILTER (WHERE type = 'GangFinished') "
+                                        "FROM event_log")[1]
+    finally:
+        store.close()
+    assert held == last >= result.log_positions
+    assert finished == sum(result_document(result)["finished"].values())
 
 
 def test_teams_summary_has_the_numbers(teams_run: tuple[DemoResult, list[str]]) -> None:
