@@ -76,6 +76,31 @@ def test_a_kept_data_dirs_sql_tables_hold_the_whole_log(teams_run: tuple[DemoRes
     assert finished == sum(result_document(result)["finished"].values())
 
 
+LATE_INPUTS = """
+SELECT e.source, count(*) FROM event_log e
+WHERE (e.source = 'demo:submitter' AND NOT EXISTS (SELECT 1 FROM event_log t WHERE t.type = 'ClockTicked'
+                                                   AND t.time = e.time AND t.seq > e.seq))
+   OR (e.source = 'demo:executor' AND EXISTS (SELECT 1 FROM event_log t WHERE t.type = 'ClockTicked'
+                                              AND t.time > e.time AND t.seq < e.seq))
+GROUP BY ALL
+"""
+
+
+def test_every_input_lands_before_the_tick_it_is_for(teams_run: tuple[DemoResult, list[str]],
+                                                     teams_dir: Path) -> None:
+    """What makes the run's numbers the same every time (and lets the tests assert them): a
+    step's jobs and cancels are in the log before that step's tick, and the executors' reports
+    (stamped with the step's time, sent after its decisions) before the next tick."""
+    store = ProjectionStore.open_read_only(*store_files(teams_dir))
+    try:
+        late = store.query(LATE_INPUTS)[1]
+        sources = dict(store.query("SELECT source, count(*) FROM event_log GROUP BY ALL")[1])
+    finally:
+        store.close()
+    assert late == []
+    assert sources["demo:submitter"] > 90 and sources["demo:executor"] > 90 and sources["demo:clock"] == 76
+
+
 def test_teams_summary_has_the_numbers(teams_run: tuple[DemoResult, list[str]]) -> None:
     result, _ = teams_run
     doc = result_document(result)
