@@ -19,9 +19,9 @@ check:
 fuzz:
     HYPOTHESIS_PROFILE=deep {{venv}}/bin/python -m pytest -q -m "not nats" tests
 
-# Run the public scenarios.
+# Run the scenarios kept in this repository (docs/scenarios.md).
 scenarios:
-    {{venv}}/bin/poolwise scenario run ../shared/scenarios/*.yaml
+    {{venv}}/bin/poolwise scenario run docs/examples/*.yaml tests/scenario/files/*.yaml
 
 # Benchmarks; results go in docs/performance.md.
 bench:
