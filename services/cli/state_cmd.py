@@ -42,8 +42,10 @@ def state(at: At = None, tree: Annotated[str | None, typer.Option("--tree", help
     url = find_url(data_dir)
     folder, position = run_async(lambda: fold_at(url, at))
     document = state_document(folder.state, tree)
-    document["as_of"] = {"seq": folder.state.last_seq, "time": position.time if position else None,
-                         "asked": position.asked if position else None}
+    # the position asked for (admission's last folded one may be before it: the messages between
+    # are not on its subjects, and change nothing it holds)
+    document["as_of"] = {"seq": position.seq if position else folder.state.last_seq,
+                         "time": position.time if position else None, "asked": position.asked if position else None}
     if as_json:
         typer.echo(json.dumps(document, indent=2, sort_keys=True))
         return
@@ -63,8 +65,10 @@ def answer_at(url: str, at: str, op: str, query: BaseModel) -> Reply:
     from services.admission.queries import answer
     from services.cli.args import ServiceError
 
-    folder, _ = run_async(lambda: fold_at(url, at))
+    folder, position = run_async(lambda: fold_at(url, at))
     reply = answer(folder, op, query.model_dump_json().encode())
+    if op == "gangs" and reply.ok and position is not None and isinstance(reply.data, dict):
+        reply.data["as_of"] = position.seq  # as `state --at` says it (see there)
     if not reply.ok:
         error = reply.error
         raise ServiceError(error.rule, error.message, error.field) if error else ServiceError("invalid_command",

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
 
 from services.submitter import SyncSubmitter
@@ -232,3 +233,31 @@ def test_whatif_runs_a_files_steps_after_its_change_on_the_copy(
     text = _here(system, capfd, monkeypatch, "whatif", "-f", "more.yaml")
     assert text.code == 1 and "the steps, after the change:" in text.out and "FAILED more-for-a" in text.out, text
     assert last_seq(system) == start  # nothing appended
+
+
+def test_at_a_position_admission_does_not_read_answers_as_of_that_position(
+        system: Up, before: dict[str, Any], capfd: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused command's record (poolwise.rejected.*) is a position admission does not fold:
+    `state --at` and `gangs --at` there say that position, as asked, not admission's last one
+    before it (they said one in the header and the other in the gangs' caption)."""
+    refused = _here(system, capfd, monkeypatch, "pool", "create", "/A/x", "--reservation", "cpu=1000")
+    assert refused.code == 2, refused
+    url = (system.data_dir / "nats.url").read_text().strip()
+
+    async def record() -> int:
+        from services.common.jetstream import JetStreamLog
+
+        log = await JetStreamLog.connect(url)
+        try:
+            return max(m.seq for m in await log.read(before["seq"] + 1) if m.subject.startswith("poolwise.rejected."))
+        finally:
+            await log.close()
+
+    seq = anyio.run(record)
+    state = _here(system, capfd, monkeypatch, "state", "--at", str(seq), "--json")
+    assert state.code == 0 and state.json()["as_of"]["seq"] == seq, state
+    listed = _here(system, capfd, monkeypatch, "gangs", "--at", str(seq), "--json")
+    assert listed.code == 0 and listed.json()["as_of"] == seq, listed
+    table = _here(system, capfd, monkeypatch, "state", "--at", str(seq))
+    assert f"as of log position {seq} (" in table.out and f"(as of log position {seq})" in table.out, table.out
