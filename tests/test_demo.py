@@ -33,7 +33,8 @@ def test_the_readme_demo_ends_with_replay_verified(tmp_path: Path) -> None:
     """`poolwise demo` as the README runs it (shorter, and with `--http-port 0`: the dashboard's
     address comes first, and it answers about the demo's system), off a terminal: plain lines,
     the summary, the replay's verdict, exit 0."""
-    child = subprocess.Popen([POOLWISE, "demo", "--duration", "10", "--http-port", "0"], cwd=tmp_path,
+    # 20 s: on a loaded machine the start takes several of them, and the dashboard goes with the demo
+    child = subprocess.Popen([POOLWISE, "demo", "--duration", "20", "--http-port", "0"], cwd=tmp_path,
                              env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                              text=True)
     try:
