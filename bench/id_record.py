@@ -1,6 +1,6 @@
 """The id record (`UsedIds`) alone: CPU per add and per check, RSS, and a snapshot of it.
 
-    python -m bench.id_record [N] [--phase add|snapshot]
+    python -m bench.id_record [N] [snapshot]
 
 `add`: N ids added (as a fold adds them: gang and task ids), then N fresh ids checked and N used
 ones; prints CPU per operation (process time) and the process's RSS after (from /proc). With the
@@ -21,12 +21,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+STEP = 100_000
+
 
 def rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _trimmed_rss() -> float:
+    """RSS once the C heap's free pages are handed back, as the services do every few seconds
+    (`services.common.runtime.give_back_memory`)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb()
 
 
 def _file_store(directory: Path) -> Any:
@@ -45,31 +58,41 @@ def add_and_check(n: int) -> dict[str, Any]:
         files = _file_store(directory) is not None
         base = rss_mb()
         ids = UsedIds()
-        names = [f"gang-{i:09d}/{i % 3}" for i in range(n)]
-        began = time.process_time()
-        for name in names:
-            ids.add(name)
-        added = time.process_time() - began
-        del names
-        fresh = [f"fresh-{i:09d}/{i % 3}" for i in range(n)]
-        began = time.process_time()
-        hits = sum(1 for name in fresh if name in ids)
-        checked_fresh = time.process_time() - began
-        del fresh
-        used = [f"gang-{i:09d}/{i % 3}" for i in range(0, n)]
-        began = time.process_time()
-        found = sum(1 for name in used if name in ids)
-        checked_used = time.process_time() - began
-        del used
+        # the ids made 100,000 at a time, outside the timed loops (and their memory used again)
+        added = checked_fresh = checked_used = 0.0
+        hits = found = 0
+        for start in range(0, n, STEP):
+            names = [f"gang-{i:09d}/{i % 3}" for i in range(start, min(n, start + STEP))]
+            began = time.process_time()
+            for name in names:
+                ids.add(name)
+            added += time.process_time() - began
+        for start in range(0, n, STEP):
+            fresh = [f"fresh-{i:09d}/{i % 3}" for i in range(start, min(n, start + STEP))]
+            began = time.process_time()
+            hits += sum(1 for name in fresh if name in ids)
+            checked_fresh += time.process_time() - began
+        for start in range(0, n, STEP):
+            used = [f"gang-{i:09d}/{i % 3}" for i in range(start, min(n, start + STEP))]
+            began = time.process_time()
+            found += sum(1 for name in used if name in ids)
+            checked_used += time.process_time() - began
         assert hits == 0 and found == n, (hits, found)
+        after = rss_mb()
+        trimmed = _trimmed_rss()
         return {"n": n, "files": files, "add_us": added / n * 1e6, "fresh_us": checked_fresh / n * 1e6,
-                "used_us": checked_used / n * 1e6, "rss_mb_after": rss_mb(), "rss_mb_grown": rss_mb() - base,
-                "nbytes": ids.nbytes}
+                "used_us": checked_used / n * 1e6, "rss_mb_after": after, "rss_mb_grown": after - base,
+                "rss_mb_after_trim": trimmed, "nbytes": ids.nbytes}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def snapshot(n: int) -> dict[str, Any]:
+    """Snapshot a record of `n` ids into a directory, then load it in a new process (a restart),
+    once with the runs in its data dir and once on a fresh one (fetched from the store)."""
+    import pickle
+    import subprocess
+
     import anyio
 
     from services.common import snapshots
@@ -77,40 +100,70 @@ def snapshot(n: int) -> dict[str, Any]:
 
     directory = Path(tempfile.mkdtemp(prefix="bench-ids-"))
     try:
-        files = _file_store(directory) is not None
+        files = _file_store(directory / "runs") is not None
         ids = UsedIds(f"gang-{i:09d}/{i % 3}" for i in range(n))
         store = snapshots.MemorySnapshots()
         began = time.process_time()
         data = snapshots.Snapshot("admission", 1, "bench", ids).encode()
         encoded = time.process_time() - began
-        runs_bytes = 0
         if files:
             keys = snapshots.split_pickled(snapshots.pickled(ids))[0]
-            runs = snapshots.runs_to_save(None, keys)
-            anyio.run(lambda: store.save("admission", 1, data, runs))
-            runs_bytes = sum(len(v) for v in store.runs.values())
-            from services.common import id_runs
-            from services.tree.domain import used_ids
-
-            used_ids.use_store(id_runs.FileRuns(directory))  # a restart: nothing alive, the files there
+            anyio.run(store.save, "admission", 1, data, snapshots.runs_to_save(None, keys))
         else:
-            anyio.run(lambda: store.save("admission", 1, data))
-        del ids
-        began = time.process_time()
-        loaded, _ = anyio.run(lambda: snapshots.load_newest(store, "admission", "bench"))
-        load_cpu = time.process_time() - began
-        assert loaded is not None and f"gang-{n - 1:09d}/{(n - 1) % 3}" in loaded.state
-        return {"n": n, "files": files, "snapshot_bytes": len(data), "runs_bytes": runs_bytes,
-                "encode_cpu_s": encoded, "load_cpu_s": load_cpu, "rss_mb_after_load": rss_mb()}
+            anyio.run(store.save, "admission", 1, data)
+        (directory / "store.pickle").write_bytes(pickle.dumps((store.objects, getattr(store, "runs", {}))))
+        result: dict[str, Any] = {"n": n, "files": files, "snapshot_bytes": len(data),
+                                  "runs_bytes": sum(len(v) for v in getattr(store, "runs", {}).values()),
+                                  "encode_cpu_s": encoded}
+        del ids, store
+        for where in ("runs", "fresh"):
+            out = subprocess.run([sys.executable, __file__, str(n), "restart", str(directory), where],
+                                 check=True, capture_output=True, text=True).stdout
+            result.update({f"{k}_{where}": v for k, v in json.loads(out).items()})
+            if not files:
+                break
+        return result
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def restart(n: int, directory: Path, where: str) -> dict[str, Any]:
+    """A new process loads the snapshot `snapshot` left in `directory` (its runs from the data dir
+    `runs`, or fetched into a `fresh` one): CPU of the load and of the first check, RSS after."""
+    import pickle
+
+    import anyio
+
+    from services.common import snapshots
+
+    _file_store(directory / where)
+    objects, runs = pickle.loads((directory / "store.pickle").read_bytes())
+    store = snapshots.MemorySnapshots()
+    store.objects = objects
+    if runs:
+        store.runs = runs
+    del objects, runs
+    base = _trimmed_rss()
+    began = time.process_time()
+    loaded, skipped = anyio.run(snapshots.load_newest, store, "admission", "bench")
+    load_cpu = time.process_time() - began
+    assert loaded is not None, skipped
+    began = time.process_time()
+    assert f"gang-{n - 1:09d}/{(n - 1) % 3}" in loaded.state and "fresh-1" not in loaded.state
+    first_check = time.process_time() - began  # (the filter made from the runs' CRCs, when first needed)
+    return {"load_cpu_s": load_cpu, "first_check_cpu_s": first_check, "rss_mb_grown": rss_mb() - base,
+            "rss_mb_grown_after_trim": _trimmed_rss() - base}
 
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 3_000_000
-    phase = "snapshot" if "--phase=snapshot" in sys.argv or "snapshot" in sys.argv[1:] else "add"
-    print(json.dumps(snapshot(n) if phase == "snapshot" else add_and_check(n)))
+    if "restart" in args:
+        print(json.dumps(restart(n, Path(args[2]), args[3])))
+    elif "snapshot" in args:
+        print(json.dumps(snapshot(n)))
+    else:
+        print(json.dumps(add_and_check(n)))
 
 
 if __name__ == "__main__":

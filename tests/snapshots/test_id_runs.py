@@ -6,6 +6,7 @@ of the trees and the forgotten tasks are sealed into many runs and merged)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +149,50 @@ def test_runs_no_kept_snapshot_names_are_deleted(log: Log) -> None:
         kept = {key for data in store.objects.values() for key in runs_named(Snapshot.header(data))}
         assert set(store.runs) == kept
     assert len(store.objects) == 2 * 3  # the newest three of each service
+
+
+@pytest.mark.nats
+@pytest.mark.anyio
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+async def test_runs_in_the_object_store_are_stored_once_fetched_and_deleted(
+        nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On JetStream: the runs beside the snapshots (`<stream>.id-runs.<key>`), named in each
+    snapshot's description; a start on a fresh data dir fetches them; a save deletes the runs no
+    kept snapshot names (here at once: no grace)."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    from services.common import snapshots
+    from services.common.snapshots import ObjectStoreSnapshots
+
+    monkeypatch.setattr(snapshots, "RUN_GRACE", 0.0)
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    bucket = "poolwise_snapshots_id_runs_test"
+    try:
+        with contextlib.suppress(NotFoundError, Exception):
+            await js.delete_object_store(bucket)
+        store = ObjectStoreSnapshots(js, "S", bucket=bucket)
+        used_ids.use_store(FileRuns(tmp_path / "made"))
+        ids = used_ids.UsedIds()
+        kept: list[list[str]] = []
+        for seq in range(1, 6):
+            for i in range(seq * 200):
+                ids.add(f"s{seq}-{i}")
+            state = pickled(ids)
+            keys = split_pickled(state)[0]
+            await store.save("admission", seq, Snapshot.encode_pickled("admission", seq, "test", state),
+                             runs_to_save(None, keys))
+            kept = [*kept, keys][-snapshots.KEEP:]
+            infos = await store._infos()
+            runs = {str(i.name).rsplit(".", 1)[-1] for i in infos if ".id-runs." in str(i.name)}
+            assert runs == {key for keys in kept for key in keys}
+        used_ids.use_store(FileRuns(tmp_path / "fresh"))
+        found, skipped = await load_newest(store, "admission", "test")
+        assert found is not None, skipped
+        assert found.state == ids and all(f"s5-{i}" in found.state for i in range(1000))
+        assert {p.name for p in (tmp_path / "fresh").glob("*.run")} == {f"{key}.run" for key in kept[-1]}
+    finally:
+        with contextlib.suppress(Exception):
+            await js.delete_object_store(bucket)
+        await nc.close()
