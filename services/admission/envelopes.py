@@ -1,6 +1,6 @@
-"""Decision envelopes, built without validating their values again (see
+"""Decision envelopes, built without validating their values again (`events.trusted`; see
 `services/admission/domain/trusted.py`): the admission folder wraps every decision, one or more
-per gang, and a validated `Envelope` costs about 2.2 µs where this costs 0.6.
+per gang, and validation costs several times what building does (docs/performance.md).
 
 Their ids are `events.derived_id(service, basis, tree, key)`; the decisions of one cycle share
 service, basis and tree, so `decision_envelopes` hashes that prefix once (`events.DerivedIds`)."""
@@ -12,13 +12,9 @@ from datetime import datetime
 from typing import Protocol
 
 from events import DerivedIds, Envelope, Event, derived_id
-from services.admission.domain.trusted import REQUIRED, expect_plain
+from events.trusted import builder
 
-expect_plain(Envelope, {"id": REQUIRED, "time": REQUIRED, "source": "unknown", "causation": None, "basis": None,
-                        "trace": None, "event": REQUIRED})
-_FIELDS_SET = frozenset({"id", "time", "source", "causation", "basis", "event"})
-_new = object.__new__
-_set = object.__setattr__
+_envelope = builder(Envelope)
 
 
 class Decided(Protocol):
@@ -35,13 +31,7 @@ def envelope(id_: str, time: datetime, source: str, causation: str | None, basis
              event: Event) -> Envelope:
     """`Envelope(id=id_, time=time, source=source, causation=causation, basis=basis, event=event)`
     for an aware `time`, an `id_` of 1 to 200 characters and an event model of the wire's types."""
-    model = _new(Envelope)
-    _set(model, "__dict__", {"id": id_, "time": time, "source": source, "causation": causation, "basis": basis,
-                             "trace": None, "event": event})
-    _set(model, "__pydantic_fields_set__", set(_FIELDS_SET))
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
-    return model
+    return _envelope(id=id_, time=time, source=source, causation=causation, basis=basis, event=event)
 
 
 def decision_envelope(service: str, event: Event, key: str, basis: int, causation: str, time: datetime) -> Envelope:
