@@ -80,9 +80,8 @@ SERVICE = "admission"
 # An input message that leaves a tree with `TreeOptions.cycle_gangs` gangs made pending since its
 # last cycle starts a cycle at its end, as a tick does: a burst of enqueues is decided as it is
 # folded, cycle after cycle, not after the whole burst (a tick lands behind what was published
-# before it). 50k-gang bursts, two pairs each: 5,000 (the default) gave 10.7-11.4k gangs/s end to
-# end, 1,000 9.8-10.4k (50 cycles' fixed costs: the tree 69-74 µs per gang instead of 65), 10,000
-# 10.1-11.6k.
+# before it). Smaller values pay each cycle's fixed costs more often, larger ones decide later;
+# the default was measured against others on bursts (docs/performance.md, `cycle_gangs`).
 
 
 class Outcome(NamedTuple):
