@@ -61,11 +61,14 @@ def ranges(positions: Iterable[int], gap: int = GAP, span: int = SPAN) -> list[t
 
 
 async def recover(log: EventLog, folder: Any, upto: int) -> int:
-    """After `folder` (admission's or preemption's: `state`, or `state.admission`, and `traces`)
-    loaded a snapshot taken at `upto`: its unfinished gangs' contexts, read back from their
-    enqueues. Returns how many gangs got theirs (an unsampled enqueue carries none)."""
+    """After `folder` (admission's or preemption's, or a wrapper's `inner`: `state`, or
+    `state.admission`, and `traces`) loaded a snapshot taken at `upto`: its unfinished gangs'
+    contexts, read back from their enqueues. Returns how many gangs got theirs (an unsampled
+    enqueue carries none)."""
     if not tracing.ON:
         return 0
+    while not hasattr(folder, "traces") and hasattr(folder, "inner"):  # (a wrapper: explain's folder)
+        folder = folder.inner
     state = getattr(folder, "state", None)
     state = getattr(state, "admission", state)
     traces: tracing.GangTraces | None = getattr(folder, "traces", None)

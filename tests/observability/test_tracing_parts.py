@@ -31,10 +31,14 @@ from events import (
 )
 from events.config import GangTimeoutOptions
 from services.admission.folder import AdmissionFolder
+from services.admission.queries import ExplainingFolder
 from services.common import metrics, tracing
+from services.common.folding import fold_batch
 from services.common.jetstream import trace_headers
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
+from services.common.trace_recovery import ranges, recover
+from services.preemption.folder import PreemptionFolder
 from services.submitter.build import enqueue_event
 from services.submitter.build import envelope as sdk_envelope
 from services.tree.service import TreeService
@@ -316,3 +320,47 @@ async def test_the_tree_services_batch_is_a_span_in_its_sampled_gangs_traces(spa
     tracing.uninstall()
     await service.fold_consumed([_traced(8, "g7", SAMPLED)])
     assert len(spans.get_finished_spans()) == 1 and service.position == 8
+
+
+@pytest.mark.anyio
+async def test_a_start_from_a_snapshot_reads_its_held_gangs_contexts_back_from_the_log() -> None:
+    """The state a snapshot would hold (a fold made with tracing off: it remembers nothing), loaded
+    into admission's folder behind explain's wrapper, and into preemption's: `recover` finds the
+    sampled contexts of the unfinished gangs completed by the snapshot's position, from the log."""
+    log = MemoryLog()
+    other = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01"
+    await log.append([envelope(e, f"c{i}", T0, source="tree") for i, e in enumerate(_tree())])
+    for i, (gang, trace) in enumerate((("g1", SAMPLED), ("g2", UNSAMPLED), ("g3", None), ("g4", other))):
+        sent = envelope(_gang(gang, "/a"), f"e{i}", T0 + i)
+        await log.append([tracing.with_trace(sent, {"traceparent": trace}) if trace else sent])  # (a message each)
+    stored = await log.read()
+    upto = stored[-2].seq  # the snapshot's position: before g4's enqueue
+    made = AdmissionFolder()
+    fold_batch(made, [s for s in stored if s.seq <= upto], 0)
+    assert not made.traces.found and set(made.state.trees[TREE].gangs) == {"g1", "g2", "g3"}
+
+    wrapped = ExplainingFolder(AdmissionFolder(made.state))
+    assert await recover(log, wrapped, upto) == 0  # tracing off: nothing read
+    provider = TracerProvider()
+    tracing.install(provider)
+    try:
+        assert await recover(log, wrapped, upto) == 1
+        assert wrapped.inner.traces.found == {(TREE, "g1"): {"traceparent": SAMPLED}}
+        preemption = PreemptionFolder()
+        preemption.state.admission = made.state
+        assert await recover(log, preemption, stored[-1].seq) == 1  # (g4 is not held: not folded)
+        assert preemption.traces.found == {(TREE, "g1"): {"traceparent": SAMPLED}}
+        # a finished gang is not looked for
+        made.state.trees[TREE].gangs["g1"].state = "done"
+        again = AdmissionFolder(made.state)
+        assert await recover(log, again, upto) == 0 and not again.traces.found
+    finally:
+        tracing.uninstall()
+
+
+def test_positions_are_read_in_ranges() -> None:
+    assert ranges([]) == []
+    assert ranges([900, 5, 10, 300, 6000, 6100], gap=256, span=4096) == [(5, 10), (300, 300), (900, 900),
+                                                                         (6000, 6100)]
+    assert ranges([1, 200, 400], gap=256, span=4096) == [(1, 400)]
+    assert ranges([1, 200, 400], gap=256, span=300) == [(1, 200), (400, 400)]
