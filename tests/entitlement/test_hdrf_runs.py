@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput
 from services.admission.domain.entitlement import hdrf as hdrf_module
 from services.admission.domain.entitlement.arrays import build_arrays
+from services.admission.domain.entitlement.dominant import drf_inputs
 from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
 from tests.entitlement.strategies import ALL_KINDS, contended_trees
 from tests.entitlement.test_hdrf_equivalence import assert_agree
@@ -274,3 +275,42 @@ def test_later_epochs_sum_only_what_moved_and_give_the_same_bits(
     got = hdrf_entitlements(build_arrays(tree))
     assert calls and all(calls)
     assert got.phases == 0 and got.stops
+
+
+def _without_gpu(tree: TreeInput) -> TreeInput:
+    """`tree` with no gpu at all (every GPU host drained), its jobs unchanged."""
+    return dataclasses.replace(tree, capacity={**tree.capacity, "gpu": 0.0})
+
+
+@pytest.mark.parametrize("seed", range(0, 80, 5))
+def test_a_kind_the_tree_has_none_of_is_taken_by_the_epochs(seed: int) -> None:
+    """Jobs needing a kind of which the tree has nothing (capacity 0) hold nothing and are stopped
+    by it from the start; the others are filled as usual. The epochs take such trees (before,
+    every one went to the quadratic filling: its budget, then `dominant`'s numbers, from ~1k
+    pools) and give the filling's numbers and stops, the lacking kind at `/` among them."""
+    tree = _without_gpu(_seeded(seed))
+    assert_same_as_the_filling(tree, taken=True)
+    if any(job.demand.get("gpu", 0.0) > 0 for pool in tree.pools for job in (pool.usage.jobs or ())):
+        assert any(Stop("gpu", "/") in stops for stops in hdrf_entitlements(build_arrays(tree)).stops.values())
+
+
+def test_a_kind_the_tree_has_none_of_agrees_with_the_discrete_filling() -> None:
+    assert_agree(_without_gpu(_seeded(3)))
+
+
+@pytest.mark.parametrize(("pools", "seed"), [(100, 1), (150, 2)])
+def test_a_kind_the_tree_has_none_of_on_bench_trees(pools: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's trees, capacity x 0.15, no gpu, jobs needing some kinds: epochs, the filling's
+    numbers; the jobs that need gpu hold nothing."""
+    from bench.entitlement import random_tree, with_some_kinds
+
+    monkeypatch.setattr(hdrf_module, "MAX_WORK", 10**9)  # the filling to its end, for the comparison
+    base = random_tree(pools, seed=seed, policy="dominant")
+    tree = with_some_kinds(dataclasses.replace(base, policy="hdrf", capacity={
+        k: 0.0 if k == "gpu" else v * 0.15 for k, v in base.capacity.items()}), seed)
+    assert_same_as_the_filling(tree, taken=True)
+    arr = build_arrays(tree)
+    got = hdrf_entitlements(arr)
+    needs_gpu = drf_inputs(arr).job_demand[arr.kinds.index("gpu")] > 0
+    assert needs_gpu.any() and not got.job_entitlement[needs_gpu].any()
+    assert got.job_entitlement[~needs_gpu].any()

@@ -292,7 +292,9 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     dshare = np.ascontiguousarray((drf.job_demand[active] / drf.cap[:, None]).T)
     # a job needing a kind the tree has none of: that kind is used up at the tree from the start
     inactive = [i for i in range(k) if i not in active]
-    lacking = (drf.job_demand[inactive] > 0).any(axis=0) if inactive else np.zeros(dshare.shape[0], dtype=bool)
+    lacking = np.zeros(dshare.shape[0], dtype=bool)
+    for kd in inactive:
+        lacking |= drf.job_demand[kd] > 0
     idle = (row_max(dshare) <= FULL) | (drf.job_weight <= EPS)  # nothing to give, no weight
     # Nothing contended (every demand fits every limit on its path and the capacity): no kind is
     # used up before the last demand is met, so every job gets its demand, without a phase.
@@ -305,10 +307,15 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
         jobs[:, active] = whole[:, None] * dshare * drf.cap
         return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
     max_phases = min(20 * (dshare.shape[0] + n * len(active)) + 100, MAX_WORK // (n + dshare.shape[0]) + 1)
-    if shortcuts and not lacking.any():
-        runs = by_runs(arr, drf, dshare, lim, idle)
+    if shortcuts:
+        # a job needing a kind the tree has none of holds nothing from the start, as in the
+        # filling below: the epochs run without it (held at 0), and it is stopped by that kind
+        runs = by_runs(arr, drf, dshare, lim, idle | lacking)
         if runs is not None:
-            return _epochs_result(arr, drf, runs, idle)
+            if lacking.any():
+                runs.cause[lacking] = _first_lacking(drf.job_demand, inactive, lacking)
+                runs.cause_row[lacking] = 0
+            return _epochs_result(arr, drf, runs, idle | lacking)
     filling = _Filling(arr, dshare, drf.job_weight, drf.job_row, drf.guarantee, drf.limit)
     for kd in inactive:
         missing = (drf.job_demand[kd] > 0) & ~filling.blocked
@@ -343,8 +350,9 @@ def _epochs_result(arr: TreeArrays, drf: DrfInputs, runs: Runs, idle: BoolArray)
     entitlement[:, active] = runs.share * drf.cap
     jobs = np.zeros((runs.given.size, k))
     jobs[:, active] = (np.where(idle, 0.0, runs.given)[:, None] * drf.job_demand[active].T)
-    cut = runs.cause >= 0
-    if (runs.cause_row[cut] != 0).any():  # a pool's limit stopped some: the places, job by job
+    cut = runs.cause != MET
+    if (runs.cause_row[cut] != 0).any() or (runs.cause[cut] < 0).any():
+        # a pool's limit stopped some, or a kind the tree has none of: the places, job by job
         return HdrfResult(entitlement, drf.requirement, drf.alerts,
                           _stops(arr, runs.cause, runs.cause_row, _paths(arr, drf.job_row, cut), active), 0, jobs,
                           drf.job_row)
@@ -354,6 +362,16 @@ def _epochs_result(arr: TreeArrays, drf: DrfInputs, runs: Runs, idle: BoolArray)
         stops[lv.group_parent] |= np.logical_or.reduceat(stops[lv.start : lv.stop], lv.group_starts, axis=0)
     stops[0] = False
     return HdrfResult(entitlement, drf.requirement, drf.alerts, _AtTheTree(arr, stops), 0, jobs, drf.job_row)
+
+
+def _first_lacking(demand: FloatArray, inactive: list[int], lacking: BoolArray) -> IntArray:
+    """The cause of each job of `lacking`: the first kind it needs that the tree has none of,
+    coded as the filling codes it (`-2 - kind`)."""
+    kind = np.full(int(lacking.sum()), -1, dtype=np.intp)
+    for kd in reversed(inactive):  # the first such kind in the tree's order wins
+        kind[demand[kd][lacking] > 0] = kd
+    out: IntArray = -2 - kind
+    return out
 
 
 def _paths(arr: TreeArrays, job_row: IntArray, which: BoolArray) -> dict[int, list[int]]:
