@@ -41,6 +41,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+# The pool series are read from admission's fold with the functions `explain` and the scenario
+# reports use (never a second computation): the metrics depend on admission's domain (pure code;
+# it imports nothing of this module's).
+from services.admission.domain.job_counts import running_jobs, total_jobs
+from services.admission.domain.state import AdmissionState
+from services.admission.domain.views import pool_numbers
+from services.tree.domain.effective import effective_pools
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Observation
     from opentelemetry.sdk.metrics.export import MetricReader
@@ -385,13 +393,9 @@ class _Reading:
         table.setdefault(name, []).append((float(value), labels))
 
     def _read(self) -> None:
-        from services.admission.domain.job_counts import running_jobs, total_jobs
-        from services.admission.domain.views import pool_numbers
-        from services.tree.domain.effective import effective_pools
-
         admission = STATUS.get("admission")
         state = getattr(admission.folder, "state", None) if admission is not None else None
-        if state is not None:
+        if isinstance(state, AdmissionState):
             for tree in list(state.trees):
                 rt = state.trees[tree]
                 views = effective_pools(state.config, tree)
