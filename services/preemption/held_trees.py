@@ -86,10 +86,14 @@ class HeldTreesPreemption(PreemptionFolder):
 
     def load(self, state: tuple[PreemptionState, tuple[object, ...]]) -> None:
         super().load(state)
-        order = self.order
+        exported = self.order.export()
         self._reset()  # (a snapshot is taken only where nothing is parked: `settled`)
-        self.order.load(order.export())
+        self.order.load(exported)
         self.state.held = self._held
+        # what `CycleOrder` holds was read: its closes are ahead (a pass parked later waits for a
+        # close published after its point, so never for one of these; counted all the same)
+        for envelope, _, _ in cast("deque[tuple[Envelope, int, bool]]", exported[2]):
+            self._see(envelope, 1)
 
     def settled(self) -> bool:
         """Whether nothing is parked (the fold is a service-wide fold's through where it stands)."""
@@ -101,10 +105,7 @@ class HeldTreesPreemption(PreemptionFolder):
         return set() if parked is None else {parked[0]}
 
     def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
-        event = envelope.event
-        if envelope.source == SERVICE and event_class(event) is CycleCompleted:
-            close = cast(CycleCompleted, event)
-            self._ahead[(close.tree, close.trigger_seq)] += 1
+        self._see(envelope, 1)
         out = self.take_over()
         out += super().step(envelope, seq, part, last)
         out += self.take_over()
@@ -114,14 +115,7 @@ class HeldTreesPreemption(PreemptionFolder):
         if self.state.parked is not None:  # (only the cycle decisions of the parked pass's trigger)
             self._queued.append((envelope, seq))
             return []
-        event = envelope.event
-        if envelope.source == SERVICE and event_class(event) is CycleCompleted:
-            close = cast(CycleCompleted, event)
-            key = (close.tree, close.trigger_seq)
-            if self._ahead[key] > 1:
-                self._ahead[key] -= 1
-            else:
-                del self._ahead[key]
+        self._see(envelope, -1)
         out = super()._fold(envelope, seq)
         parked = self.state.parked
         if parked is not None:
@@ -133,6 +127,16 @@ class HeldTreesPreemption(PreemptionFolder):
             if event_class(made.event) is CycleCompleted:
                 self.decided[cast(CycleCompleted, made.event).tree] += 1
         return out
+
+    def _see(self, envelope: Envelope, sign: int) -> None:
+        """A close of a preemption pass read (1) or folded (-1): `_ahead` counts those between."""
+        event = envelope.event
+        if envelope.source == SERVICE and event_class(event) is CycleCompleted:
+            close = cast(CycleCompleted, event)
+            key = (close.tree, close.trigger_seq)
+            self._ahead[key] += sign
+            if self._ahead[key] <= 0:
+                del self._ahead[key]
 
     def take_over(self) -> list[Envelope]:
         """Run the parked pass if it can run now (decided here if its tree is held, remembered if

@@ -12,8 +12,9 @@ random batch cuts while the trees held change at random."""
 
 from __future__ import annotations
 
+import pickle
 import random
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict
 from typing import Any
 
@@ -69,7 +70,8 @@ def contended_log(seed: int) -> Log:
     """Three trees whose two pools take turns at wanting the whole cluster: the one that holds it
     is over its entitlement when the other's gangs come, and gives back (grace 0); the executor
     stops what is asked for, sometimes late. Admission's and a service-wide preemption's
-    decisions land late, in batches."""
+    decisions land late, in batches; preemption's sometimes after a trigger whose cycle has not
+    landed yet (a reader holds them behind it)."""
     rng = random.Random(seed)
     log = Log()
     for name in TREES:
@@ -79,14 +81,22 @@ def contended_log(seed: int) -> Log:
     log.add(host(cpu=6.0), 0.0, source="tree")
     preemption = PreemptionFolder()
     read, gid = 0, 0
+    late: list[Envelope] = []  # preemption's decisions on their way: some land after the next trigger
 
     def settle() -> None:
         nonlocal read
         for _ in range(rng.randint(1, 3)):
-            log.land(log.fold())
+            decided = log.fold()
+            if late and rng.random() < 0.5:  # after a trigger whose cycle has not landed yet
+                log.land(late)
+                late.clear()
+            log.land(decided)
             result = fold_batch(preemption, log.messages[read:], read)
             read = result.last_seq
-            log.land(result.decisions)
+            late.extend(result.decisions)
+            if rng.random() < 0.5:
+                log.land(late)
+                late.clear()
 
     for turn in range(rng.randint(4, 8)):
         for name in rng.sample(TREES, rng.randint(1, len(TREES))):
@@ -110,6 +120,7 @@ def contended_log(seed: int) -> Log:
     log.add(ClockTicked(), 1.0, source="admission:clock")
     for _ in range(4):
         settle()
+    log.land(late)
     return log
 
 
@@ -185,3 +196,28 @@ def test_a_snapshot_of_a_parked_fold_is_not_taken_and_either_mode_starts_from_th
     per_tree.held = frozenset({"t2"})
     per_tree.load(whole(log.messages).export())  # and the other way round
     assert per_tree.state.held == frozenset({"t2"}) and isinstance(per_tree.order, type(folder.order))
+
+
+def test_a_per_tree_start_from_a_snapshot_holding_pass_closes_behind_a_cycle_ends_where_one_instance_does() -> None:
+    """A service-wide instance's snapshot may hold events behind an open admission cycle
+    (`CycleOrder`), preemption passes' closes among them (read, not folded): a per-tree instance
+    that starts from it, holding no tree, parks the passes that follow and goes on as each close
+    is read, and ends in the state of one instance's fold of the whole log."""
+    starts = 0
+    for seed in range(12):
+        messages = contended_log(seed).messages
+        expected = folded(whole(messages).state)
+        plain = PreemptionFolder()
+        for cut in range(1, len(messages)):
+            fold_batch(plain, messages[cut - 1:cut], cut - 1)
+            held = plain.order.export()[2]
+            assert isinstance(held, deque)
+            if not any(e.source == "preemption" and isinstance(e.event, CycleCompleted) for e, _, _ in held):
+                continue
+            starts += 1
+            per_tree = HeldTreesPreemption()
+            per_tree.load(pickle.loads(pickle.dumps(plain.export())))  # (a copy, as a snapshot is)
+            fold_batch(per_tree, messages[cut:], cut)
+            assert per_tree.settled(), (seed, cut)
+            assert folded(per_tree.state) == expected, (seed, cut)
+    assert starts > 3
