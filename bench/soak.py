@@ -85,7 +85,7 @@ from services.common.jetstream import JetStreamLog
 from services.common.nats_client import new_client
 from services.common.natsserver import EmbeddedNats
 from services.common.supervisor import PARENT_ENV
-from services.submitter import Submitter
+from services.submitter import PublishError, Submitter
 from services.submitter.build import enqueue_event, envelope, task_state_event
 
 TREE = "soak"
@@ -508,7 +508,7 @@ class Workload:
 
     async def enqueue(self, specs: Sequence[dict[str, Any]]) -> None:
         at = self.now()
-        await self.sdk.publish([envelope(enqueue_event(**spec), source="sdk:soak", time=at) for spec in specs])
+        await self._publish([envelope(enqueue_event(**spec), source="sdk:soak", time=at) for spec in specs])
         self.enqueued += len(specs)
         self.last_gang = specs[-1]["gang"]
 
@@ -517,7 +517,20 @@ class Workload:
         reports = [envelope(task_state_event(task=t["id"], gang=s["gang"], state=state, tree=TREE),
                             source="sdk:soak", time=at)
                    for state in ("running", "succeeded") for s in specs for t in s["tasks"]]
-        await self.sdk.publish(reports)
+        await self._publish(reports)
+
+    async def _publish(self, envelopes: list[Envelope], attempts: int = 6) -> None:
+        """Publish, again when NATS acknowledged late (the SDK's deadline is 10 s; a nats-server
+        on a loaded machine, an hour into a 1M-gang history, missed it once and ended the run):
+        an event is stored once whatever the retries (its id is the message's id)."""
+        for attempt in range(attempts):
+            try:
+                await self.sdk.publish(envelopes)
+                return
+            except PublishError:
+                if attempt == attempts - 1:
+                    raise
+                await anyio.sleep(1.0)
 
     async def run(self, gangs: int) -> None:
         shape = self.shape
