@@ -33,6 +33,8 @@ an upgrade that touched only, say, the CLI.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import copyreg
 import gc
 import hashlib
 import importlib.metadata
@@ -184,28 +186,32 @@ _RUNS_LINE = b"runs:"
 
 class _Pickler(pickle.Pickler):
     """A pickler that writes each id run (`used_ids.Run`) as its key: a snapshot refers to the
-    runs, stored apart once each (`SnapshotStore.save`), so that it does not grow with them."""
+    runs, stored apart once each (`SnapshotStore.save`), so that it does not grow with them.
+    (Through the dispatch table, looked up by type in C: a `persistent_id` method would be a
+    Python call for every object of the state, and pickling took up to twice as long.)"""
 
     def __init__(self, file: IO[bytes], runs: set[str]) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.runs = runs
+        table = dict(copyreg.dispatch_table)
+        for kind in _RUN_TYPES:
+            table[kind] = self._reduce_run
+        self.dispatch_table = table
 
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, _RUN_TYPES):
-            self.runs.add(obj.key)
-            return ("id-run", obj.key)
-        return None
+    def _reduce_run(self, run: Run) -> tuple[Any, tuple[str]]:
+        self.runs.add(run.key)
+        return (_run_named, (run.key,))
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: IO[bytes], runs: Mapping[str, Run]) -> None:
-        super().__init__(file)
-        self.runs = runs
+_RESOLVING: contextvars.ContextVar[Mapping[str, Run] | None] = contextvars.ContextVar("runs", default=None)
 
-    def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "id-run" and pid[1] in self.runs:
-            return self.runs[pid[1]]
-        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+def _run_named(key: str) -> Run:
+    """The run a snapshot names (while `_loads` loads it)."""
+    runs = _RESOLVING.get()
+    if runs is None or key not in runs:
+        raise pickle.UnpicklingError(f"id run {key} is not among the snapshot's")
+    return runs[key]
 
 
 _RUN_TYPES = (used_ids.MemoryRun, FileRun)
@@ -218,7 +224,11 @@ def _dumps(state: object, runs: set[str]) -> bytes:
 
 
 def _loads(data: bytes, runs: Mapping[str, Run]) -> Any:
-    return _Unpickler(io.BytesIO(data), runs).load()
+    token = _RESOLVING.set(runs)
+    try:
+        return pickle.loads(data)
+    finally:
+        _RESOLVING.reset(token)
 
 
 def pickled(state: object) -> bytes:
