@@ -5,6 +5,7 @@ snapshot (`ExplainingFolder.export`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -19,7 +20,7 @@ from events import (
     PreemptionRequested,
     event_class,
 )
-from services.admission.domain.explain_text import at_text
+from services.admission.domain.explain_text import at_text, clock_text
 from services.admission.domain.explanation import Finding
 
 
@@ -131,11 +132,17 @@ class History:
 # --- what the notes say -------------------------------------------------------------------------
 
 
+# "over non-slack entitlement since 1795870144.158: ..." in preemption's reason (a decision's
+# text, kept as written): the log time said as a time where explain shows it
+_SINCE = re.compile(r"\bsince (\d+(?:\.\d+)?):")
+
+
 def preempted_findings(notes: GangNotes) -> list[Finding]:
     """Why preemption took the gang, if it did: the pool and the numbers that made it necessary."""
     if notes.preempted_reason is None:
         return []
-    return [Finding("preempted", f"taken by preemption {at_text(notes.preempted_at)}({notes.preempted_reason})",
+    reason = _SINCE.sub(lambda found: f"since {clock_text(float(found.group(1)))}:", notes.preempted_reason)
+    return [Finding("preempted", f"taken by preemption {at_text(notes.preempted_at)}({reason})",
                     {"at": notes.preempted_at})]
 
 
