@@ -15,6 +15,8 @@ decided it, to any preemption of its tasks.
   when admission folds it, linked to the gang's trace (`received`).
 - **Preemption** remembers the gangs' contexts from their enqueue and from admission's
   decisions; a `PreemptionRequested` gets a span in its gang's trace, and carries it (`preempted`).
+- **The tree service**'s live batch that holds sampled work is a span in the first such gang's
+  trace, linked to the others (`folded`).
 
 Cost: nothing unless a provider is configured (`ON` is False: one flag read per event). Spans are
 made only while a service folds a live batch (`LIVE`, set by `services.common.folding.run_folder`),
@@ -291,8 +293,9 @@ DECIDED = frozenset({"GangAdmitted", "GangTimedOut", "GangRequeued", "GangMovedT
 class GangTraces:
     """The carried, sampled context of each gang a fold holds, keyed by (tree, gang): from its
     enqueue (and, in preemption's fold, from admission's decision), dropped when the gang ends. At most `LIMIT`
-    (the oldest go first): it never grows with the history. Not in snapshots: after a restart,
-    gangs enqueued before it are decided without a link to their trace."""
+    (the oldest go first): it never grows with the history. Not in snapshots: after a start from
+    one, the held gangs' contexts are read back from their enqueues on the log
+    (`services.common.trace_recovery`)."""
 
     LIMIT = 100_000
     __slots__ = ("found",)
