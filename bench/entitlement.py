@@ -3,10 +3,11 @@
 Run: `.venv/bin/python -m bench.entitlement [SIZE ...] [dominant] [hdrf] [all] [contended]`
 (`contended`: capacity cut by `CONTENDED`, jobs needing some kinds). Nothing runs or prints at
 import.
-`.venv/bin/python -m bench.entitlement compare [SIZE ...] [capacity=0.25] [some-kinds]`: the
-policies side by side on one tree (`compare_policies`: prepared `compute()` of each, runs
-alternated, best and median), with the capacity cut by the factor given (so that kinds run out)
-and, with `some-kinds`, jobs that each need only some of the kinds.
+`.venv/bin/python -m bench.entitlement compare [SIZE ...] [capacity=0.25] [some-kinds] [without=gpu]`:
+the policies side by side on one tree (`compare_policies`: prepared `compute()` of each, runs
+alternated, best and median), with the capacity cut by the factor given (so that kinds run out),
+with `some-kinds` jobs that each need only some of the kinds, and with `without=KIND` none of
+that kind in the tree (every GPU host drained, the jobs still asking for it).
 
 Each row times, best of `repeat`, in CPU time (`time.process_time`; `compare` too):
 - `compute_s`: `EntitlementEngine.compute()` on a prepared engine (what the admission service
@@ -180,7 +181,7 @@ def _bench_one(n: int, policy: Policy, repeat: int, contended: bool = False) -> 
 
 def compare_policies(
     n: int, policies: Iterable[Policy] = ("per_resource", "dominant", "hdrf"), *, repeat: int = 5, seed: int = 0,
-    capacity_factor: float = 1.0, some_kinds: bool = False,
+    capacity_factor: float = 1.0, some_kinds: bool = False, without: str | None = None,
 ) -> list[dict[str, Any]]:
     """Each policy's prepared `compute()` on one tree of `n` pools (its leaves' jobs given, which
     `per_resource` ignores), the runs alternated (policy A, B, C, A, B, C, ...) so that a noisy
@@ -189,10 +190,11 @@ def compare_policies(
     `random_tree`'s demands fit its capacity (nothing is used up: `hdrf` then needs no event);
     `capacity_factor` < 1 cuts the capacity so that kinds run out (`contended` in the rows);
     `some_kinds` makes each job need only some kinds (each kind kept with probability 1/2, one
-    at least: the GPU cluster's shape, where `hdrf` and `dominant` differ)."""
+    at least: the GPU cluster's shape, where `hdrf` and `dominant` differ); `without` sets one
+    kind's capacity to 0 (its jobs unchanged: `hdrf` stops them by it from the start)."""
     chosen = list(policies)
     tree = random_tree(n, seed=seed, policy="dominant")
-    tree = replace(tree, capacity={k: v * capacity_factor for k, v in tree.capacity.items()})
+    tree = replace(tree, capacity={k: 0.0 if k == without else v * capacity_factor for k, v in tree.capacity.items()})
     if some_kinds:
         tree = with_some_kinds(tree, seed)
     engines = {p: EntitlementEngine(replace(tree, policy=p)) for p in chosen}
@@ -232,9 +234,12 @@ def main(argv: list[str]) -> None:
         sizes = [int(a) for a in argv[1:] if a.isdigit()] or [100, 1000]
         factor = next((float(a.split("=", 1)[1]) for a in argv if a.startswith("capacity=")), 1.0)
         some = "some-kinds" in argv
-        cut = (f" (capacity x {factor:g})" if factor < 1.0 else "") + (" (jobs need some kinds)" if some else "")
+        without = next((a.split("=", 1)[1] for a in argv if a.startswith("without=")), None)
+        cut = ((f" (capacity x {factor:g})" if factor < 1.0 else "") + (" (jobs need some kinds)" if some else "")
+               + (f" (no {without})" if without else ""))
         for n in sizes:
-            for row in compare_policies(n, repeat=3 if n > 300 else 5, capacity_factor=factor, some_kinds=some):
+            for row in compare_policies(n, repeat=3 if n > 300 else 5, capacity_factor=factor, some_kinds=some,
+                                        without=without):
                 print(f"{row['policy']:>12} {row['pools']:>7} pools x {row['kinds']} kinds{cut}: "
                       f"compute best {row['best_s'] * 1e3:10.1f} ms, median {row['median_s'] * 1e3:10.1f} ms "
                       f"(runs alternated, {row['repeat']} each); root given / capacity {row['root_used']}")

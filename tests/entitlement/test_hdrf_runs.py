@@ -314,3 +314,15 @@ def test_a_kind_the_tree_has_none_of_on_bench_trees(pools: int, seed: int, monke
     needs_gpu = drf_inputs(arr).job_demand[arr.kinds.index("gpu")] > 0
     assert needs_gpu.any() and not got.job_entitlement[needs_gpu].any()
     assert got.job_entitlement[~needs_gpu].any()
+
+
+def test_the_bench_compares_the_policies_without_a_kind() -> None:
+    """`python -m bench.entitlement compare ... without=gpu` (docs/performance.md, "Policy hdrf",
+    fourth round): the tree has no gpu, its jobs still ask for it; no policy gives any, `hdrf`
+    uses some kind up, and its numbers are its own, not `dominant`'s."""
+    from bench.entitlement import compare_policies
+
+    rows = {row["policy"]: row for row in compare_policies(60, repeat=1, capacity_factor=0.15, some_kinds=True,
+                                                           without="gpu")}
+    assert all(row["root_used"][3] == 0.0 for row in rows.values())
+    assert 1.0 in rows["hdrf"]["root_used"] and rows["hdrf"]["root_used"] != rows["dominant"]["root_used"]
