@@ -348,39 +348,43 @@ def current_store() -> RunStore:
 
 
 _PHI32 = 0x9E3779B1
+_M32 = 0xFFFFFFFF
 
 
 def _filter_size(ids: int) -> int:
     return max(MIN_FILTER_IDS, ids) * FILTER_BITS
 
 
+def _positions(crcs: np.ndarray, size: int) -> list[np.ndarray]:
+    """The filter positions of ids with these CRCs, one array per hash (`UsedIds._maybe_sealed`
+    computes the same for one id): double hashing on 32 bits (wrapping), then scaled to the
+    filter's size by a multiply and a shift (no division: NumPy divides 64-bit integers slowly)."""
+    a = crcs.astype(np.uint32)
+    with np.errstate(over="ignore"):
+        step = (a * np.uint32(_PHI32)) | np.uint32(1)
+        size_, s32 = np.uint64(size), np.uint64(32)
+        return [((a + np.uint32(i) * step).astype(np.uint64) * size_) >> s32 for i in range(FILTER_K)]
+
+
 def _set_positions(bits: bytearray, size: int, crcs: np.ndarray) -> None:
-    """Set the filter bits of ids with these CRCs (`UsedIds._maybe_sealed` tests the same)."""
-    a = crcs.astype(np.uint64)
-    b = ((a * np.uint64(_PHI32)) >> np.uint64(16)) | np.uint64(1)
-    m = np.uint64(size)
-    positions = np.sort(np.concatenate([(a + np.uint64(i) * b) % m for i in range(FILTER_K)]))
-    if not len(positions):
-        return
-    # sorted, the bits of one byte are neighbours: OR-ed together, then set with one store per
-    # byte (`np.bitwise_or.at` did the same a bit at a time, ten times slower)
-    at = positions >> np.uint64(3)
-    ones = np.left_shift(np.uint8(1), (positions & np.uint64(7)).astype(np.uint8))
-    starts = np.flatnonzero(np.concatenate(([True], at[1:] != at[:-1])))
+    """Set the filter bits of ids with these CRCs."""
     view = np.frombuffer(bits, dtype=np.uint8)
-    where = at[starts].astype(np.intp)
-    view[where] |= np.bitwise_or.reduceat(ones, starts)
+    for positions in _positions(crcs, size):
+        at = (positions >> np.uint64(3)).astype(np.intp)
+        bit = (positions & np.uint64(7)).astype(np.uint8)
+        # one bit of the byte at a time: a byte named twice gets the same value both times, so
+        # `view[at] |= one` loses nothing (and `np.bitwise_or.at`, which does it a bit at a
+        # time, is ten times slower)
+        for b in range(8):
+            chosen = at[bit == b]
+            view[chosen] |= np.uint8(1 << b)
 
 
 def _passes(bits: bytearray, size: int, crcs: np.ndarray) -> np.ndarray:
     """Whether ids with these CRCs pass the filter (may have been sealed), as booleans."""
-    a = crcs.astype(np.uint64)
-    b = ((a * np.uint64(_PHI32)) >> np.uint64(16)) | np.uint64(1)
     view = np.frombuffer(bits, dtype=np.uint8)
     passed = np.ones(len(crcs), dtype=bool)
-    m = np.uint64(size)
-    for i in range(FILTER_K):
-        positions = (a + np.uint64(i) * b) % m
+    for positions in _positions(crcs, size):
         byte = view[(positions >> np.uint64(3)).astype(np.intp)]
         passed &= (byte >> (positions & np.uint64(7)).astype(np.uint8)) & 1 == 1
     return passed
@@ -422,14 +426,14 @@ class UsedIds:
         if self._capacity == 0:
             self._filter()
         bits, size = self._bits, self._size
-        at = crc % size
+        at = crc * size >> 32
         if not bits[at >> 3] >> (at & 7) & 1:
             return False
-        step = ((crc * _PHI32) >> 16) | 1
-        at = (crc + step) % size
+        step = (crc * _PHI32 & _M32) | 1
+        at = ((crc + step) & _M32) * size >> 32
         if not bits[at >> 3] >> (at & 7) & 1:
             return False
-        at = (crc + 2 * step) % size
+        at = ((crc + 2 * step) & _M32) * size >> 32
         if not bits[at >> 3] >> (at & 7) & 1:
             return False
         return self._sealed_has(digest(data))
@@ -439,9 +443,9 @@ class UsedIds:
         if self._capacity == 0:
             self._filter()
         bits, size = self._bits, self._size
-        step = ((crc * _PHI32) >> 16) | 1
+        step = (crc * _PHI32 & _M32) | 1
         for i in range(FILTER_K):
-            at = (crc + i * step) % size
+            at = ((crc + i * step) & _M32) * size >> 32
             if not bits[at >> 3] >> (at & 7) & 1:
                 return False
         return True
