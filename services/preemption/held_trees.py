@@ -37,15 +37,17 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable
+from contextlib import suppress
 from typing import cast
 
-from events import CycleCompleted, Envelope, event_class
+from events import CycleCompleted, Envelope, InputRejected, event_class
 from services.admission.domain.cycle_order import CycleOrder
 from services.preemption.domain.state import SERVICE, PreemptionState
 from services.preemption.folder import PreemptionFolder
 
 # What `CycleOrder` holds open while a pass is parked: no tree is named so, no trigger is 0.
 _PASS = ("", 0)
+PASS_REF = "cycle:"  # a failed pass's refusal refers to it so (`failed_cycle`), then its trigger
 
 
 class _PassOrder(CycleOrder[Envelope]):
@@ -74,6 +76,7 @@ class HeldTreesPreemption(PreemptionFolder):
         self._queued: deque[tuple[Envelope, int]] = deque()  # stepped while parked, in order
         self._at: tuple[int, str] = (0, "")  # the parked pass's basis and cause (the event folded there)
         self._ahead: Counter[tuple[str, int]] = Counter()  # preemption's closes read, not folded yet
+        self._failed: set[tuple[str, int]] = set()  # passes whose holder's run raised (its refusal read)
 
     @property
     def held(self) -> frozenset[str]:
@@ -129,14 +132,23 @@ class HeldTreesPreemption(PreemptionFolder):
         return out
 
     def _see(self, envelope: Envelope, sign: int) -> None:
-        """A close of a preemption pass read (1) or folded (-1): `_ahead` counts those between."""
+        """A close of a preemption pass read (1) or folded (-1): `_ahead` counts those between;
+        and a pass's refusal read (its run raised: `failed_cycle`)."""
+        if envelope.source != SERVICE:
+            return
         event = envelope.event
-        if envelope.source == SERVICE and event_class(event) is CycleCompleted:
+        kind = event_class(event)
+        if kind is CycleCompleted:
             close = cast(CycleCompleted, event)
             key = (close.tree, close.trigger_seq)
             self._ahead[key] += sign
             if self._ahead[key] <= 0:
                 del self._ahead[key]
+        elif kind is InputRejected and sign > 0:
+            refusal = cast(InputRejected, event)
+            if refusal.rule == "internal_error" and refusal.ref.startswith(PASS_REF) and refusal.tree is not None:
+                with suppress(ValueError):
+                    self._failed.add((refusal.tree, int(refusal.ref[len(PASS_REF):])))
 
     def take_over(self) -> list[Envelope]:
         """Run the parked pass if it can run now (decided here if its tree is held, remembered if
@@ -153,7 +165,11 @@ class HeldTreesPreemption(PreemptionFolder):
         state = self.state
         state.parked = None
         tree, trigger = parked
-        outcomes = state.run_pass(tree, trigger, picks=decide)
+        # A pass whose holder's run raised is run whole here too (its decisions dropped), so that
+        # it remembers what the holder's remembered before it raised, not the whole pass.
+        failed = parked in self._failed
+        self._failed.discard(parked)
+        outcomes = state.run_pass(tree, trigger, picks=decide or failed)
         out: list[Envelope] = []
         if decide:
             out += self.envelopes(outcomes, *self._at)

@@ -25,12 +25,16 @@ from events import (
     CycleCompleted,
     Envelope,
     GangEnqueued,
+    InputRejected,
     PreemptionRequested,
     TaskSpec,
     TaskStateChanged,
 )
+from services.admission.domain.runtime import TreeRuntime
 from services.common.folding import fold_batch
 from services.common.log import Stored
+from services.preemption.domain import lower_priority
+from services.preemption.domain import passes as passes_module
 from services.preemption.domain.state import PreemptionState
 from services.preemption.folder import PreemptionFolder
 from services.preemption.held_trees import HeldTreesPreemption
@@ -221,3 +225,30 @@ def test_a_per_tree_start_from_a_snapshot_holding_pass_closes_behind_a_cycle_end
             assert per_tree.settled(), (seed, cut)
             assert folded(per_tree.state) == expected, (seed, cut)
     assert starts > 3
+
+
+def test_a_pass_whose_holder_raised_is_remembered_as_far_as_the_holder_got(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that raises (a bug) is refused and closed with no decisions (`failed_cycle`), and
+    what it remembers is what it had set before it raised: an instance that picks nothing for the
+    tree would remember the whole pass. Seeing the holder's refusal, it runs the pass whole (and
+    drops its decisions), so it remembers the same."""
+    real = lower_priority.make_room
+
+    def make_room(rt: TreeRuntime, pools: Any, holdings: Any) -> Any:
+        if len(rt.gangs) % 3 == 1:  # (a function of the state: the same passes raise everywhere)
+            raise RuntimeError("a bug in make_room")
+        return real(rt, pools, holdings)
+
+    monkeypatch.setattr(passes_module, "make_room", make_room)
+    failed = 0
+    for seed in range(8):
+        messages = contended_log(seed).messages
+        failed += sum(isinstance(e.event, InputRejected) and e.source == "preemption"
+                      for e in recorded(messages).values())
+        rng = random.Random(seed)
+        folder = HeldTreesPreemption()
+        folder.held = frozenset(rng.sample(TREES, rng.randint(0, 1)))
+        fold_batch(folder, messages, 0)
+        assert folder.settled(), seed
+        assert folded(folder.state) == folded(whole(messages).state), seed
+    assert failed > 3
