@@ -144,6 +144,8 @@ class HeldTreesPreemption(PreemptionFolder):
             self._ahead[key] += sign
             if self._ahead[key] <= 0:
                 del self._ahead[key]
+            if sign < 0:
+                self._failed.discard(key)  # (its pass has run: parked ones run before their close is folded)
         elif kind is InputRejected and sign > 0:
             refusal = cast(InputRejected, event)
             if refusal.rule == "internal_error" and refusal.ref.startswith(PASS_REF) and refusal.tree is not None:
