@@ -18,6 +18,17 @@ URL `poolwise up` wrote with `write_url_file`, else None (the caller starts its 
 
 `poolwise up` keeps its server's port across restarts when it is free: `remember_port` records it
 in `<data_dir>/nats.port`, `remembered_port` gives it back to the next start (or -1: any port).
+
+The server runs with a Go soft memory limit, `GOMEMLIMIT` (`server_environment`): `memory_limit`,
+else `POOLWISE_NATS_MEMORY_LIMIT`, else `DEFAULT_MEMORY_LIMIT`; "off" runs it without one; a
+`GOMEMLIMIT` already in the environment is left as it is. Without a limit the Go collector lets
+the heap grow to twice what was live after the last collection (GOGC=100), so the server's RSS
+was about twice its live heap at its peaks (the duplicate window's ids, blocks of the compressed
+log decompressed for a reader, deliveries): 2.4-3.0 GB in the 1M-gang soak (docs/performance.md,
+"nats-server memory"). With the limit the collector runs more often as the heap nears it. It is
+a soft limit: a live heap above it is not refused (the collector then runs often, taking at most
+about half the CPU), so the default is above the live heap seen at the soak's rates; nats-server
+also sizes JetStream's memory storage from it (75%: only tests use memory streams).
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -35,7 +47,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -45,6 +57,10 @@ import anyio
 URL_FILE = "nats.url"
 ENV_URL = "NATS_URL"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+ENV_MEMORY_LIMIT = "POOLWISE_NATS_MEMORY_LIMIT"  # the embedded server's GOMEMLIMIT ("off": none)
+DEFAULT_MEMORY_LIMIT = "2GiB"  # above the live heap seen at the soak's rates: docs/performance.md, "nats-server memory"
+GOMEMLIMIT = "GOMEMLIMIT"
+_GO_SIZE = re.compile(r"[0-9]+(B|KiB|MiB|GiB|TiB)?")  # what the Go runtime reads in GOMEMLIMIT
 
 
 class NatsServerError(RuntimeError):
@@ -133,6 +149,27 @@ def remember_port(data_dir: str | Path, url: str) -> None:
     tmp.replace(path)
 
 
+def server_environment(memory_limit: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the embedded nats-server runs in: `environ` (default: this process's) with
+    `GOMEMLIMIT` set to `memory_limit`, else `POOLWISE_NATS_MEMORY_LIMIT`, else
+    `DEFAULT_MEMORY_LIMIT` (a Go size: `1GiB`, `512MiB`, a number of bytes); "off" (or "") sets
+    none. A `GOMEMLIMIT` already in `environ` wins (whoever set it meant that server's Go runtime).
+    Raises `NatsServerError` for a limit the Go runtime would refuse (it would not start)."""
+    env = dict(os.environ if environ is None else environ)
+    if GOMEMLIMIT in env:
+        return env
+    limit = memory_limit if memory_limit is not None else env.get(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT)
+    limit = limit.strip()
+    if limit.lower() in ("", "off"):
+        return env
+    if not _GO_SIZE.fullmatch(limit):
+        raise NatsServerError(
+            f"{ENV_MEMORY_LIMIT}={limit!r}: not a Go memory size (like 1GiB, 512MiB, or bytes), or 'off'"
+        )
+    env[GOMEMLIMIT] = limit
+    return env
+
+
 class EmbeddedNats:
     """A private nats-server with JetStream, its store in `<data_dir>/nats`."""
 
@@ -146,6 +183,7 @@ class EmbeddedNats:
         binary: str | None = None,
         extra_args: tuple[str, ...] = (),
         die_with_parent: bool = True,
+        memory_limit: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.store_dir = self.data_dir / "nats"
@@ -156,6 +194,7 @@ class EmbeddedNats:
         self.binary = binary
         self.extra_args = extra_args
         self.die_with_parent = die_with_parent
+        self.memory_limit = memory_limit  # GOMEMLIMIT: None is POOLWISE_NATS_MEMORY_LIMIT or the default
         self._proc: subprocess.Popen[bytes] | None = None
         self._ports_file: Path | None = None  # where the spawned server reports its ports
         self._url: str | None = None
@@ -197,6 +236,7 @@ class EmbeddedNats:
         if self.running:
             return
         binary = self.binary or find_nats_server()
+        env = server_environment(self.memory_limit)
         self.store_dir.mkdir(parents=True, exist_ok=True)
         args = [
             binary, "-js", "-a", self.host, "-p", str(self.port), "-m", "-1",
@@ -205,7 +245,7 @@ class EmbeddedNats:
         ]  # fmt: skip
         with self.log_file.open("ab") as log:
             try:
-                self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                               preexec_fn=death_signal() if self.die_with_parent else None)
             except OSError as exc:
                 raise NatsServerError(f"cannot run {binary}: {exc}") from exc
