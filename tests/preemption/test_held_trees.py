@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -38,6 +39,7 @@ from services.preemption.domain import passes as passes_module
 from services.preemption.domain.state import PreemptionState
 from services.preemption.folder import PreemptionFolder
 from services.preemption.held_trees import HeldTreesPreemption
+from services.replay import verify
 from tests.admission.builders import host, pool, tree, without_slot_waits
 from tests.admission.test_interleavings import TREES, Log, random_log
 from tests.leadership.test_held_trees import recorded
@@ -70,7 +72,20 @@ def whole(messages: list[Stored]) -> PreemptionFolder:
     return folder
 
 
-def contended_log(seed: int) -> Log:
+class OneInstance:
+    """Preemption as one service-wide instance: it folds what is new and publishes all it decides."""
+
+    def __init__(self) -> None:
+        self.folder = PreemptionFolder()
+        self.read = 0
+
+    def __call__(self, messages: list[Stored]) -> list[Envelope]:
+        result = fold_batch(self.folder, messages[self.read:], self.read)
+        self.read = result.last_seq
+        return result.decisions
+
+
+def contended_log(seed: int, preemption: Callable[[list[Stored]], list[Envelope]] | None = None) -> Log:
     """Three trees whose two pools take turns at wanting the whole cluster: the one that holds it
     is over its entitlement when the other's gangs come, and gives back (grace 0); the executor
     stops what is asked for, sometimes late. Admission's and a service-wide preemption's
@@ -83,21 +98,18 @@ def contended_log(seed: int) -> Log:
         for path in ("/a", "/b"):
             log.add(pool(path, tree_name=name), 0.0, source="tree")
     log.add(host(cpu=6.0), 0.0, source="tree")
-    preemption = PreemptionFolder()
-    read, gid = 0, 0
+    publish = preemption or OneInstance()
+    gid = 0
     late: list[Envelope] = []  # preemption's decisions on their way: some land after the next trigger
 
     def settle() -> None:
-        nonlocal read
         for _ in range(rng.randint(1, 3)):
             decided = log.fold()
             if late and rng.random() < 0.5:  # after a trigger whose cycle has not landed yet
                 log.land(late)
                 late.clear()
             log.land(decided)
-            result = fold_batch(preemption, log.messages[read:], read)
-            read = result.last_seq
-            late.extend(result.decisions)
+            late.extend(publish(log.messages))
             if rng.random() < 0.5:
                 log.land(late)
                 late.clear()
@@ -252,3 +264,65 @@ def test_a_pass_whose_holder_raised_is_remembered_as_far_as_the_holder_got(monke
         assert folder.settled(), seed
         assert folded(folder.state) == folded(whole(messages).state), seed
     assert failed > 3
+
+
+class TwoInstances:
+    """Preemption as two per-tree instances, each publishing its trees' passes (a decision both
+    publish is stored once, as JetStream's duplicate window does); now and then one dies before
+    publishing what it just decided, the other takes its trees over, and a new instance starts
+    from the log, holding nothing, and may be given a tree back."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.instances = [HeldTreesPreemption(), HeldTreesPreemption()]
+        self.instances[0].held, self.instances[1].held = frozenset(TREES[:2]), frozenset(TREES[2:])
+        self.read = [0, 0]
+        self.sent: set[str] = set()
+        self.deaths = self.takeovers = 0
+
+    def __call__(self, messages: list[Stored]) -> list[Envelope]:
+        out: list[Envelope] = []
+        for i in range(2):
+            folder = self.instances[i]
+            result = fold_batch(folder, messages[self.read[i]:], self.read[i])
+            self.read[i] = result.last_seq
+            if self.rng.random() < 0.08:  # it dies before publishing: the other takes its trees
+                self.deaths += 1
+                other = self.instances[1 - i]
+                self.takeovers += bool(other.waiting_trees() & folder.held)
+                other.held = frozenset(TREES)
+                out += self._sent(other, other.take_over())
+                self.instances[i], self.read[i] = HeldTreesPreemption(), 0
+                if self.rng.random() < 0.5:
+                    give = frozenset(self.rng.sample(TREES, 1))
+                    other.held -= give
+                    self.instances[i].held = give
+                continue
+            out += self._sent(folder, folder.take_over() + result.decisions)
+        return out
+
+    def _sent(self, folder: HeldTreesPreemption, made: list[Envelope]) -> list[Envelope]:
+        """What the tree gate lets out: the held trees' decisions (the others' are their holders')."""
+        out = [d for d in made if getattr(d.event, "tree", None) in folder.held and d.id not in self.sent]
+        self.sent.update(d.id for d in out)
+        return out
+
+
+def test_a_log_made_by_two_per_tree_instances_replays() -> None:
+    """Two per-tree instances make preemption's part of the log, dying and taking over now and
+    then: `replay --verify` (one service-wide fold) re-derives every decision of it, and misses
+    none."""
+    deaths = takeovers = 0
+    for seed in range(8):
+        two = TwoInstances(random.Random(seed))
+        log = contended_log(seed, two)
+        for _ in range(20):  # the instances alive fold the log until they decide nothing more
+            extra = two(log.messages)
+            if not extra:
+                break
+            log.land(extra)
+        deaths, takeovers = deaths + two.deaths, takeovers + two.takeovers
+        report = verify(log.messages)
+        assert report.ok, (seed, [f.line() for f in report.findings[:3]])
+        assert any(isinstance(e.event, PreemptionRequested) for e in recorded(log.messages).values()), seed
+    assert deaths > 3 and takeovers > 0
