@@ -18,13 +18,13 @@ from tests.projections.make import gangs, stored
 
 
 class SlowStore:
-    """Records each `apply_decoded`; the first one waits until `release` is set."""
+    """Records each `apply_isolating`; the first one waits until `release` is set."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[int], set[int]]] = []
         self.release = threading.Event()
 
-    def apply_decoded(self, batch: Sequence[Stored], decoded: Mapping[int, Sequence[Envelope]]) -> int:
+    def apply_isolating(self, batch: Sequence[Stored], decoded: Mapping[int, Sequence[Envelope]]) -> int:
         if not self.calls:
             self.release.wait(5)
         self.calls.append(([m.seq for m in batch], set(decoded)))
@@ -54,12 +54,12 @@ async def test_batches_folded_during_a_write_are_written_together() -> None:
 
 
 class QuickStore:
-    """Records each `apply_decoded` and when it was called."""
+    """Records each `apply_isolating` and when it was called."""
 
     def __init__(self) -> None:
         self.calls: list[list[int]] = []
 
-    def apply_decoded(self, batch: Sequence[Stored], decoded: Mapping[int, Sequence[Envelope]]) -> int:
+    def apply_isolating(self, batch: Sequence[Stored], decoded: Mapping[int, Sequence[Envelope]]) -> int:
         self.calls.append([m.seq for m in batch])
         return batch[-1].seq
 
