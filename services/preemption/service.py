@@ -61,8 +61,8 @@ class FollowHeld:
     """Keeps a per-tree instance's `folder.held` the trees whose lease it holds, and says on stderr
     what it has decided and read at each change and when it stops. A tree taken over while its
     pass is parked is decided at once (`take_over`): on a quiet log no message would come to fold.
-    `settled`: nothing parked, and nothing decided so that is not handed to the log yet (a
-    snapshot waits: what it keeps back is what the log's `kept` holds)."""
+    `settled`: nothing parked, and nothing decided at a takeover still on its way to the log's
+    `kept` (a snapshot waits: its `pending` is what `kept` holds)."""
 
     def __init__(self, trees: TreeLeases, folder: HeldTreesPreemption, log: EventLog) -> None:
         self.trees, self.folder, self.log = trees, folder, log
