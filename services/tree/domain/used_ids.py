@@ -8,7 +8,8 @@ would still grow with the history, so here only this stays in memory:
 - a Bloom filter over every sealed id (`FILTER_BITS` bits an id, `FILTER_K` positions derived
   from the id's CRC-32, so a fresh id costs a CRC and three bit tests: most ids asked about are
   new ones, every gang and task id is checked when it comes, and ~98% of them stop here);
-- each run's sparse index (the first digest of every `BLOCK` digests: 8 bytes per 512 ids).
+- each run's sparse index (the first digest of every `BLOCK` digests, in a list of Python ints:
+  ~40 bytes per 512 ids).
 
 Every `SEAL_AT` recent ids are sealed into an immutable sorted *run*: their 64-bit digests
 (`digest`: a fixed mix of the id's bytes, the same in every process, so every reader of the log
@@ -479,7 +480,7 @@ class UsedIds:
     def nbytes(self) -> int:
         """About what the ids take in memory (the strings not sealed yet counted at 80 bytes each,
         and the runs' indexes; not the runs)."""
-        return len(self._bits) + sum(8 * len(run.index) for run in self._runs) + 80 * len(self._recent)
+        return len(self._bits) + sum(40 * len(run.index) for run in self._runs) + 80 * len(self._recent)
 
     @property
     def runs(self) -> tuple[Run, ...]:
