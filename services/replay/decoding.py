@@ -19,7 +19,7 @@ _VIEWED: frozenset[bytes] = frozenset(model.__name__.encode() for model in VIEWS
 _TYPE_AT = b'"event":{"type":"'  # where `events.encode` writes an event's type
 
 
-def _read_one(data: bytes) -> Envelope:
+def read_one(data: bytes) -> Envelope:
     """`events.read_envelope(data, tasks=True)` (views of task reports too: every reader of what
     it gives asks `event_class`), without its attempt at a view for a type that has none (it falls
     back to `decode` then, after the attempt)."""
@@ -43,7 +43,7 @@ class Decoded:
 
     def put(self, stored: Stored) -> list[Envelope] | DecodeError:
         try:
-            result: list[Envelope] | DecodeError = decode_all(stored.data, _read_one, read_pack)
+            result: list[Envelope] | DecodeError = decode_all(stored.data, read_one, read_pack)
         except DecodeError as error:
             result = error
         self.found[id(stored.data)] = result
@@ -68,7 +68,7 @@ def fold_service(folder: Folder, piece: Sequence[Stored], decoded: Decoded, afte
     same refusals (a malformed message on a subject the folder owns; an event whose step raises:
     `internal_error`), without `decode_all` again per message and folder."""
     out: list[Envelope] = []
-    step, owns, service, found = folder.step, folder.owns, folder.service, decoded.found
+    owns, service, found = folder.owns, folder.service, decoded.found
     for stored in piece:
         seq = stored.seq
         if seq <= after or not wants(stored.subject):
@@ -78,16 +78,17 @@ def fold_service(folder: Folder, piece: Sequence[Stored], decoded: Decoded, afte
             if owns(stored.subject):
                 out.append(rejection_of_malformed(service, stored, envelopes, folder.now))
             continue
-        if len(envelopes) == 1:
-            try:
-                out += step(envelopes[0], seq, 0, True)
-            except Exception as error:  # a poison input: refused, and the fold goes on (as `fold_batch`)
-                out.append(rejection_of_fault(service, envelopes[0], seq, 0, error, folder.now))
-            continue
-        end = len(envelopes) - 1
-        for part, envelope in enumerate(envelopes):
-            try:
-                out += step(envelope, seq, part, part == end)
-            except Exception as error:
-                out.append(rejection_of_fault(service, envelope, seq, part, error, folder.now))
+        step_message(folder, envelopes, seq, out)
     return out
+
+
+def step_message(folder: Folder, envelopes: list[Envelope], seq: int, out: list[Envelope]) -> None:
+    """A message's events stepped in order (`last` on its last), their decisions added to `out`;
+    an event whose step raises is refused (`internal_error`) and the fold goes on (as
+    `fold_batch`: a poison input)."""
+    end = len(envelopes) - 1
+    for part, envelope in enumerate(envelopes):
+        try:
+            out += folder.step(envelope, seq, part, part == end)
+        except Exception as error:
+            out.append(rejection_of_fault(folder.service, envelope, seq, part, error, folder.now))

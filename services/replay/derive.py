@@ -15,19 +15,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from events import DecodeError, Envelope
+from events import DecodeError, Envelope, decode_all, read_pack
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
-from services.common.folding import Folder
+from services.common.folding import Folder, rejection_of_malformed
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
 from services.preemption.folder import PreemptionFolder
-from services.replay.decoding import Decoded, fold_service, records_decisions
+from services.replay.decoding import DECISION_TYPES, Decoded, fold_service, read_one, records_decisions, step_message
 from services.replay.shared import SharedFolds
 from services.tree.service import SUBJECTS as TREE_SUBJECTS
 
@@ -70,6 +70,7 @@ class Derivation:
         self.to_seq = to_seq
         self.position = 0  # the last position fed (`feed`)
         self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
+        self._kinds: dict[str, int] = {}  # subject -> what it is to `feed_rows` (a log has few subjects)
 
     def _start_from(self, snapshot: Snapshot) -> None:
         """A service's fold from its snapshot (`services/common/snapshots.py`: what its folder's
@@ -103,6 +104,8 @@ class Derivation:
     def feed(self, piece: Sequence[Stored]) -> Derived:
         """The next messages of the log, in order, decoded here (a position fed twice is skipped;
         past `to_seq` nothing is folded)."""
+        if self.shared is not None and self.to_seq is None:
+            return self.feed_rows([(s.seq, s.subject, s.data) for s in piece])
         piece = [s for s in piece if s.seq > self.position and (self.to_seq is None or s.seq <= self.to_seq)]
         if not piece:
             return Derived([], frozenset(), 0, 0)
@@ -121,3 +124,60 @@ class Derivation:
         decisions = self.fold(piece, decoded, self.position)
         self.position = piece[-1].seq
         return Derived(decisions, frozenset(recording), events, malformed)
+
+    def feed_rows(self, rows: Sequence[tuple[int, str, bytes]]) -> Derived:
+        """`feed` of messages given as (seq, subject, data), for the shared fold of the whole log
+        (`shared`, no `to_seq`): what `feed` and `fold_service` do over the piece, in one pass
+        (each message decoded and folded in turn, its subject looked at once), for the work a
+        replay's child process does on most of the log. The same decisions, in the same order
+        (admission's as its steps make them, then preemption's), the same counts."""
+        shared = self.shared
+        if shared is None or self.to_seq is not None:
+            return self.feed([Stored(seq, subject, data, None) for seq, subject, data in rows])
+        position = self.position
+        kinds = self._kinds
+        decisions = DECISION_TYPES
+        out: list[Envelope] = []
+        recording: list[int] = []
+        events = malformed = 0
+        last = position
+        for seq, subject, data in rows:
+            if seq <= position:
+                continue
+            last = seq
+            kind = kinds.get(subject)
+            if kind is None:
+                kind = kinds[subject] = _subject_kind(subject, shared)
+            if not kind & _FOLDS:
+                continue
+            try:  # (`decode_all`, its calls spared for a message of one event: most of a log)
+                envelopes = [read_one(data)] if data[:1] == b"{" else decode_all(data, read_one, read_pack)
+            except DecodeError as error:
+                malformed += 1
+                if kind & _OWNS:
+                    out.append(rejection_of_malformed(ADMISSION, Stored(seq, subject, data, None), error, shared.now))
+                continue
+            events += len(envelopes)
+            if kind & _FLAGS:  # (the verifier decodes what the tree folds anyway)
+                for envelope in envelopes:
+                    if envelope.event.type in decisions:
+                        recording.append(seq)
+                        break
+            step_message(shared, envelopes, seq, out)
+        if last == position:
+            return Derived([], frozenset(), 0, 0)
+        self.position = last
+        out += shared.take()
+        return Derived(out, frozenset(recording), events, malformed)
+
+
+# What a subject is to `Derivation.feed_rows`: folded (one of admission's), owned (a malformed
+# message there is refused), flagged (a decision recorded there is the verifier's to decode: not
+# on the tree's subjects, which it decodes anyway)
+_FOLDS, _OWNS, _FLAGS = 1, 2, 4
+
+
+def _subject_kind(subject: str, shared: SharedFolds) -> int:
+    if not admission_wants(subject):
+        return 0
+    return _FOLDS | (_OWNS if shared.owns(subject) else 0) | (0 if tree_wants(subject) else _FLAGS)

@@ -59,8 +59,8 @@ SERVICES = (ADMISSION, PREEMPTION, TREE)  # the folds a replay runs, each with i
 
 
 async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int) -> tuple[list[Snapshot], list[str]]:
-    """The newest usable snapshot of each service at or before `from_seq` (as a start loads one),
-    and why others were passed over."""
+    """The newest usable snapshot of each service at or before `from_seq` (as a start loads one;
+    admission's fold without explain's notes), and why others were passed over."""
     if store is None:
         return [], ["no snapshots on this server"]
 
@@ -68,7 +68,11 @@ async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int
     found: list[Snapshot] = []
     passed_over: list[str] = []
     for service in SERVICES:
-        snapshot, skipped = await load_newest(store, service, at_most=from_seq, anchored=anchored_on(log))
+        # admission's live snapshot is (its fold, explain's notes), stored part by part: a replay
+        # folds, it never explains, so only the fold (part 0) is loaded (a state stored whole is
+        # its own part 0)
+        part = 0 if service == ADMISSION else None
+        snapshot, skipped = await load_newest(store, service, at_most=from_seq, anchored=anchored_on(log), part=part)
         passed_over += skipped
         if snapshot is not None:
             found.append(snapshot)

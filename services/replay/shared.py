@@ -26,18 +26,21 @@ preemption's own part only is preemption's refusal.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import cast
 
-from events import Envelope, PreemptionRequested, at_seconds, event_class
-from services.admission.domain.cycle_order import is_cycle_decision
+from events import CYCLE_DECISION_TYPES, Envelope, Event, PreemptionRequested, at_seconds, event_class
+from events.views import VIEWS
 from services.admission.domain.decide import run_cycles
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState, Outcome
 from services.admission.envelopes import decision_envelopes
 from services.admission.folder import OWNED_PREFIXES, naming_part, seconds_of
 from services.common.folding import decision_envelope, rejection_of_fault
+from services.preemption.domain.state import ACTS_ON, PreemptionState
 from services.preemption.domain.state import SERVICE as PREEMPTION
-from services.preemption.domain.state import PreemptionState
+
+_MODEL_OF: dict[type, type[Event]] = {view: model for model, view in VIEWS.items() if issubclass(model, Event)}
 
 
 class SharedFolds:
@@ -51,6 +54,7 @@ class SharedFolds:
         self.state = AdmissionState()
         self.preemption = PreemptionState(admission=self.state)
         self.preempted: list[Envelope] = []
+        self._now, self._at = 0.0, at_seconds(0.0)  # (`_time`)
 
     @property
     def now(self) -> float:
@@ -58,6 +62,13 @@ class SharedFolds:
 
     def owns(self, subject: str) -> bool:  # (`AdmissionFolder.owns`: preemption owns no input subject)
         return subject.startswith(OWNED_PREFIXES)
+
+    def _time(self, now: float) -> datetime:
+        """`at_seconds(now)`, made once per distinct time (the decisions of a whole message, or of
+        several in a row at one time, share it: an equal, immutable value)."""
+        if now != self._now:
+            self._now, self._at = now, at_seconds(now)
+        return self._at
 
     def take(self) -> list[Envelope]:
         """Preemption's decisions since the last `take`."""
@@ -67,12 +78,13 @@ class SharedFolds:
     def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
         """`AdmissionFolder.step`; what `PreemptionFolder` decides of the same event (and of the
         cycles it starts) goes to `preempted`."""
-        if is_cycle_decision(envelope):  # applied at its trigger, as made (admission's and preemption's fold)
-            return []
-        state = self.state
         event = envelope.event
-        kind = event_class(event)
-        before = self.preemption._attempt_of(event) if kind is PreemptionRequested else None
+        if envelope.source == ADMISSION and event.type in CYCLE_DECISION_TYPES:  # (`is_cycle_decision`)
+            return []  # applied at its trigger, as made (admission's and preemption's fold)
+        state = self.state
+        preemption = self.preemption
+        kind = _MODEL_OF.get(type(event)) or type(event)  # (`event_class`, without its calls: per event)
+        before = preemption.attempt_of(event) if kind is PreemptionRequested else None
         try:
             outcomes = state.apply(event, seq, seconds_of(envelope))
         except Exception as error:  # both services fold it: both refuse it, and its cycles run (as live)
@@ -80,19 +92,20 @@ class SharedFolds:
             refused = rejection_of_fault(ADMISSION, envelope, seq, part, error, state.now)
             cycles = self._cycles(envelope, seq) if last and (state.due or state.full) else []
             return [refused, *decision_envelopes(ADMISSION, cycles, seq, envelope.id, at_seconds(state.now))]
-        self._preempt(envelope, kind, seq, before, outcomes)
+        if kind in ACTS_ON or preemption.open:  # (else preemption's part does nothing: most task reports)
+            self._preempt(envelope, kind, seq, before, outcomes)
         cycles = self._cycles(envelope, seq) if last and (state.due or state.full) else []
         if not outcomes and not cycles:
             return []
         if part:
             outcomes = [naming_part(o, seq, part) for o in outcomes]
         outcomes += cycles
-        return decision_envelopes(ADMISSION, outcomes, seq, envelope.id, at_seconds(state.now))
+        return decision_envelopes(ADMISSION, outcomes, seq, envelope.id, self._time(state.now))
 
     def _cycles(self, envelope: Envelope, seq: int) -> list[Outcome]:
         """The cycles due at the end of the message at `seq`, each decision followed by
         preemption's part of applying it."""
-        time = at_seconds(self.state.now)  # (the cycles do not move the clock)
+        time = self._time(self.state.now)  # (the cycles do not move the clock)
 
         def applied(decision: Outcome, announced: list[Outcome]) -> None:
             self._preempt(decision, event_class(decision.event), seq, None, announced,
@@ -116,5 +129,5 @@ class SharedFolds:
         if fault is not None:
             self.preempted.append(rejection_of_fault(PREEMPTION, envelope, seq, 0, fault, state.now))
         else:
-            time = at_seconds(state.now)
+            time = self._time(state.now)
             self.preempted += [decision_envelope(PREEMPTION, o.event, o.key, seq, envelope.id, time) for o in outcomes]

@@ -84,7 +84,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from events import (
     DecodeError,
@@ -386,10 +386,11 @@ class _Fingerprints:
         return len(self.recent) + sum(len(t) for t in self.tiers)
 
 
-@dataclass(frozen=True, slots=True)
-class Made:
+class Made(NamedTuple):
     """A re-derived decision as compared: its keys and its bytes as the service would write them
-    (plain values: it may come from a folder in another process)."""
+    (plain values: it may come from a folder in another process, as a plain tuple). A named
+    tuple: one is made per decision, in the process that derives it and again in the verifier's,
+    and a frozen dataclass cost a call per field to make."""
 
     id: str
     type: str

@@ -46,10 +46,6 @@ def _rows(piece: Sequence[Stored]) -> list[Row]:
     return [(s.seq, intern(s.subject), s.data) for s in piece]
 
 
-def _stored(rows: list[Row]) -> list[Stored]:
-    return [Stored(seq, subject, data, None) for seq, subject, data in rows]
-
-
 def child(inbox: Connection, outbox: Connection) -> None:
     """The child's whole life: ("start", tree, to_seq, snapshots, shared), then ("piece", rows)...,
     then ("finish",). Answers ("made", made rows, recording, events, malformed) per piece, or
@@ -63,9 +59,8 @@ def child(inbox: Connection, outbox: Connection) -> None:
             if message[0] != "piece":
                 return
             with gc_paused():
-                derived = derivation.feed(_stored(message[1]))
-                rows = [(m.id, m.type, m.source, m.basis, m.tree, m.data)
-                        for m in map(Made.of, derived.decisions)]
+                derived = derivation.feed_rows(message[1])
+                rows = [tuple(m) for m in map(Made.of, derived.decisions)]  # (plain tuples: pickled smaller)
             outbox.send(("made", rows, derived.recording, derived.events, derived.malformed))
     except EOFError:  # the parent went away
         return
@@ -117,7 +112,7 @@ class _Child:
         if kind == "error":
             raise ChildFailed(rest[0])
         rows, recording, events, malformed = rest
-        return Elsewhere([Made(*row) for row in rows], recording, events, malformed)
+        return Elsewhere(list(map(Made._make, rows)), recording, events, malformed)
 
 
 @contextmanager

@@ -443,29 +443,35 @@ def _add_members(state: AdmissionState, rt: TreeRuntime, gang: Gang, event: Gang
 
 
 def _on_task(state: AdmissionState, event: Event, seq: int, out: list[Outcome]) -> None:
-    event = cast(TaskStateChanged, event)  # the model or its view (events.views)
-    rt = state.runtime(event.tree)
-    task = rt.tasks.get(event.task)
-    if task is None and event.gang not in rt.gangs and is_forgotten(state, rt, event.gang):
-        out.append(_rejected(rt, event, seq, "gang_forgotten", _forgotten(state, rt, event.gang, event.task),
-                             event.task))
+    # (the model or its view, events.views: the same attributes; not `cast`, a call per report)
+    report: TaskStateChanged = event  # type: ignore[assignment]
+    rt = state.trees.get(report.tree) or state.runtime(report.tree)
+    task = rt.tasks.get(report.task)
+    if task is None and report.gang not in rt.gangs and is_forgotten(state, rt, report.gang):
+        out.append(_rejected(rt, report, seq, "gang_forgotten", _forgotten(state, rt, report.gang, report.task),
+                             report.task))
         return
     gang = rt.gangs.get(task.gang) if task is not None else None
-    refusal = rules.check_transition(task, gang, event)
+    refusal = rules.check_transition(task, gang, report)
     if refusal is not None:
-        out.append(_rejected(rt, event, seq, refusal.rule, refusal.message, event.task))
+        out.append(_rejected(rt, report, seq, refusal.rule, refusal.message, report.task))
         return
     assert task is not None and gang is not None
-    if event.state == task.state:
+    new = report.state
+    if new == task.state:
         return
     rt.dirty = True
-    if event.state == "running" and task.started_at is None:
+    if new == "running" and task.started_at is None:
         task.started_at = state.now
-    if event.state in TERMINAL:
-        ledger_of(rt, gang.pool).hold(gang, task.resources, -1.0)
-    task.state = event.state
-    if all(t.state in TERMINAL for t in gang.tasks):
-        _gang_stopped(state, rt, gang, out)
+    if new not in TERMINAL:  # (then its gang, which holds this task, cannot have stopped)
+        task.state = new
+        return
+    (rt.ledgers.get(gang.pool) or ledger_of(rt, gang.pool)).hold(gang, task.resources, -1.0)
+    task.state = new
+    for member in gang.tasks:
+        if member.state not in TERMINAL:
+            return
+    _gang_stopped(state, rt, gang, out)
 
 
 def _gang_stopped(state: AdmissionState, rt: TreeRuntime, gang: Gang, out: list[Outcome]) -> None:

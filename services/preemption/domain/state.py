@@ -24,6 +24,9 @@ from services.preemption.domain.model import PassResult, TreeMemory
 from services.preemption.domain.passes import preemption_pass
 
 SERVICE = "preemption"
+# The kinds of event `applied` acts on whatever else holds: with no preemption open, any other
+# event changes nothing of preemption's own (a replay skips the call for it: most of a log)
+ACTS_ON: frozenset[type[Event]] = frozenset({GangAdmitted, PreemptionRequested, CycleCompleted})
 KEEP_FINISHED = 10_000  # completed preemption records kept for queries (the log keeps them all)
 
 
@@ -80,14 +83,14 @@ class PreemptionState:
     def apply(self, event: Event, seq: int, time: float) -> list[Outcome]:
         """Fold one event; after an admission cycle completes, run one preemption pass."""
         kind = event_class(event)  # events come off the wire as exactly these types, or views of them
-        before = self._attempt_of(event) if kind is PreemptionRequested else None
+        before = self.attempt_of(event) if kind is PreemptionRequested else None
         announced = self.admission.apply(event, seq, time)  # admission's own announcements are admission's to publish
         return self.applied(event, kind, seq, before, announced)
 
     def applied(self, event: Event, kind: type[Event], seq: int, before: int | None,
                 announced: list[Outcome]) -> list[Outcome]:
         """The rest of `apply`, once `self.admission` has applied `event` (of class `kind`) and
-        announced `announced`; `before`: `_attempt_of(event)` before it did (only a
+        announced `announced`; `before`: `attempt_of(event)` before it did (only a
         `PreemptionRequested`'s). A replay that folds admission's state once for both services
         steps it so (`services/replay/shared.py`)."""
         if kind is GangAdmitted or kind is PreemptionRequested:
@@ -145,7 +148,7 @@ class PreemptionState:
 
     # --- the record of preemptions ------------------------------------------------------------
 
-    def _attempt_of(self, event: Event) -> int | None:
+    def attempt_of(self, event: Event) -> int | None:
         """For a preemption request: the attempt of the gang it asks for, if the gang is admitted."""
         if not isinstance(event, PreemptionRequested):
             return None
