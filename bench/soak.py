@@ -604,8 +604,9 @@ async def explain_answers(nc: Any, gang: str, timeout: float) -> dict[str, Any]:
 
 async def soak_one(gangs: int, shape: Shape, log: Any = None, keep: Path | None = None) -> SizeResult:
     """The whole soak at one history size (module doc, steps 1-7). With `keep`, only steps 1-4,
-    the server's store left in `keep` (`EmbeddedNats(keep)` serves it again): a history to replay
-    again and again (`python -m bench.soak --keep DIR GANGS`)."""
+    the server's store left in `keep` (`EmbeddedNats(keep)` serves it again) and the services'
+    data dir beside it (`keep.parent / "data"`): a history to measure again and again
+    (`python -m bench.soak --keep DIR/server GANGS`, then `--measure DIR GANGS`)."""
     say = log or (lambda text: None)
     result = SizeResult(gangs=gangs)
     with tempfile.TemporaryDirectory(prefix="poolwise-soak-") as tmp:
@@ -624,7 +625,10 @@ async def soak_one(gangs: int, shape: Shape, log: Any = None, keep: Path | None 
             decisions = Decisions()
             await nc.subscribe(decision(TREE, "admission"), cb=decisions.on_msg)
             await nc.flush()
-            up = Up(url, root / "data")
+            # a kept history keeps its data dir beside the server's store: `--measure` then starts
+            # on the tree's read models as they were made, not on a rebuild of them from the log
+            # (at 1M gangs, an hour or more on a loaded machine)
+            up = Up(url, keep.parent / "data" if keep is not None else root / "data")
             sdk = Submitter(url, source="sdk:soak", tree=TREE)
             try:
                 await up.start(tg)
