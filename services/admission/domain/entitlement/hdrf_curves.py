@@ -186,8 +186,9 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     if n == 0:
         none = np.full(rows, NONE, dtype=np.intp)
         return Inner(np.arange(rows + 1, dtype=np.intp), start.copy(), init.copy(), none, none.copy())
-    # by (group, x): rank by x, then one integer sort of group * n + rank (as `sum_events`)
-    by_x = np.argsort(ev.x)
+    # by (group, x, event): rank by x, equal ones by event (stable), then one integer sort of
+    # group * n + rank (as `sum_events`)
+    by_x = np.argsort(ev.x, kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[by_x] = np.arange(n, dtype=np.int64)
     key = ev.group.astype(np.int64) * n + rank
@@ -207,7 +208,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     else:
         ends = ev.end[first].astype(np.int64) + 1
         key = (point0.cumsum() * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
-        by_key = np.argsort(key)
+        by_key = np.argsort(key, kind="stable")  # equal keys in the order above, on any CPU
     order, xs = first[by_key], xsnap[by_key]
     gs, js = ev.group[order], ev.jump[order]
     vs = ev.vec.take(order, axis=1)
@@ -349,7 +350,7 @@ def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> floa
         up_first = levels[depth - 1].start if depth > 0 else 0
         runs = (h_up.owner >= 0).nonzero()[0]
         keys = h_up.owner[runs].astype(np.int64) * (s.x.size + 1) + h_up.end[runs]
-        by_key = np.argsort(keys)
+        by_key = np.argsort(keys, kind="stable")
         keys, runs = keys[by_key], runs[by_key]
         for row, k in here.items():
             del found[row]

@@ -235,8 +235,9 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     if n == 0:
         x0 = np.zeros(rows)
         return Polylines(np.arange(rows + 1, dtype=np.intp), x0, init.copy(), x0.copy(), np.zeros(rows, dtype=bool))
-    # sort by (group, x): rank by x, then one integer sort of group * n + rank
-    by_x = np.argsort(ev.x)
+    # sort by (group, x, event): rank by x (equal ones by event: a stable sort, whatever numpy's
+    # kernels for this CPU), then one integer sort of group * n + rank
+    by_x = np.argsort(ev.x, kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[by_x] = np.arange(n, dtype=np.int64)
     key = ev.group.astype(np.int64) * n + rank
