@@ -20,7 +20,7 @@ to None with `omit_defaults`: a None value is left out, as `exclude_none` leaves
 level of models (not inside dicts and lists: there both write `null`). Its `__dict__` is read by
 field name (a field missing: not handled; an extra key is not read, as pydantic does not write
 it). Pydantic writes the fields in the `__dict__`'s order: the same, since validation,
-`model_construct`, `model_copy` and the trusted builders of `services.admission` all fill
+`model_construct`, `model_copy` and the trusted builders (`events.trusted`) all fill
 `__dict__` in declaration order (tests hold the builders to it; a `__dict__` filled by hand in
 another order would be written differently here). A model whose fields are all written as they
 are or checked in place (TaskSpec) is written as its `__dict__` itself, so in its order. Models
@@ -179,23 +179,42 @@ def encode_model(model: BaseModel) -> bytes | None:
         return None
 
 
-_MODEL, _LIST, _UNION = 0, 1, 2  # how a nested value is converted: a model, a list of models, a union member
+# a converter of models written as their `__dict__` -> its check of many such models (`_list_of`)
+_AS_DICT: dict[_Converter, Callable[[Any], None]] = {}
 
 
-def _nested(shape: Shape) -> tuple[int, _Converter] | None:
-    """How a value of `shape` that is not written as it is gets converted: a model, a list of
-    models, a tagged union of models (None: not handled)."""
+def _nested(shape: Shape) -> _Converter | None:
+    """The converter of a value of `shape` that is not written as it is (not None: that is left
+    out before): a model, a list of models, a tagged union of models (None: not handled)."""
     item = shape.item
     if shape.kind == "model":
-        found = converter(cast(type[BaseModel], shape.model))
-        return None if found is None else (_MODEL, found)
+        return converter(cast(type[BaseModel], shape.model))
     if shape.kind == "list" and item is not None and item.kind == "model" and not item.nullable:
         found = converter(cast(type[BaseModel], item.model))
-        return None if found is None else (_LIST, found)
+        return None if found is None else _list_of(found)
     # a union: each member by its own class's converter (one that has none: pydantic)
     if shape.kind == "union" and any([converter(choice) is not None for choice in shape.choices]):
-        return _UNION, _CONVERTERS.__getitem__
+        convert_of = _CONVERTERS.__getitem__
+
+        def convert_member(value: Any) -> Any:
+            return convert_of(value.__class__)(value)  # KeyError: not handled
+
+        return convert_member
     return None
+
+
+def _list_of(one: _Converter) -> _Converter:
+    """The converter of a list of models converted by `one`. For models written as their
+    `__dict__` (a gang's tasks), one call checks the whole list: a call per item less."""
+    check_all = _AS_DICT.get(one)
+    if check_all is None:
+        return lambda items: [one(item) for item in items]
+
+    def convert_list(items: Any) -> Any:
+        check_all(items)
+        return [model.__dict__ for model in items]
+
+    return convert_list
 
 
 def _make(cls: type[BaseModel], fields: tuple[FieldShape, ...]) -> _Converter | None:
@@ -207,7 +226,7 @@ def _make(cls: type[BaseModel], fields: tuple[FieldShape, ...]) -> _Converter | 
     floats: list[int] = []
     float_maps: list[int] = []
     times: list[int] = []
-    nested: list[tuple[int, int, _Converter]] = []
+    nested: list[tuple[int, _Converter]] = []
     for index, field in enumerate(fields):
         shape = field.shape
         if field.name == "type" and shape.kind == "literal" and issubclass(cls, Event):
@@ -226,7 +245,7 @@ def _make(cls: type[BaseModel], fields: tuple[FieldShape, ...]) -> _Converter | 
             found = _nested(shape)
             if found is None:
                 return None
-            nested.append((index, *found))
+            nested.append((index, found))
     names = tuple(field.name for field in fields)
     get = itemgetter(*names)
     size = len(names)
@@ -235,64 +254,64 @@ def _make(cls: type[BaseModel], fields: tuple[FieldShape, ...]) -> _Converter | 
     ints_, floats_, maps_, times_, nested_ = tuple(ints), tuple(floats), tuple(float_maps), tuple(times), tuple(nested)
     map_names = tuple(names[i] for i in float_maps)
 
-    checked = bool(ints or floats or float_maps or times)
-
-    def check(values: tuple[Any, ...]) -> None:
-        """The values of the fields that are not written as they are (see the module doc)."""
-        for i in ints_:
-            if values[i] is True or values[i] is False:
-                raise _Unhandled
-        for i in floats_:
-            x = values[i]
-            if x is not None and not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
-                raise _Unhandled
-        for i in maps_:
-            if values[i] is not None:
-                for x in values[i].values():
-                    if not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
-                        raise _Unhandled
-        for i in times_:
-            time = values[i]
-            if time.__class__ is not datetime or (time.tzinfo is not UTC and time is not _TIME_SEEN[0]):
-                _check_time(time)
-
     def convert(model: Any) -> Any:
+        """The values of the fields that are not written as they are are checked (see the module
+        doc; each loop only where the model has such fields), the nested ones converted."""
         if model.__class__ is not cls:  # a subclass or anything else: pydantic
             raise _Unhandled
         values = get(model.__dict__)  # a field missing: KeyError, not handled; an extra key: not read (nor by pydantic)
         if tag_index >= 0 and values[tag_index] != tag:
             raise _Unhandled
-        if checked:
-            check(values)
+        if ints_:
+            for i in ints_:
+                if values[i] is True or values[i] is False:
+                    raise _Unhandled
+        if floats_:
+            for i in floats_:
+                x = values[i]
+                if x is not None and not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
+                    raise _Unhandled
+        if maps_:
+            for i in maps_:
+                if values[i] is not None:
+                    for x in values[i].values():
+                        if not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
+                            raise _Unhandled
+        if times_:
+            for i in times_:
+                time = values[i]
+                if time.__class__ is not datetime or (time.tzinfo is not UTC and time is not _TIME_SEEN[0]):
+                    _check_time(time)
         if not nested_:
             return struct(*values)
         out = list(values)
-        for i, how, one in nested_:
-            value = out[i]
-            if value is not None:
-                if how == _LIST:
-                    out[i] = [one(item) for item in value]
-                elif how == _MODEL:
-                    out[i] = one(value)
-                else:
-                    out[i] = one(value.__class__)(value)  # KeyError: not handled
+        for i, one in nested_:
+            if out[i] is not None:
+                out[i] = one(out[i])
         return struct(*out)
 
-    def convert_as_dict(model: Any) -> Any:
-        """A model written as its `__dict__` itself (a little faster than a struct): it must then
+    def check_all(models: Any) -> None:
+        """Models written as their `__dict__` itself (a little faster than a struct): each must then
         hold no other key and no None (pydantic would leave that field out)."""
-        if model.__class__ is not cls:
-            raise _Unhandled
-        data = model.__dict__
-        if len(data) != size or None in get(data):
-            raise _Unhandled
-        for name in map_names:
-            for x in data[name].values():
-                if not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
-                    raise _Unhandled
-        return data
+        for model in models:
+            if model.__class__ is not cls:
+                raise _Unhandled
+            data = model.__dict__
+            if len(data) != size or None in get(data):
+                raise _Unhandled
+            for name in map_names:
+                for x in data[name].values():
+                    if not (x.__class__ is _float and -_LIMIT < x < _LIMIT):
+                        raise _Unhandled
 
-    return convert_as_dict if tag_index < 0 and not (ints or floats or times or nested) else convert
+    def convert_as_dict(model: Any) -> Any:
+        check_all((model,))
+        return model.__dict__
+
+    if tag_index < 0 and not (ints or floats or times or nested):
+        _AS_DICT[convert_as_dict] = check_all
+        return convert_as_dict
+    return convert
 
 
 for _cls in EVENT_TYPES.values():

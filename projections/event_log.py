@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from events import Event
 from events.fastencode import encode_event_body
-from events.views import as_model, view_body
+from events.views import view_body
 from projections.base import Connection, Item, Malformed, Projection, arrow_of, delete_older, insert_rows
 
 MALFORMED = "_malformed"
@@ -126,8 +126,7 @@ def body(event: Event) -> str:
     """The event as the `data` column holds it: `event.model_dump_json(exclude_none=True)`, written
     by `events.fastencode` where it handles the event, else from pydantic's serializer without the
     method's keyword handling."""
-    fast = encode_event_body(event) or view_body(event)
+    fast = encode_event_body(event) or view_body(event)  # every view is written here (tests/events/test_views.py)
     if fast is None:
-        event = as_model(event)  # a view (events.views) holding a float msgspec writes otherwise
         fast = type(event).__pydantic_serializer__.to_json(event, exclude_none=True)
     return fast.decode()

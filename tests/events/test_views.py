@@ -577,3 +577,12 @@ def test_every_view_pickles_by_name() -> None:
 
     for view in (*VIEWS.values(), TaskEnvelopeView):
         assert pickle.loads(pickle.dumps(view)) is view
+
+
+def test_every_event_view_has_its_body_written_by_view_body() -> None:
+    """`projections.event_log.body` writes a view's event with `view_body` and never needs its
+    model: every event view is one `view_body` writes (its nulls known), holding only floats
+    both writers write alike."""
+    events = [model for model in views_module.VIEWS if views_module._tag(model) is not None]
+    assert events
+    assert all(views_module.VIEWS[model] in views_module._BODIES for model in events)
