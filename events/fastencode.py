@@ -4,9 +4,9 @@
 - `encode_event_body(event)`: `event.model_dump_json(exclude_none=True).encode()`, or None.
 
 None means "not handled here": the caller encodes with pydantic. Bytes are given only where they
-are pydantic's exactly. An envelope is 2 to 3 times faster this way (most of pydantic's cost is
-dispatching the event union); an event alone 1.1 (gang events, whose tasks are checked one by
-one here) to 3 times (small flat events).
+are pydantic's exactly. An envelope is written several times faster this way (most of
+pydantic's cost is dispatching the event union); an event alone gains less (docs/performance.md,
+"Wire contract").
 
 Derived, not restated: each model's converter is made at import from its fields as
 `events.shapes` reads them through pydantic's public API (a field added to a model is written

@@ -6,8 +6,9 @@ A service that builds a model per gang from values it took from validated events
 `build(**values)`, the model `cls.model_validate(values)` would give for such values: equal, the
 same fields set (the names given), the `__dict__` in declaration order with the defaults in
 place, so encoded to the same bytes. It writes the instance as pydantic's public
-`model_construct` does (its `__dict__` and the other slots of `BaseModel`), at a third of
-`model_construct`'s cost; the values are not checked (types, bounds): the caller vouches for them.
+`model_construct` does (its `__dict__` and the other slots of `BaseModel`), without
+`model_construct`'s per-field work (aliases, defaults looked up per call); the values are not
+checked (types, bounds): the caller vouches for them.
 
 Derived, not restated: the fields, their order and defaults are read from the model
 (`events.shapes`), so a field added to a model with a default is filled in with no edit here or

@@ -2,15 +2,15 @@
 
 Under load three event types are nearly all of the log: `GangEnqueued` (a submitter's packs),
 `GangAdmitted` and `GangMovedToQueue` (an admission cycle's packs). Every service reads each of
-them, and pydantic builds a model of each (the envelope, the event, every task) for about 5 µs;
-msgspec decodes the same bytes into structs for about 1 µs. In a 50k-gang burst decoding was a
-fifth of the tree service's CPU and a third of preemption's; at 5,000 gangs/s, two fifths of both.
+them, and pydantic builds a model of each (the envelope, the event, every task), where msgspec
+decodes the same bytes into structs several times faster: under load, decoding with pydantic
+was a large share of every reader's CPU (docs/performance.md, "Wire contract").
 
 `read_envelope(data)` gives an `EnvelopeView` for an envelope of one of these types when msgspec
 accepts it, and `events.decode(data)` (the pydantic model) for anything else.
 
 Task reports (`TaskStateChanged`, four a gang of two tasks: the most common event of a whole
-lifecycle; pydantic reads one in 14-22 µs) have a view too, read by default: `read_envelope(data)`
+lifecycle, and slow for pydantic to read) have a view too, read by default: `read_envelope(data)`
 gives a `TaskEnvelopeView` (an `EnvelopeView` whose event may be a `TaskStateChangedView` too;
 every envelope it reads is one of these); `read_envelope(data, tasks=False)` the model of a task
 report (and `EnvelopeView`s of the gang events), for a reader that tests a task report with
@@ -290,9 +290,9 @@ def read_with_tasks(data: bytes) -> Envelope:
 def read_pack(data: bytes) -> list[Envelope] | None:
     """The envelopes of a pack (a JSON array of them), each as `read_envelope` reads it, in one
     msgspec pass: a view of each; None when any of them is not read here, or the pack is empty
-    (then it is read part by part, which gives pydantic's models or refusal). About 1 µs per event
-    cheaper than reading the parts one by one. What it gives is a valid pack: events of packable
-    types (`events.PACKABLE`), at least one."""
+    (then it is read part by part, which gives pydantic's models or refusal). Cheaper than
+    reading the parts one by one (a decoder call per pack, not per event). What it gives is a
+    valid pack: events of packable types (`events.PACKABLE`), at least one."""
     if not ENABLED:
         return None
     try:
