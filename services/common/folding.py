@@ -265,12 +265,13 @@ class Warm:
         self.made: dict[str, Envelope] = {}  # decided again and not seen in the log (yet)
         self.folded = 0
         self.restored = False
+        self.restored_at = 0  # the position of the snapshot the fold started from (0: the log's start)
 
     async def catch_up(self, log: EventLog, snapshots: SnapshotStore | None = None) -> int:
         """Fold what the log holds beyond `folded` (the first time: from the newest snapshot)."""
         if not self.restored:
             if snapshots is not None:  # (cancelled before it returns: nothing was loaded, tried again)
-                self.folded = await _restore(log, self.folder, snapshots, self.made)
+                self.folded = self.restored_at = await _restore(log, self.folder, snapshots, self.made)
             self.restored = True
         wanted, made, folder = self.wanted, self.made, self.folder
         watched = metrics.status(folder.service)  # (a standby's fold is what its gauges read)
@@ -436,9 +437,10 @@ async def run_folder(
 ) -> None:
     """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
     its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
+    warm = warm or Warm(folder, subjects)
     folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm)
     if snapshots is not None:
-        snapshots.started(folded, folder.now)
+        snapshots.started(folded, folder.now, restored=warm.restored_at)
     start = folded if store is None else min(folded, store.lowest_checkpoint)
     watched = metrics.status(folder.service)  # what the metrics read (plain numbers: no SDK call here)
     watched.folder, watched.folded, watched.snapshots = folder, folded, snapshots

@@ -584,9 +584,15 @@ class SnapshotPolicy:
         since = folded - self.last_seq
         return since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)
 
-    def started(self, folded: int, now: float) -> None:
-        """The service starts with its state at `folded`: nothing to snapshot until it folds more."""
-        self.last_seq, self.last_time, self.saved = folded, now, folded
+    def started(self, folded: int, now: float, restored: int | None = None) -> None:
+        """The service starts with its state at `folded`, made from a snapshot at `restored` (0: from
+        the start of the log; None: the snapshot is at `folded`) and the log after it. What was
+        folded after that snapshot is not kept until a snapshot is saved: a clean stop saves it,
+        and the next batch does when the rebuild folded `every` positions or more. (Counting a
+        rebuild as saved left a quiet system, after an upgrade passed its snapshots over, folding
+        the whole history again at every start: a 1M-gang log restarted in minutes.)"""
+        saved = folded if restored is None else restored
+        self.last_seq, self.last_time, self.saved = saved, now, saved
 
     def unsaved(self, folded: int) -> bool:
         """Whether a clean stop at `folded` has state to keep (not whether one was started there)."""

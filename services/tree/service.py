@@ -222,7 +222,7 @@ class TreeService:
             self.view = snapshot.state
             self.started_from = snapshot.seq
             logger.info("tree: started from its snapshot at %d", snapshot.seq)
-        self.snapshots.started(self.position, self.now)
+        self.snapshots.started(self.position, self.now, restored=self.started_from or 0)
 
     def snapshot_if_due(self, tg: TaskGroup) -> None:
         """After a batch folded (its rejections published): a snapshot of the view, when due."""
