@@ -86,14 +86,20 @@ def has(name: str, gang: str) -> Callable[[list[Span]], bool]:
     return lambda spans: any(s.name == name and s.attributes.get("poolwise.gang") == gang for s in spans)
 
 
+def a0_running(up: Up, tmp_path: Path, receiver: Received) -> None:
+    """Start, configure the cluster, submit a0 (2 cpu on /a), wait for its admission at the
+    receiver and report both its tasks running."""
+    up.start()
+    setup_cluster(up, tmp_path)
+    submit(up, "a0", "/a", 2)  # (admitted by the cycle after the one that sees its demand: waited for)
+    spans_where(receiver, has("admission GangAdmitted", "a0"), "a0's admission at the receiver")
+    for task in ("a0/0", "a0/1"):
+        ok(up.cli("task", "set", task, "running", "--gang", "a0"))
+
+
 def test_a_gangs_trace_and_the_metrics_reach_an_otlp_receiver(tmp_path: Path, receiver: Received) -> None:
     with Up(tmp_path / "data", tmp_path) as up:
-        up.start()
-        setup_cluster(up, tmp_path)
-        submit(up, "a0", "/a", 2)  # (admitted by the cycle after the one that sees its demand: waited for)
-        spans_where(receiver, has("admission GangAdmitted", "a0"), "a0's admission at the receiver")
-        for task in ("a0/0", "a0/1"):
-            ok(up.cli("task", "set", task, "running", "--gang", "a0"))
+        a0_running(up, tmp_path, receiver)
         submit(up, "b0", "/b", 1, "--no-preemptible")
         spans = spans_where(receiver, lambda spans: has("preemption requested", "a0")(spans)
                             and len([s for s in spans if s.name == "admission TaskStateChanged"]) == 2
@@ -170,12 +176,7 @@ def test_a_gang_enqueued_before_a_restart_and_decided_after_it_keeps_its_trace(t
     a0's end lets c0 in: both decisions, made after the restart, are in the gangs' traces (the
     contexts read back from their enqueues on the log)."""
     with Up(tmp_path / "data", tmp_path) as up:
-        up.start()
-        setup_cluster(up, tmp_path)
-        submit(up, "a0", "/a", 2)  # (admitted by the cycle after the one that sees its demand: waited for)
-        spans_where(receiver, has("admission GangAdmitted", "a0"), "a0's admission at the receiver")
-        for task in ("a0/0", "a0/1"):
-            ok(up.cli("task", "set", task, "running", "--gang", "a0"))
+        a0_running(up, tmp_path, receiver)
         submit(up, "c0", "/a", 1)
         before = spans_where(receiver, has("enqueue", "c0"), "c0's enqueue at the receiver")
         assert up.stop() == 0
