@@ -7,6 +7,7 @@ every pool on its path whose running-job limit is full."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement
 from services.admission.domain.chains import pool_chain
@@ -223,29 +224,62 @@ def _used_up(state: AdmissionState, rt: TreeRuntime, gang: Gang, pools: dict[str
              found: Finding) -> Finding:
     """Under `hdrf` a pool's jobs stop growing only when a kind they need is used up (DOMAIN §3):
     which kinds stopped the gang's pool and where (the engine's `stops`: the tree's capacity, or the
-    limit of a pool on the path), and who holds each there (that place's children, by the last
-    cycle's entitlements, the largest first), added to the shortage. The stops come from computing
-    the tree again on the state as it is now (they are not in the log's entitlement events)."""
-    stops = compute_entitlements(tree_input(state, rt.name)).stops.get(gang.pool, ())
-    ents = rt.entitlements
+    limit of a pool on the path), and what uses each up there, added to the shortage. The stops
+    come from computing the tree again on the state as it is now (they are not in the log's
+    entitlement events). What uses a kind up is said always (`_what_uses_up`)."""
+    computed = compute_entitlements(tree_input(state, rt.name))
+    stops = computed.stops.get(gang.pool, ())
+    have, _ = capacity(state.config, rt.name)
     parts: list[str] = []
     numbers = dict(found.numbers)
     for stop in stops:
         kind, place = stop.kind, stop.at
         if gang.resources.get(kind, 0.0) <= 0:
             continue
-        below = [p for p in ents if p != place and p.rsplit("/", 1)[0] == ("" if place == "/" else place)]
-        held = sorted(((ents[p].entitlement.get(kind, 0.0), p) for p in below), key=lambda e: (-e[0], e[1]))
-        held = [(amount, p) for amount, p in held if amount >= TOLERANCE]
-        named = ", ".join(f"{p} {spell(amount)}" for amount, p in held[:HOLDERS_NAMED])
-        more = f" and {len(held) - HOLDERS_NAMED} more" if len(held) > HOLDERS_NAMED else ""
+        # the last cycle's entitlements, which the shortage above is measured against; when they
+        # name nobody (no cycle since the demand came, or since the hosts changed), the
+        # computation that found the stop
+        held = _holders(rt.entitlements, place, kind) or _holders(computed, place, kind)
         limit = pools[place].limit.get(kind, 0.0) if place in pools else 0.0
-        where = "" if place == "/" else f" at the limit of {place} ({spell(limit)})"
-        parts.append(f"{kind} is used up{where}: {named}{more}")
+        parts.append(f"{kind} is used up{_what_uses_up(rt, kind, place, held, limit, have.get(kind, 0.0))}")
         numbers[f"used_up_{kind}"] = {"at": place, "holders": {p: amount for amount, p in held}}
     if not parts:
         return found
     return Finding(found.check, f"{found.message}; {'; '.join(parts)}", numbers)
+
+
+class _Entitled(Protocol):
+    """A pool's entitlement: as the log has it (`events.PoolEntitlement`) or as computed."""
+
+    @property
+    def entitlement(self) -> Mapping[str, float]: ...
+
+
+def _holders(ents: Mapping[str, _Entitled], place: str, kind: str) -> list[tuple[float, str]]:
+    """The children of `place` entitled to some of `kind` in `ents`, the largest first."""
+    parent = "" if place == "/" else place
+    # rounded as the log rounds entitlements, so a computed one reads as the published one would
+    held = [(round(ents[p].entitlement.get(kind, 0.0), 9), p) for p in ents
+            if p != place and p.rsplit("/", 1)[0] == parent]
+    return sorted(((amount, p) for amount, p in held if amount >= TOLERANCE), key=lambda e: (-e[0], e[1]))
+
+
+def _what_uses_up(rt: TreeRuntime, kind: str, place: str, held: list[tuple[float, str]], limit: float,
+                  have: float) -> str:
+    """`: <the holders>` (the largest named, the others counted), with the limit when it is a
+    pool's; where no child of the place is entitled to any (a leaf's own limit, a tree without
+    the kind), what stops it instead: a person must never read a used-up kind with nobody
+    named."""
+    if held:
+        named = ", ".join(f"{p} {spell(amount)}" for amount, p in held[:HOLDERS_NAMED])
+        more = f" and {len(held) - HOLDERS_NAMED} more" if len(held) > HOLDERS_NAMED else ""
+        where = "" if place == "/" else f" at the limit of {place} ({spell(limit)})"
+        return f"{where}: {named}{more}"
+    if place != "/":
+        return f": {place}'s limit {kind} {spell(limit)} is reached"
+    if have < TOLERANCE:
+        return f": tree {rt.name} has no {kind}"
+    return f": tree {rt.name}'s {kind} {spell(have)} is all given"
 
 
 def _full_pools(rt: TreeRuntime, gang: Gang, pools: dict[str, EffectivePool], scratch: Scratch) -> list[Finding]:
