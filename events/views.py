@@ -28,7 +28,7 @@ A view
   types: where pydantic would
   coerce (a number in a string, `2.0` for an int, `"true"` for a bool, an int beyond 64 bits)
   msgspec refuses, and `read_envelope` hands the bytes to pydantic, which decides (and names
-  the field of a refusal as ever). Duplicate keys: the last one, in both. `tests/wire/
+  the field of a refusal as ever). Duplicate keys: the last one, in both. `tests/events/
   test_views.py` holds a view to its model over valid envelopes and thousands of mutated ones;
 - reads `time` only in the form the encoders write (RFC 3339 with `Z` or an offset, at most six
   decimals; pydantic truncates a seventh where msgspec would round), parsed once per distinct

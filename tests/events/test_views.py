@@ -59,6 +59,18 @@ PoolEntitlementView = VIEWS[PoolEntitlement]
 TIME = datetime(2026, 1, 1, 12, 0, 0, 250000, tzinfo=UTC)
 
 
+def read(data: bytes, tasks: bool = True) -> Any:
+    """`read_envelope(data, tasks)` typed as what it gives: a view or a model. (`read_envelope`
+    says `Envelope`: the readers of the log read both alike; these tests tell them apart.)"""
+    return read_envelope(data, tasks)
+
+
+def is_a(value: object, cls: type, exactly: bool = False) -> bool:
+    """`isinstance(value, cls)` (`exactly`: `type(value) is cls`) without narrowing `value`'s static
+    type to `_View`, whose attributes are its model's, read at run time."""
+    return type(value) is cls if exactly else isinstance(value, cls)
+
+
 def _decoded_or_error(data: bytes) -> Envelope | DecodeError:
     try:
         return decode(data)
@@ -154,24 +166,24 @@ envelopes = st.builds(Envelope, id=st.text(min_size=1, max_size=40), time=times,
 def test_a_valid_gang_envelope_reads_as_a_view_of_the_model_pydantic_reads(env: Envelope) -> None:
     data = encode(env)
     assert _same_as_pydantic(data)
-    assert read_envelope(data).to_model() == env
+    assert read(data).to_model() == env
     if isinstance(env.event, TaskStateChanged):  # asked for, a task report is pydantic's model
-        assert type(read_envelope(data, tasks=False)) is Envelope and read_envelope(data, tasks=False) == env
+        assert type(read(data, tasks=False)) is Envelope and read(data, tasks=False) == env
     else:
-        assert read_envelope(data, tasks=False).to_model() == env
+        assert read(data, tasks=False).to_model() == env
 
 
 def test_the_bench_workload_reads_as_views_with_one_time_per_pack() -> None:
     w = Workload(leaves=10)
     parts = [encode(envelope(gang_event(w, i), f"id{i}", 1_767_225_600.5, source="sdk:bench")) for i in range(50)]
-    read = decode_all(encode_pack(parts), read_envelope)
-    assert [type(e) for e in read] == [TaskEnvelopeView] * 50  # (an `EnvelopeView`: task reports may be read too)
-    assert [type(e) for e in decode_all(encode_pack(parts), lambda d: read_envelope(d, tasks=False))] == \
-        [EnvelopeView] * 50
-    assert len({id(e.time) for e in read}) == 1  # the pack's events share one datetime
-    assert [e.to_model() for e in read] == decode_all(encode_pack(parts))
-    assert read[7].event.tasks[1].resources == {"cpu": 1.0, "memory": 4.0}
-    assert read[7].seconds == 1_767_225_600.5
+    views: list[Any] = decode_all(encode_pack(parts), read_envelope)
+    assert [type(e) for e in views] == [TaskEnvelopeView] * 50  # (an `EnvelopeView`: task reports may be read too)
+    without_tasks: list[Any] = decode_all(encode_pack(parts), lambda d: read_envelope(d, tasks=False))
+    assert [type(e) for e in without_tasks] == [EnvelopeView] * 50
+    assert len({id(e.time) for e in views}) == 1  # the pack's events share one datetime
+    assert [e.to_model() for e in views] == decode_all(encode_pack(parts))
+    assert views[7].event.tasks[1].resources == {"cpu": 1.0, "memory": 4.0}
+    assert views[7].seconds == 1_767_225_600.5
 
 
 def test_other_events_are_pydantic_models() -> None:
@@ -187,11 +199,11 @@ def test_a_task_report_is_a_view_unless_asked_for_the_model() -> None:
     for message in (None, "lost its host", ""):
         event = TaskStateChanged(tree="t", gang="g", task="g/0", state="running", message=message)
         data = encode(Envelope(id="x", time=TIME, source="executor", event=event))
-        assert type(read_envelope(data, tasks=False)) is Envelope
-        assert type(read_envelope(data)) is TaskEnvelopeView
-        view = read_with_tasks(data)
-        assert type(view) is TaskEnvelopeView and type(view.event) is TaskStateChangedView
-        assert isinstance(view, EnvelopeView) and view.to_model() == decode(data)
+        assert type(read(data, tasks=False)) is Envelope
+        assert type(read(data)) is TaskEnvelopeView
+        view: Any = read_with_tasks(data)
+        assert is_a(view, TaskEnvelopeView, exactly=True) and is_a(view.event, TaskStateChangedView, exactly=True)
+        assert is_a(view, EnvelopeView) and view.to_model() == decode(data)
         assert event_class(view.event) is TaskStateChanged and view.type == "TaskStateChanged"
         assert view_body(view.event) == body(event).encode() == event.model_dump_json(exclude_none=True).encode()
         assert view.event.model_dump_json() == event.model_dump_json()
@@ -322,8 +334,8 @@ def test_entitlements_are_written_as_pydantic_writes_them() -> None:
     for event in [EntitlementsComputed(tree="t", capacity={"cpu": 2.0}, pools=pools),
                   EntitlementsComputed(tree="t,1e2", capacity={"cpu": 2.0}, pools=pools),  # a name like a number
                   EntitlementsComputed(tree="t1e2", capacity={"cpu": 1e15}, pools=pools)]:
-        view = read_envelope(encode(Envelope(id="e", time=TIME, event=event)))
-        assert isinstance(view, EnvelopeView) and type(view.event) is EntitlementsComputedView
+        view = read(encode(Envelope(id="e", time=TIME, event=event)))
+        assert is_a(view, EnvelopeView) and is_a(view.event, EntitlementsComputedView, exactly=True)
         assert view_body(view.event) is not None
         assert body(view.event) == body(event) == event.model_dump_json(exclude_none=True)
         assert '"dominant_kind":null' not in body(view.event) and '"dominant_kind":"cpu"' in body(view.event)
@@ -358,15 +370,15 @@ def test_views_off_reads_pydantic_models(monkeypatch: pytest.MonkeyPatch) -> Non
 # --- what the rest of poolwise needs of a view -----------------------------------------------------------
 
 def test_tables_keyed_by_model_find_views_and_task_views_become_specs() -> None:
-    table = with_views({GangEnqueued: "enq", ClockTicked: "tick"})
+    table: dict[Any, str] = with_views({GangEnqueued: "enq", ClockTicked: "tick"})
     assert table[GangEnqueuedView] == "enq" and table[ClockTicked] == "tick" and GangAdmittedView not in table
     view = TaskSpecView(id="t", resources={"cpu": 2.0})
-    spec = as_model(view)
+    spec: object = as_model(view)
     assert type(spec) is TaskSpec and spec == TaskSpec(id="t", resources={"cpu": 2.0})
     assert spec.model_dump_json() == '{"id":"t","resources":{"cpu":2.0}}'
     assert as_model(spec) is spec
     assert event_class(ClockTicked()) is ClockTicked
-    moved = GangMovedToQueueView(tree="t", gang="g", pool="/a", queue="pending", reason="r")
+    moved: Any = GangMovedToQueueView(tree="t", gang="g", pool="/a", queue="pending", reason="r")
     assert event_class(moved) is GangMovedToQueue and moved.type == "GangMovedToQueue"
 
 
@@ -557,7 +569,8 @@ def test_folding_task_report_views_decides_as_folding_models() -> None:
         return await log.read(1)
 
     messages = anyio.run(make, backend="asyncio")
-    assert sum(1 for m in messages for e in decode_all(m.data, read_with_tasks) if type(e) is TaskEnvelopeView) > 150
+    read_back: list[Any] = [e for m in messages for e in decode_all(m.data, read_with_tasks)]
+    assert sum(1 for e in read_back if type(e) is TaskEnvelopeView) > 150
 
     def fold(reader: Any) -> list[bytes]:
         out: list[bytes] = []

@@ -45,7 +45,7 @@ def test_round_trip_keeps_every_field() -> None:
     back = decode(encode(env))
     assert back == env
     assert back.seconds == 12.5
-    assert back.event.tasks[1].resources == {"cpu": 1.5}
+    assert isinstance(back.event, GangEnqueued) and back.event.tasks[1].resources == {"cpu": 1.5}
 
 
 def test_every_event_type_has_type_and_version_and_is_frozen() -> None:
