@@ -57,6 +57,10 @@ async def connect(url: str, *, name: str = "poolwise-cli", error_cb: Any = _quie
         raise InputError(f"cannot reach NATS at {shown(servers)}: {exc.__class__.__name__} {exc}".strip()) from None
 
 
+class ServiceAbsent(InputError):
+    """No instance of the service answered (none subscribed, so nothing was done): safe to ask again."""
+
+
 # seconds a command asks again while no service answers (none subscribed: nothing was done): the
 # interest of a service started a moment ago takes a moment to reach every node of a cluster
 NO_RESPONDER_PATIENCE = 2.0
@@ -98,7 +102,7 @@ async def request(url: str, service: str, command: BaseModel, timeout: float = 1
             msg = asking.result()
             break
     except NoRespondersError:
-        raise InputError(f"the {service} service is not running (no responder on {shown(url)})") from None
+        raise ServiceAbsent(f"the {service} service is not running (no responder on {shown(url)})") from None
     except NatsTimeout:
         raise InputError(f"the {service} service did not answer within {timeout:g} s") from None
     finally:

@@ -20,7 +20,7 @@ from events.commands import Reply
 from services.admission.commands import DEFAULT_LIMIT, SERVICE, ExplainQuery, GangsQuery
 from services.admission.domain.model import GANG_STATES, UNKNOWN
 from services.cli.args import InputError, parse_list
-from services.cli.client import find_url, request
+from services.cli.client import ServiceAbsent, find_url, request
 from services.cli.errors import run_async
 from services.cli.options import DEFAULT_DATA_DIR, AsJson, DataDir
 from services.cli.render import console, gang_table
@@ -118,15 +118,26 @@ async def ask(url: str, query: BaseModel, timeout: float = REQUEST_TIMEOUT) -> R
 
 async def first_word(url: str, gang: str, tree: str, wait: float) -> tuple[str, str]:
     """Poll `explain` for at most `wait` seconds until admission has read the gang and, if it
-    fits, has run the cycle that admits it: (state, one line)."""
+    fits, has run the cycle that admits it: (state, one line). No answerer is asked again until
+    then: admission has none for a moment while its lease moves (after a NATS node of a cluster is
+    lost, its leader may lose the lease and take it again); ServiceAbsent if none came at all."""
     data: dict[str, Any] = {"state": UNKNOWN, "summary": "", "findings": []}
+    absent: ServiceAbsent | None = None
     with anyio.move_on_after(wait):
         while True:
-            data = (await ask(url, ExplainQuery(gang=gang, tree=tree))).data
+            try:
+                data = (await ask(url, ExplainQuery(gang=gang, tree=tree))).data
+            except ServiceAbsent as exc:
+                absent = exc
+                await anyio.sleep(0.2)
+                continue
+            absent = None
             checks = [f["check"] for f in data["findings"]]
             if data["state"] != UNKNOWN and checks[:1] != ["fits"]:
                 break
             await anyio.sleep(0.2)
     if data["state"] == UNKNOWN:
+        if absent is not None:
+            raise absent
         return UNKNOWN, f"gang {gang}: not read by admission within {wait:g} s"
     return str(data["state"]), f"gang {gang}: {str(data['state']).replace('_', ' ')}: {data['summary']}"
