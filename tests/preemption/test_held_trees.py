@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pickle
 import random
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -42,13 +42,7 @@ from services.preemption.held_trees import HeldTreesPreemption
 from services.replay import verify
 from tests.admission.builders import host, pool, tree, without_slot_waits
 from tests.admission.test_interleavings import TREES, Log, random_log
-from tests.leadership.test_held_trees import recorded
-
-
-def passes(messages: list[Stored]) -> Counter[str]:
-    """How many preemption passes of each tree the log closes."""
-    return Counter(e.event.tree for e in recorded(messages).values()
-                   if e.source == "preemption" and isinstance(e.event, CycleCompleted))
+from tests.held_trees import fold_in_random_cuts, recorded
 
 
 def same(made: Envelope, found: Envelope) -> bool:
@@ -148,35 +142,12 @@ def test_deciding_the_trees_held_and_reading_the_others_decides_what_one_instanc
     taken_over = picked = 0
     for kind, seed in LOGS:
         log = random_log(seed, out_of_order) if kind == "random" else contended_log(seed + out_of_order)
-        messages = log.messages
-        found = recorded(messages)
-        rng = random.Random(seed)
         folder = HeldTreesPreemption()
-        folder.held = frozenset(rng.sample(TREES, rng.randint(0, len(TREES))))
-        done = 0
-        while done < len(messages):
-            end = min(len(messages), done + rng.randint(1, 12))
-            waiting = folder.waiting_trees()
-            if rng.random() < 0.3:  # trees taken over (some while their pass is parked) and given away
-                folder.held = frozenset(rng.sample(TREES, rng.randint(0, len(TREES))))
-            made: list[Envelope] = []
-            taking = waiting & folder.held
-            if taking:  # as if their holder died: decided now (the shell's look), not read from the log
-                made += folder.take_over()
-                taken_over += 1
-                assert taking <= {e.event.tree for e in made if isinstance(e.event, CycleCompleted)}, seed
-            result = fold_batch(folder, messages[done:end], done)
-            done = result.last_seq
-            made += result.decisions
-            for decision in made:
-                assert decision.id in found, (seed, decision.event.type, decision.basis)
-                assert same(decision, found[decision.id]), (seed, decision.id)
-                picked += isinstance(decision.event, PreemptionRequested)
-        assert folder.settled(), seed
-        assert folded(folder.state) == folded(whole(messages).state), seed
-        decided_or_read = {name: folder.decided[name] + folder.read[name] for name in TREES}
-        for name, count in passes(messages).items():  # every pass was decided here or read, once at least
-            assert decided_or_read[name] >= count, (seed, name)
+        # a tree taken over while its pass is parked is decided at once (the shell's look), not read from the log
+        cuts = fold_in_random_cuts(folder, log.messages, TREES, seed, same, folder.take_over)
+        taken_over += cuts.taken_over
+        picked += sum(isinstance(d.event, PreemptionRequested) for d in cuts.decisions)
+        assert folded(folder.state) == folded(whole(log.messages).state), seed
     assert taken_over > 5 and picked > 5  # (takeovers of a parked pass, and picks, were exercised)
 
 
