@@ -64,11 +64,11 @@ CREATE TABLE event_log (
 )"""
 # No PRIMARY KEY (seq, part): the store applies each event once (the checkpoint moves in the rows'
 # transaction), and rows come in `seq` order, so DuckDB's per-row-group min/max of `seq` finds a
-# range without an index. The key cost about 8 µs of the tree's CPU per gang in a 50k-gang burst
-# (its two rows), 56-61 instead of 65-70 µs, and an index of every event held in memory.
+# range without an index. A key would cost the tree CPU at every row it writes, and an index of
+# every event held in memory (docs/performance.md, session 7: "the event_log key").
 # `data` is compressed with zstd when DuckDB writes it to the file, not with its default for strings
 # (a dictionary, then FSST): JSON bodies, each different, take far fewer bytes that way for the same
-# CPU (the tree's file after a 50k-gang burst: 25 MB instead of 64).
+# CPU (docs/performance.md, session 7).
 ZSTD = "USING COMPRESSION zstd"
 ZSTD_STORAGE = (1, 2, 0)  # the storage version of a database file from which DuckDB writes strings with zstd
 

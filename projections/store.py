@@ -374,7 +374,7 @@ class ProjectionStore:
             advanced: dict[str, int] = {}
             with _gc_paused(self.pause_gc), _transaction(self._conn, self._projections):
                 # Decoded events are many small objects: holding a whole large batch of them makes
-                # the garbage collector rescan them again and again (5x slower at 100k). Chunks of
+                # the garbage collector rescan them again and again (the more, the larger). Chunks of
                 # the batch are decoded and applied in turn, all in the one transaction, with the
                 # cyclic collector paused (reference counting still frees them chunk by chunk).
                 pruning: dict[str, _Pruning] = {}  # what the batch changed of `pruning`
@@ -565,8 +565,8 @@ CHECKPOINT_THRESHOLD = "64MB"
 
 def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection:
     # DuckDB checkpoints its write-ahead log into the file once the log passes this size (default
-    # 16MB); a checkpoint costs about 4.5 µs per gang of the tree service's projection at 16MB (a
-    # 40k-gang burst), a third as much at 64MB. The price: up to 64MB of log replayed on opening.
+    # 16MB): fewer checkpoints cost the tree service's projection less per gang under a burst
+    # (docs/performance.md, session 4). The price: up to 64MB of log replayed on opening.
     config: dict[str, str | bool | int | float | list[str]] = {"checkpoint_threshold": CHECKPOINT_THRESHOLD}
     if not external_access:
         config["enable_external_access"] = False

@@ -38,10 +38,10 @@ from services.common.tree_leases import TreeLeases
 
 DEBOUNCE = 0.002  # seconds: after a quiet spell, inputs arriving together share one cycle
 QUIET = 0.05  # seconds without a tick after which the next one waits DEBOUNCE for more inputs
-# Under load, ticks at most this often. A cycle costs admission ~2.5 ms whatever it decides
-# (entitlements of every pool, a 36 KB EntitlementsComputed to write, read and project);
-# at 5,000 gangs/s cycles came every 5 ms, ~190 a second, half of admission's CPU. At 10 ms apart:
-# admission 140-148 -> 115-121 µs per gang, p99 enqueue -> decision 16-32 -> 21 ms (two runs each).
+# Under load, ticks at most this often. A cycle has a fixed cost whatever it decides (entitlements
+# of every pool, an EntitlementsComputed to write, read and project), so under a steady stream of
+# inputs cycles as often as the debounce allows would take much of admission's CPU; spacing them
+# costs a little latency per gang (docs/performance.md, session 6: "ticks at most every 10 ms").
 MIN_CYCLE_INTERVAL = 0.01
 
 

@@ -192,10 +192,8 @@ def serve(
 # Services off the admission path: the tree service's read models (and pool commands) may wait a
 # moment, and so may preemption (it acts on pools over their entitlement for seconds; its passes
 # follow admission's cycles); admission's decisions should not. On a saturated machine the kernel
-# then gives the CPU to admission first (measured on the 2-core machine at 5,000 gangs/s, p99
-# enqueue -> decision: tree yielding, 30-55 ms instead of 53-71 ms; preemption yielding too, p50
-# 5.6-7.0 ms instead of 8.9-9.5 ms, p99 15-32 ms instead of 25-61 ms); with a core to spare it
-# changes nothing.
+# then gives the CPU to admission first, which shortens enqueue -> decision under load
+# (docs/performance.md, sessions 3 and 5: "yields the CPU"); with a core to spare it changes nothing.
 YIELDING: tuple[str, ...] = ("tree", "preemption")
 YIELD_NICENESS = 10
 

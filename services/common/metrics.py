@@ -131,7 +131,7 @@ class Buckets:
 
 # Log-time waits from a gang's enqueue to its admission: milliseconds (a burst) to an hour (a queue).
 WAIT_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-# Wall time of one admission cycle: ~2.5 ms on a small tree, seconds on 10k pools.
+# Wall time of one admission cycle: milliseconds on a small tree, seconds on 10k pools.
 CYCLE_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Wall time from an input's arrival at a service to its decision on the log: milliseconds (a batch
 # folded and its decisions acknowledged) to seconds (a fold far behind, a 10k-pool cycle).

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 # Seconds the consumer pauses after a short batch, so that a trickle of messages (an admission
 # cycle's tick, entitlements, admissions and completion; a submitter's packs) is folded in fewer,
-# larger batches: each batch has a fixed cost (a wake-up, a fold, an acknowledgement). At 5,000
-# gangs/s this took preemption from about 96 to 75 µs of CPU per gang. Preemption's decisions are
-# not on the path from enqueue to admission; they come up to this much later.
+# larger batches: each batch has a fixed cost (a wake-up, a fold, an acknowledgement), paid fewer
+# times (docs/performance.md, session 4: "Consumers may linger"). Preemption's decisions are not
+# on the path from enqueue to admission; they come up to this much later.
 LINGER = 0.01
 
 

@@ -422,10 +422,9 @@ PROJECTION_BACKLOG = 4  # folded batches that may wait for their projections bef
 # Seconds from the start of one projection transaction to the start of the next at the soonest: a
 # trickle of small batches (an admission cycle's decisions, a few enqueues, tens of times a second)
 # is gathered into one transaction, whose statements and commit cost about the same whatever they
-# hold (about 0.5 ms each, a dozen of them: 6-8 ms of CPU per transaction measured); the read
-# models lag the fold by at most this much more. A lone event after a quiet spell is written at
-# once; under a steady load there are at most five transactions a second (at 5,000 gangs/s, 0.2 s
-# instead of 0.05 took the tree service from 140-155 to 130-140 µs of CPU per gang).
+# hold; the read models lag the fold by at most this much more. A lone event after a quiet spell
+# is written at once; under a steady load there are at most five transactions a second
+# (docs/performance.md, session 5: "Projection transactions at most every 0.2 s").
 PROJECTION_INTERVAL = 0.2
 
 
