@@ -39,7 +39,9 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
+
+from events import GangRequeued
 
 # The pool series are read from admission's fold with the functions `explain` and the scenario
 # reports use (never a second computation): the metrics depend on admission's domain (pure code;
@@ -179,6 +181,13 @@ def reset() -> None:
         table.clear()
     STREAM.last_seq = None
     READING.at = float("-inf")
+
+
+# The reasons' kinds a preemption is counted under (`reason_kind`), and the causes of a requeue (from
+# the model): each leaf pool shows each of them at 0 before the first one, so that a dashboard's
+# rate() reads 0, not "no data", for a pool nothing has happened to yet.
+REASON_KINDS = ("over_entitlement", "lower_priority", "other")
+REQUEUE_CAUSES: tuple[str, ...] = get_args(GangRequeued.model_fields["cause"].annotation)
 
 
 def reason_kind(reason: str) -> str:
@@ -373,6 +382,7 @@ class _Reading:
         self.frozen = False
         self.vectors: dict[str, list[tuple[float, dict[str, str]]]] = {}
         self.scalars: dict[str, list[tuple[float, dict[str, str]]]] = {}
+        self.leaves: dict[str, list[tuple[str, str]]] = {}  # service: (tree, leaf pool) its fold holds
 
     def get(self) -> _Reading:
         if not self.frozen and time.monotonic() - self.at > CACHE_SECONDS:
@@ -380,12 +390,12 @@ class _Reading:
         return self
 
     def refresh(self) -> None:
-        vectors, scalars = self.vectors, self.scalars
-        self.vectors, self.scalars = {}, {}
+        vectors, scalars, leaves = self.vectors, self.scalars, self.leaves
+        self.vectors, self.scalars, self.leaves = {}, {}, {}
         try:
             self._read()
         except RuntimeError:  # read from the OTLP exporter's thread while the fold changed a dict:
-            self.vectors, self.scalars = vectors, scalars  # the last reading stands; the next reads again
+            self.vectors, self.scalars, self.leaves = vectors, scalars, leaves  # the last reading stands
         self.at = time.monotonic()
 
     def _add(self, table: dict[str, list[tuple[float, dict[str, str]]]], name: str, value: float,
@@ -418,6 +428,7 @@ class _Reading:
                     if view.max_jobs is not None:
                         self._add(self.scalars, "max_jobs", view.max_jobs, labels)
                 for pool, queues in rt.queues.items():
+                    self.leaves.setdefault("admission", []).append((tree, pool))
                     for queue, gangs in queues.items():
                         labels = {"tree": tree, "pool": pool, "queue": queue}
                         self._add(self.scalars, "queue_gangs", len(gangs), labels)
@@ -427,9 +438,13 @@ class _Reading:
         memory = getattr(pstate, "memory", None)
         if memory is not None:
             for tree in list(memory):
-                for pool, starving in list(memory[tree].starvation.items()):
+                starvation = list(memory[tree].starvation.items())
+                parents = {pool.rsplit("/", 1)[0] or "/" for pool, _ in starvation}
+                for pool, starving in starvation:
                     self._add(self.scalars, "starvation_status", STARVATION.get(starving.status, 0),
                               {"tree": tree, "pool": pool})
+                    if pool not in parents:
+                        self.leaves.setdefault("preemption", []).append((tree, pool))
 
 
 READING = _Reading()
@@ -463,14 +478,31 @@ def _per_service(value: Callable[[ServiceStatus], float | None]) -> Callable[[Ca
     return observe
 
 
-def _table(table: Callable[[], dict[Any, int]], names: tuple[str, ...]) -> Callable[[CallbackOptions],
+def _table(table: Callable[[], dict[Any, int]], names: tuple[str, ...],
+           zeros: Callable[[], Iterable[tuple[str, ...]]] | None = None) -> Callable[[CallbackOptions],
                                                                                    Iterable[Observation]]:
+    """A counter's observations: its tally, and 0 for each key of `zeros` it has not counted yet."""
     def observe(options: CallbackOptions) -> Iterable[Observation]:
         from opentelemetry.metrics import Observation
 
-        return [Observation(n, dict(zip(names, key, strict=True))) for key, n in list(table().items())]
+        counts = dict(table())
+        if zeros is not None:
+            for key in zeros():
+                counts.setdefault(key, 0)
+        return [Observation(n, dict(zip(names, key, strict=True))) for key, n in counts.items()]
 
     return observe
+
+
+def _leaves(service: str, *more: tuple[str, ...]) -> Callable[[], Iterable[tuple[str, ...]]]:
+    """(tree, leaf pool) of each leaf pool `service`'s fold holds, times each of `more`'s values."""
+    def keys() -> Iterable[tuple[str, ...]]:
+        leaves = READING.get().leaves.get(service, ())
+        if not more:
+            return leaves
+        return [(tree, pool, value) for tree, pool in leaves for values in more for value in values]
+
+    return keys
 
 
 def _snapshot_age_events(found: ServiceStatus) -> float | None:
@@ -506,18 +538,23 @@ def register_instruments(provider: Any, process: str) -> None:
     for metric, (name, text) in scalars.items():
         meter.create_observable_gauge(metric, [_scalar(name)], description=text)
     tallies = TALLIES
-    counters: dict[str, tuple[Callable[[], dict[Any, int]], tuple[str, ...], str]] = {
-        "poolwise_gangs_admitted": (lambda: tallies.admitted, ("tree", "pool"), "gangs admitted (published here)"),
-        "poolwise_gangs_timed_out": (lambda: tallies.timed_out, ("tree", "pool"), "gangs timed out waiting"),
+    counters: dict[str, tuple[Callable[[], dict[Any, int]], tuple[str, ...], str,
+                              Callable[[], Iterable[tuple[str, ...]]] | None]] = {
+        "poolwise_gangs_admitted": (lambda: tallies.admitted, ("tree", "pool"), "gangs admitted (published here)",
+                                    _leaves("admission")),
+        "poolwise_gangs_timed_out": (lambda: tallies.timed_out, ("tree", "pool"), "gangs timed out waiting",
+                                     _leaves("admission")),
         "poolwise_gangs_requeued": (lambda: tallies.requeued, ("tree", "pool", "cause"),
-                                    "gangs requeued (placement timeout, preempted)"),
+                                    "gangs requeued (placement timeout, preempted)",
+                                    _leaves("admission", REQUEUE_CAUSES)),
         "poolwise_preemptions": (lambda: tallies.preempted, ("tree", "pool", "reason"),
-                                 "tasks whose preemption was requested"),
+                                 "tasks whose preemption was requested", _leaves("preemption", REASON_KINDS)),
+        # (by rule: the rules are many and most never happen; it appears with the first refusal)
         "poolwise_inputs_rejected": (lambda: tallies.rejected, ("service", "tree", "rule"),
-                                     "inputs refused, by rule"),
+                                     "inputs refused, by rule", None),
     }
-    for metric, (table, names, text) in counters.items():
-        meter.create_observable_counter(metric, [_table(table, names)], description=text)
+    for metric, (table, names, text, zeros) in counters.items():
+        meter.create_observable_counter(metric, [_table(table, names, zeros)], description=text)
     # (not the tree service's: it folds through a shell of its own, which reports its role only)
     meter.create_observable_counter("poolwise_folded_events", [_per_service(lambda s: _folding(s, s.events))],
                                     description="log messages folded (rate(): folded events per second)")

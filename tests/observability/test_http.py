@@ -79,6 +79,12 @@ def test_up_serves_every_service_on_one_port(tmp_path: Path) -> None:
         assert sample(page, "poolwise_queue_gangs", tree="default", pool="/A", queue="pending") == 0.0
         assert sample(page, "poolwise_pool_starvation_status", tree="default", pool="/A") == 0.0
         assert sample(page, "poolwise_admission_wait_seconds_count", tree="default", pool="/A") == 1.0
+        # counters of what has not happened yet read 0 for each leaf pool, not "no data"
+        assert sample(page, "poolwise_gangs_timed_out_total", tree="default", pool="/A") == 0.0
+        for cause in ("placement_timeout", "preempted"):
+            assert sample(page, "poolwise_gangs_requeued_total", tree="default", pool="/A", cause=cause) == 0.0
+        for reason in ("over_entitlement", "lower_priority"):
+            assert sample(page, "poolwise_preemptions_total", tree="default", pool="/A", reason=reason) == 0.0
         for service in ("tree", "admission", "preemption"):
             assert sample(page, "poolwise_lease_held", service=service) == 1.0
             assert sample(page, "poolwise_up_child_scraped", service=service) == 1.0
