@@ -19,8 +19,11 @@ were entitled to more than they held and asked for more (entitlement share and d
 above the usage share), the deepest of them (a parent of such a pool is left out), the
 preempted pool never. This projection keeps that set per tree in memory and in its table
 `preemption_wants` (internal), which it writes when the set changes. A deleted pool (and what was
-under it) leaves the set at once: nothing can go to it, and a tree whose pools are all deleted is
-computed no more, so its rows stayed for ever.
+under it) is named no more at once: nothing can go to it, and a tree whose pools are all deleted
+is computed no more, so it would be named for ever. It is remembered, though (`deleted`), as
+admission's entitlement map remembers its numbers until a computation removes it: a pool
+re-created at its path before that computation, whose numbers come out the same, is not written
+again (`EntitlementsComputed` carries only what changed), and wants more again as it did.
 `rejections` has one row per `InputRejected`: `ref` names what was refused (a gang, a task, a pool
 path, or `seq:<n>` for an undecodable message), `rule` the broken rule, `input_seq` where the
 refused input stands in the log (NULL for refused commands, which never became events) and
@@ -43,7 +46,15 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from events import EntitlementsComputed, Envelope, InputRejected, PoolDeleted, PreemptionRequested, event_class
+from events import (
+    EntitlementsComputed,
+    Envelope,
+    InputRejected,
+    PoolConfigChanged,
+    PoolDeleted,
+    PreemptionRequested,
+    event_class,
+)
 from projections.base import Connection, Item, Malformed, Projection, delete_older, insert_arrow, insert_rows
 
 Row = dict[str, Any]
@@ -70,7 +81,7 @@ PREEMPTIONS = pa.schema(
         ("for_pools", pa.list_(_STR)),
     ]
 )
-WANTS = pa.schema([("tree", _STR), ("path", _STR)])
+WANTS = pa.schema([("tree", _STR), ("path", _STR), ("deleted", pa.bool_())])
 REJECTIONS = pa.schema(
     [
         ("seq", pa.int64()),
@@ -100,13 +111,14 @@ class PreemptionsProjection(Projection):
 
     name = "preemptions"
     # 2: `task` (of the key) uncompressed: a deleted row's key is read back (gangs.py);
-    # 3: cause, for_gang, for_pools (and the internal preemption_wants)
-    schema_version = 3
+    # 3: cause, for_gang, for_pools (and the internal preemption_wants);
+    # 4: preemption_wants.deleted (a deleted pool's want is remembered for its re-creation)
+    schema_version = 4
     tables = ("preemptions", "preemption_wants")
 
     def __init__(self) -> None:
-        # Per tree, each pool's "wants more" (`_wants`) as its latest computation says; None: not
-        # read back yet (after a start or a rollback).
+        # Per tree, the pools that want more as their latest computation says, each with whether
+        # it is named (False: deleted since); None: not read back yet (after a start or a rollback).
         self._wanting: dict[str, dict[str, bool]] | None = None
 
     def create(self, conn: Connection) -> None:
@@ -120,7 +132,7 @@ class PreemptionsProjection(Projection):
                 PRIMARY KEY (requested_seq, task))"""
         )
         conn.execute("CREATE TABLE preemption_wants (tree VARCHAR NOT NULL, path VARCHAR NOT NULL, "
-                     "PRIMARY KEY (tree, path))")
+                     "deleted BOOLEAN NOT NULL DEFAULT false, PRIMARY KEY (tree, path))")
         self._wanting = None
 
     def rolled_back(self) -> None:
@@ -130,8 +142,8 @@ class PreemptionsProjection(Projection):
         wanting = self._wanting
         if wanting is None:
             wanting = self._wanting = {}
-            for tree, path in conn.execute("SELECT tree, path FROM preemption_wants").fetchall():
-                wanting.setdefault(tree, {})[path] = True
+            for tree, path, deleted in conn.execute("SELECT tree, path, deleted FROM preemption_wants").fetchall():
+                wanting.setdefault(tree, {})[path] = not deleted
         changed: set[str] = set()
         rows: list[Row] = []
         for item in items:
@@ -147,6 +159,10 @@ class PreemptionsProjection(Projection):
             if kind is PoolDeleted:
                 if _drop_wants(wanting, cast(PoolDeleted, event)):
                     changed.add(cast(PoolDeleted, event).tree)
+                continue
+            if kind is PoolConfigChanged:
+                if _recreated(wanting, cast(PoolConfigChanged, event)):
+                    changed.add(cast(PoolConfigChanged, event).tree)
                 continue
             # by exact type, as events come off the wire: a failed isinstance of a model is slow
             if kind is not PreemptionRequested:
@@ -164,7 +180,7 @@ class PreemptionsProjection(Projection):
         if changed:
             trees = sorted(changed)
             conn.execute(f"DELETE FROM preemption_wants WHERE tree IN ({', '.join('?' for _ in trees)})", trees)
-            wants = [(tree, path) for tree in trees for path, want in sorted(wanting.get(tree, {}).items()) if want]
+            wants = [(tree, path, not named) for tree in trees for path, named in sorted(wanting.get(tree, {}).items())]
             insert_rows(conn, "preemption_wants", WANTS, wants)
 
     def prune(self, conn: Connection, horizon: datetime) -> int:
@@ -172,10 +188,10 @@ class PreemptionsProjection(Projection):
 
 
 def _fold_wants(wanting: dict[str, dict[str, bool]], event: EntitlementsComputed) -> bool:
-    """Fold a computation into its tree's "wants more" flags; whether the set of pools that want
-    more changed."""
+    """Fold a computation into its tree's pools that want more; whether they changed. A pool
+    deleted after the computation's trigger may still be in it: it stays unnamed."""
     pools = wanting.get(event.tree)
-    before = {path for path, want in pools.items() if want} if pools else set()
+    before = dict(pools) if pools else {}
     if pools is None or event.replace:
         pools = wanting[event.tree] = {}
     for path in event.removed:
@@ -184,25 +200,33 @@ def _fold_wants(wanting: dict[str, dict[str, bool]], event: EntitlementsComputed
         usage = pool.usage_share
         want = pool.fair_share > usage + SHARE_TOLERANCE and pool.demand_share > usage + SHARE_TOLERANCE
         if want:
-            pools[pool.path] = True
+            pools[pool.path] = before.get(pool.path, True)
         else:
             pools.pop(pool.path, None)
-    return before != pools.keys()
+    return before != pools
 
 
 def _drop_wants(wanting: dict[str, dict[str, bool]], event: PoolDeleted) -> bool:
-    """A deleted pool, and the pools under it, leave its tree's "wants more" flags (the tree's
-    too, once none is left); whether any did."""
+    """A deleted pool, and the pools under it, are named no more (but remembered: module doc);
+    whether any was named."""
     pools = wanting.get(event.tree)
     if not pools:
         return False
     under = event.path.rstrip("/") + "/"
-    gone = [path for path in pools if path == event.path or path.startswith(under)]
+    gone = [path for path, named in pools.items() if named and (path == event.path or path.startswith(under))]
     for path in gone:
-        del pools[path]
-    if not pools:
-        del wanting[event.tree]
+        pools[path] = False
     return bool(gone)
+
+
+def _recreated(wanting: dict[str, dict[str, bool]], event: PoolConfigChanged) -> bool:
+    """A pool created at a deleted pool's path wants more as its remembered numbers say, until a
+    computation says otherwise; whether it is named again."""
+    pools = wanting.get(event.tree)
+    if not event.created or not pools or pools.get(event.path) is not False:
+        return False
+    pools[event.path] = True
+    return True
 
 
 def _for_whom(event: PreemptionRequested, wants: dict[str, bool]) -> Row:
@@ -212,7 +236,7 @@ def _for_whom(event: PreemptionRequested, wants: dict[str, bool]) -> Row:
         return {"cause": "lower_priority", "for_gang": found.group(1), "for_pools": [event.pool]}
     if not event.reason.startswith("over "):
         return {"cause": None, "for_gang": None, "for_pools": None}
-    paths = sorted(path for path in wants if path != event.pool and path != "/")
+    paths = sorted(path for path, named in wants.items() if named and path != event.pool and path != "/")
     deepest = [p for p in paths if not any(q.startswith(p.rstrip("/") + "/") for q in paths)]
     return {"cause": "over_entitlement", "for_gang": None, "for_pools": deepest}
 

@@ -17,7 +17,7 @@ def wanting(path: str) -> PoolEntitlement:
 
 
 def wants(store: ProjectionStore) -> list[tuple[object, ...]]:
-    return store.query("SELECT tree, path FROM preemption_wants ORDER BY ALL")[1]
+    return store.query("SELECT tree, path FROM preemption_wants WHERE NOT deleted ORDER BY ALL")[1]
 
 
 def test_a_deleted_pool_and_its_tree_leave_preemption_wants(tmp_path: Path) -> None:
