@@ -118,7 +118,17 @@ serve_cmd.register(app)
 
 def main() -> None:
     _log_level()
+    _quiet_tls_close()
     guarded(app)
+
+
+def _quiet_tls_close() -> None:
+    """asyncio logs `returning true from eof_received() has no effect when using ssl` whenever a
+    server closes a TLS connection of nats-py's (its protocol returns true there): harmless, and
+    printed before every command's own lines over TLS (and by the services). Not shown."""
+    import logging
+
+    logging.getLogger("asyncio").addFilter(lambda record: "eof_received()" not in record.getMessage())
 
 
 def _log_level() -> None:
