@@ -103,10 +103,13 @@ def _child_env() -> dict[str, str]:
 
 
 async def run_submitter(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """`python -m bench.submitter SPEC` in a child process; its one JSON line of results."""
+    """`python -m bench.submitter SPEC` in a child process; its one JSON line of results. The
+    child dies with this process (`PARENT_ENV`), as the services' do: a benchmark killed midway
+    leaves no submitter publishing and waiting for its whole timeout."""
+    env = {**_child_env(), PARENT_ENV: str(os.getpid())}
     with anyio.fail_after(timeout):
         done = await anyio.run_process([sys.executable, "-m", "bench.submitter", json.dumps(spec)],
-                                       env=_child_env(), check=False)
+                                       env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"submitter failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])

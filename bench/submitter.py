@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from bench.workload import Workload, envelope, gang_events
 from events import derived_id
@@ -46,6 +47,7 @@ from events.codec import pack_parts
 from events.subjects import STREAM, clock, command, decision
 from services.common.jetstream import JetStreamLog
 from services.common.nats_client import new_client
+from services.common.supervisor import die_with_parent
 
 _DECIDED = re.compile(rb'"type":"(GangAdmitted|GangMovedToQueue)"')
 _GANG = re.compile(rb'"gang":"([^"]+)"')
@@ -118,11 +120,17 @@ class Watcher:
 
 
 async def _drained(js: Any, consumers: list[str], deadline: float) -> bool:
-    """Every consumer has delivered and had acknowledged all it matches (False at the deadline)."""
+    """Every consumer has delivered and had acknowledged all it matches (False at the deadline).
+    A consumer not found is asked again: under load a service makes its consumer again (after a
+    reconnect, or out of order delivery) and it is briefly gone."""
     while time.perf_counter() < deadline:
         quiet = True
         for name in consumers:
-            info = await js.consumer_info(STREAM, name)
+            try:
+                info = await js.consumer_info(STREAM, name)
+            except NotFoundError:
+                quiet = False
+                break
             if info.num_pending or info.num_ack_pending:
                 quiet = False
                 break
@@ -236,6 +244,7 @@ async def submit(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
+    die_with_parent()  # started by `bench.pipeline` (`PARENT_ENV`): it goes when that goes, even killed
     spec = json.loads(argv[0])
     result = asyncio.run(submit(spec))
     sys.stdout.write(json.dumps(result) + "\n")
