@@ -341,6 +341,7 @@ class ProjectionStore:
                 self.apply_isolating([m for m in batch if m.seq < middle], decoded)
                 return self.apply_isolating([m for m in batch if m.seq >= middle], decoded)
         skip: dict[str, str] = {}
+        unattributed = 0
         while True:  # one message: without each projection that raises on it, in turn
             try:
                 return self._apply(batch, decoded, skip)
@@ -348,8 +349,22 @@ class ProjectionStore:
                 raise
             except Exception as exc:
                 failed = self._failed
-                if failed is None or failed in skip:  # not a projection's: nothing to leave out
-                    raise
+                if failed is None or failed in skip:
+                    # Raised where no projection was applying (the commit, the error rows, the
+                    # checkpoints): once more as it is (a passing fault), then without every
+                    # projection, so that the message is recorded as left out and the read models
+                    # go on; if even that raises, the store itself is at fault.
+                    unattributed += 1
+                    left = [p.name for p in self._projections if p.name not in skip]
+                    if unattributed == 1:
+                        continue
+                    if unattributed > 2 or not left:
+                        raise
+                    text = f"not applied by any projection: {type(exc).__name__}: {exc}"[:ERROR_TEXT]
+                    skip.update(dict.fromkeys(left, text))
+                    _log.error("the message at %s cannot be applied, left out of every read model: %s",
+                               ", ".join(map(str, sorted({m.seq for m in batch}))), text)
+                    continue
                 skip[failed] = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT]
                 _log.error("projection %s cannot apply the message at %s, left out: %s", failed,
                            ", ".join(map(str, sorted({m.seq for m in batch}))), skip[failed])

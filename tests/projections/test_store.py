@@ -423,11 +423,64 @@ def test_a_message_a_projection_cannot_apply_is_left_out_of_it_alone_and_recorde
         _, rows = store.query("SELECT seq FROM exploded ORDER BY seq")
         assert [r[0] for r in rows] == [1, 2, 3, 5, 6, 7, 9, 10]
         _, rows = store.query("SELECT seq, projection, error FROM projection_errors ORDER BY seq")
-        assert rows == [(4, "exploding", "RuntimeError: cannot take 4"), (8, "exploding", "RuntimeError: cannot take 8")]
+        assert rows == [(4, "exploding", "RuntimeError: cannot take 4"),
+                        (8, "exploding", "RuntimeError: cannot take 8")]
         assert store.checkpoints() == {"event_log": 10, "exploding": 10}
         assert store.apply_isolating(gangs(11, 12), {}) == 12  # and it goes on as before
         assert count(store, "exploded") == 10
         assert count(store, "projection_errors") == 2
+
+
+class FailingCommits:
+    """A connection whose commit raises while `poison` is set (as a constraint DuckDB checks only
+    at commit would, on the rows of one message): an error no projection raised itself."""
+
+    def __init__(self) -> None:
+        self.conn: Connection | None = None  # the store's, once it is open
+        self.poison = False
+
+    def commit(self) -> None:
+        if self.poison:
+            self.poison = False
+            raise duckdb.ConstraintException("Failed to commit: a duplicate key")
+        assert self.conn is not None
+        self.conn.commit()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+class Tainting(Exploding):
+    """Writes a row per item; applying the item at `bad` makes the transaction's commit fail."""
+
+    def __init__(self, conn: FailingCommits, bad: int) -> None:
+        super().__init__()
+        self.failing, self.bad = conn, bad
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        import pyarrow as pa
+
+        insert_arrow(conn, "exploded", pa.table({"seq": pa.array([i.seq for i in items], pa.int64())}))
+        if any(item.seq == self.bad for item in items):
+            self.failing.poison = True
+
+
+def test_a_message_that_fails_at_commit_is_left_out_of_every_read_model_and_the_rest_goes_on() -> None:
+    """An error raised where no projection was applying (here the commit, each time the message
+    at 3 is in the transaction) cannot be pinned on one projection: the message is recorded as
+    left out of every read model, the others and every checkpoint go on (a crash loop otherwise)."""
+    failing = FailingCommits()
+    with ProjectionStore(":memory:", [EventLogProjection(), Tainting(failing, 3)]) as store:
+        failing.conn = store._conn
+        store._conn = failing  # type: ignore[assignment]
+        assert store.apply_isolating(gangs(1, 5), {}) == 5
+        assert count(store, "event_log") == 4
+        _, rows = store.query("SELECT seq FROM exploded ORDER BY seq")
+        assert [r[0] for r in rows] == [1, 2, 4, 5]
+        _, rows = store.query("SELECT seq, projection, error FROM projection_errors ORDER BY projection")
+        assert [(seq, name) for seq, name, _ in rows] == [(3, "event_log"), (3, "exploding")]
+        assert all("ConstraintException" in error for _, _, error in rows)
+        assert store.checkpoints() == {"event_log": 5, "exploding": 5}
 
 
 def test_the_stores_own_failures_skip_nothing() -> None:
