@@ -83,11 +83,15 @@ def builder(cls: type[M]) -> Callable[..., M]:
     defaults = {f.name: _FACTORY if f.default_factory is not None else f.default for f in fields}
     factories = tuple((f.name, f.default_factory) for f in fields if f.default_factory is not None)
     size = len(defaults)
+    required = _required(cls)
 
     def build(**values: Any) -> M:
         data = {**defaults, **values}  # in declaration order: the given values replace the defaults in place
         if len(data) != size:
             raise TypeError(f"{cls.__name__} has no field {sorted(set(data) - set(defaults))}")
+        if len(values) < size and not required <= values.keys():
+            # (a model left holding the sentinel would fail only when published: a crash loop)
+            raise TypeError(f"{cls.__name__} needs field {sorted(required - values.keys())}")
         model = _new(cls)
         _set(model, "__dict__", data)
         _set(model, "__pydantic_fields_set__", set(values))

@@ -90,6 +90,16 @@ def test_a_name_that_is_not_a_field_is_refused() -> None:
         builder(GangAdmitted)(tree="t", gang="g", pool="/a", qeue="pending", tasks=[])
 
 
+def test_a_required_field_left_out_is_refused_where_it_is_built() -> None:
+    """Not later, where the model is published (it would hold a sentinel no encoder can write)."""
+    with pytest.raises(TypeError, match=r"Envelope needs field \['event'"):
+        builder(Envelope)(id="x", source="s")
+    with pytest.raises(TypeError, match=r"needs field \['pool'\]"):
+        builder(GangAdmitted)(tree="t", gang="g", queue="pending", tasks=[])
+    made = builder(GangAdmitted)(tree="t", gang="g", pool="/a", queue="pending", tasks=[])
+    assert made == GangAdmitted(tree="t", gang="g", pool="/a", queue="pending", tasks=[])
+
+
 class _Added(Event):
     """A throwaway copy of `GangAdmitted` with optional fields added, between and after its own."""
 
