@@ -8,7 +8,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from events import CycleCompleted, Envelope, decode_all, event_class
 from services.common.folding import Folder, fold_batch
@@ -25,6 +25,11 @@ class PerTreeFolder(Folder, Protocol):
     def waiting_trees(self) -> set[str]: ...
 
     def settled(self) -> bool: ...
+
+
+def given_up(folder: PerTreeFolder) -> Counter[str]:
+    """Passes a fold gave up waiting for and decided itself (preemption's `given_up`; admission has none)."""
+    return cast("Counter[str]", getattr(folder, "given_up", Counter()))
 
 
 def recorded(messages: list[Stored]) -> dict[str, Envelope]:
@@ -91,5 +96,5 @@ def fold_in_random_cuts(folder: PerTreeFolder, messages: list[Stored], trees: Se
         cuts.decisions += made
     assert folder.settled(), seed
     for tree, count in closes(messages, folder.service).items():
-        assert folder.decided[tree] + folder.read[tree] >= count, (seed, tree)
+        assert folder.decided[tree] + folder.read[tree] + given_up(folder)[tree] >= count, (seed, tree)
     return cuts

@@ -206,6 +206,9 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
         except DecodeError as error:
             if folder.owns(stored.subject):
                 result.decisions.append(rejection_of_malformed(folder.service, stored, error, folder.now))
+            elif (unreadable := getattr(folder, "unreadable", None)) is not None:
+                # told, for a fold that may wait for what it held (services/preemption/held_trees.py)
+                result.decisions.extend(unreadable(stored))
             result.last_seq = stored.seq
             continue
         end = len(envelopes) - 1

@@ -572,6 +572,9 @@ def register_instruments(provider: Any, process: str) -> None:
         "poolwise_snapshot_age_events": (_snapshot_age_events, "log positions folded since the newest kept snapshot"),
         "poolwise_snapshot_age_seconds": (_snapshot_age_seconds,
                                           "log time since the newest snapshot was started"),
+        "poolwise_fold_parked_seconds": (lambda s: _parked(s, 0), "log time a per-tree fold has waited for a pass "
+                                         "held elsewhere to be read (0: it waits for none)"),
+        "poolwise_fold_parked_events": (lambda s: _parked(s, 1), "events a per-tree fold holds back while it waits"),
     }
     for metric, (value, text) in per_service.items():
         meter.create_observable_gauge(metric, [_per_service(value)], description=text)
@@ -601,6 +604,13 @@ def _folding(found: ServiceStatus, value: int) -> float | None:
 
 def _float(value: int | None) -> float | None:
     return None if value is None else float(value)
+
+
+def _parked(found: ServiceStatus, index: int) -> float | None:
+    """What a fold that can wait at another instance's pass reports of it (`waited()`: the
+    log time waited, the events held back), else nothing."""
+    waited = getattr(found.folder, "waited", None)
+    return None if waited is None else float(waited()[index])
 
 
 def cardinality_limits() -> dict[type, int]:

@@ -150,7 +150,8 @@ class TreeGate(JetStreamLog):
             if asked:
                 await handler(asked)
 
-        await super().consume(self.consumer, (*subjects, refusals), after_seq, seen, max_batch=max_batch,
+        read = (*subjects, refusals) if refusals not in subjects else tuple(subjects)  # (no filter twice)
+        await super().consume(self.consumer, read, after_seq, seen, max_batch=max_batch,
                               linger=linger)
 
 

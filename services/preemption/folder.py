@@ -17,6 +17,7 @@ SUBJECTS = ADMISSION_SUBJECTS  # preemption folds what admission folds
 
 class PreemptionFolder:
     service = SERVICE
+    subjects = SUBJECTS  # what the service folds (a per-tree instance reads more: `HeldTreesPreemption`)
 
     def __init__(self, state: PreemptionState | None = None) -> None:
         self.state = state or PreemptionState()
@@ -44,10 +45,18 @@ class PreemptionFolder:
         if type(envelope.event) is PoolDeleted:  # its counts go with it (services.common.metrics)
             metrics.TALLIES.pool_deleted(envelope.event.tree, envelope.event.path)
         if not tracing.ON:
-            return self.order.feed(envelope, seq, last)
+            return self.feed(envelope, seq, last)
         self.traces.see(envelope)  # a gang's context: its enqueue's, then admission's decision's
-        out = self.order.feed(envelope, seq, last)
-        return tracing.preempted(out, self.traces) if out and tracing.LIVE else out
+        return self.traced(self.feed(envelope, seq, last))
+
+    def feed(self, envelope: Envelope, seq: int, last: bool) -> list[Envelope]:
+        """`step` without its tracing: the decisions, as the log compares them."""
+        return self.order.feed(envelope, seq, last)
+
+    def traced(self, out: list[Envelope]) -> list[Envelope]:
+        """Decisions carrying their gang's trace (while a live batch is folded with tracing on):
+        every decision that leaves the folder goes through here once."""
+        return tracing.preempted(out, self.traces) if out and tracing.ON and tracing.LIVE else out
 
     def _fold(self, envelope: Envelope, seq: int) -> list[Envelope]:
         """One event, at the position admission's fold applies it (a pass runs on an admission

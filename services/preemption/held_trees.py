@@ -18,6 +18,15 @@ skipped), and it publishes nothing of it; whoever holds the tree decides the pas
   or any of it) is decided here, on that same state: the fold stands at the pass's point
   (`take_over`, at the next message, or at once by the shell on a quiet log). What the old
   holder published of it has the same ids.
+- A pass whose close does not come is given up on, so that no lost close stops every instance's
+  fold for good: a message on the tree's preemption subject that does not decode came after its
+  point (`unreadable`: it may be that close, corrupt or a newer version's), or its close has not
+  come within `give_up_seconds` of log time or `give_up_events` events read since it parked. It
+  is then decided here as a takeover would decide it (the tree gate keeps its decisions until
+  the holder's copy is seen, or sends them when the tree comes here), and the fold goes on.
+- A pass whose holder's run raised (a bug) remembers only what it had set before it raised: the
+  holder's refusal, on `poolwise.rejected.<tree>` (`subjects`: a per-tree instance reads it; it
+  is never folded), makes this fold run it whole too and drop its decisions.
 
 So the fold goes through the very states of a service-wide fold, in the same order, and what it
 decides is what one instance decides. The price, as admission's (`services.admission.held_trees`):
@@ -35,19 +44,38 @@ order, and goes on first.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from contextlib import suppress
 from typing import cast
 
 from events import CycleCompleted, Envelope, InputRejected, event_class
+from events.subjects import PREFIX
 from services.admission.domain.cycle_order import CycleOrder
+from services.admission.folder import seconds_of
+from services.common.folding import rejection_of_fault
+from services.common.log import Stored
 from services.preemption.domain.state import SERVICE, PreemptionState
-from services.preemption.folder import PreemptionFolder
+from services.preemption.folder import SUBJECTS, PreemptionFolder
+
+logger = logging.getLogger(__name__)
 
 # What `CycleOrder` holds open while a pass is parked: no tree is named so, no trigger is 0.
 _PASS = ("", 0)
 PASS_REF = "cycle:"  # a failed pass's refusal refers to it so (`failed_cycle`), then its trigger
+REFUSALS = f"{PREFIX}.rejected.*"  # where a failed pass's refusal lands (read, never folded)
+# How long a parked pass waits for its close before it is given up on (`_how`): log seconds
+# (the events' own times, never the wall clock: every instance and every restart gives up at the
+# same event), or events read meanwhile (what the fold holds back). Far above a failover's wait
+# (docs/operations.md, "Trees spread over instances").
+GIVE_UP_SECONDS = 60.0
+GIVE_UP_EVENTS = 50_000
+
+# How a parked pass is run: decided here (its tree held), read (its holder's close read: only what
+# it remembers), or given up on (its close unreadable or too late: decided, and kept by the tree
+# gate until the holder's copy is seen or the tree comes here)
+DECIDE, READ, GIVE_UP = "decided", "read", "given up"
 
 
 class _PassOrder(CycleOrder[Envelope]):
@@ -55,10 +83,18 @@ class _PassOrder(CycleOrder[Envelope]):
         """Hold what comes next, as behind an open cycle, until `settle(_PASS)`."""
         self._open[_PASS] = []
 
+    def pass_open(self) -> bool:
+        return _PASS in self._open
+
 
 class HeldTreesPreemption(PreemptionFolder):
     """`PreemptionFolder` deciding the passes of the trees in `held` only (module doc).
-    `decided`/`read`: passes decided here and read from the log, per tree."""
+    `decided`/`read`/`given_up`: passes decided here, read from the log, and given up on
+    (decided here for a tree held elsewhere), per tree."""
+
+    subjects = (*SUBJECTS, REFUSALS)
+    give_up_seconds = GIVE_UP_SECONDS
+    give_up_events = GIVE_UP_EVENTS
 
     def __init__(self, state: PreemptionState | None = None) -> None:
         super().__init__(state)
@@ -66,6 +102,7 @@ class HeldTreesPreemption(PreemptionFolder):
         self.state.held = self._held
         self.decided: Counter[str] = Counter()
         self.read: Counter[str] = Counter()
+        self.given_up: Counter[str] = Counter()
         # told the tree of each pass it parks: a tree no subject names would be learnt by no lease
         # (nobody would hold it, and every instance would wait for its pass for good)
         self.on_waiting: Callable[[list[str]], None] | None = None
@@ -75,8 +112,12 @@ class HeldTreesPreemption(PreemptionFolder):
         self.order = _PassOrder(self._fold, self.state.admission.take_due)
         self._queued: deque[tuple[Envelope, int]] = deque()  # stepped while parked, in order
         self._at: tuple[int, str] = (0, "")  # the parked pass's basis and cause (the event folded there)
+        self._cause: Envelope | None = None  # that event (a pass that raises is refused as its fold would be)
         self._ahead: Counter[tuple[str, int]] = Counter()  # preemption's closes read, not folded yet
         self._failed: set[tuple[str, int]] = set()  # passes whose holder's run raised (its refusal read)
+        self._lost: dict[str, int] = {}  # tree -> the last message on its preemption subject that did not decode
+        self._waited = 0  # events read since the pass parked
+        self._since = self._latest = 0.0  # the fold's time at the park, and the latest event time read since
 
     @property
     def held(self) -> frozenset[str]:
@@ -100,19 +141,44 @@ class HeldTreesPreemption(PreemptionFolder):
 
     def settled(self) -> bool:
         """Whether nothing is parked (the fold is a service-wide fold's through where it stands)."""
-        return self.state.parked is None and not self._queued
+        return self.state.parked is None and not self._queued and not cast(_PassOrder, self.order).pass_open()
 
     def waiting_trees(self) -> set[str]:
         """The tree whose pass the fold waits for (none, or one)."""
         parked = self.state.parked
         return set() if parked is None else {parked[0]}
 
-    def step(self, envelope: Envelope, seq: int, part: int = 0, last: bool = True) -> list[Envelope]:
+    def waited(self) -> tuple[float, int]:
+        """How long the fold has waited at a pass held elsewhere (log seconds), and how many events
+        it holds back meanwhile (for the gauges: `services.common.metrics`)."""
+        if self.state.parked is None:
+            return (0.0, 0)
+        return (self._latest - self._since, self.order.holding + len(self._queued))
+
+    def feed(self, envelope: Envelope, seq: int, last: bool) -> list[Envelope]:
         self._see(envelope, 1)
-        out = self.take_over()
-        out += super().step(envelope, seq, part, last)
-        out += self.take_over()
+        if self.state.parked is not None:
+            self._waited += 1
+            self._latest = max(self._latest, seconds_of(envelope))
+        out = self._take_over()
+        if event_class(envelope.event) is InputRejected:
+            # read for `_failed` only: a refusal is no input of admission's fold (folded, its time
+            # would fire timers a service-wide fold, which never reads it, fires later)
+            return out
+        out += self.order.feed(envelope, seq, last)
+        out += self._take_over()
         return out
+
+    def unreadable(self, stored: Stored) -> list[Envelope]:
+        """A message that does not decode (`fold_batch`): on a tree's preemption subject, it may be
+        the close the fold waits for (corrupt, or a newer version's): the pass it may close is
+        given up on (`_how`), so that no instance's fold waits for it for good."""
+        parts = stored.subject.split(".")
+        if len(parts) == 4 and parts[0] == PREFIX and parts[1] == "decision" and parts[3] == SERVICE:
+            self._lost[parts[2]] = stored.seq
+        if self.state.parked is not None:
+            self._waited += 1
+        return self.traced(self._take_over())
 
     def _fold(self, envelope: Envelope, seq: int) -> list[Envelope]:
         if self.state.parked is not None:  # (only the cycle decisions of the parked pass's trigger)
@@ -122,7 +188,9 @@ class HeldTreesPreemption(PreemptionFolder):
         out = super()._fold(envelope, seq)
         parked = self.state.parked
         if parked is not None:
-            self._at = (seq, envelope.id)
+            self._at, self._cause = (seq, envelope.id), envelope
+            self._waited, self._since = 0, self.state.now
+            self._latest = self._since
             cast(_PassOrder, self.order).hold()
             if self.on_waiting is not None:
                 self.on_waiting([parked[0]])
@@ -154,16 +222,42 @@ class HeldTreesPreemption(PreemptionFolder):
 
     def take_over(self) -> list[Envelope]:
         """Run the parked pass if it can run now (decided here if its tree is held, remembered if
-        its holder's close was read), then fold on; again while another is parked and can run."""
-        out: list[Envelope] = []
-        while (parked := self.state.parked) is not None:
-            decide = parked[0] in self._held
-            if not decide and parked not in self._ahead:
-                break
-            out += self._run_parked(parked, decide)
-        return out
+        its holder's close was read, decided if it is given up on), then fold on; again while
+        another is parked and can run. (The shell's, at a change of the trees held.)"""
+        return self.traced(self._take_over())
 
-    def _run_parked(self, parked: tuple[str, int], decide: bool) -> list[Envelope]:
+    def _take_over(self) -> list[Envelope]:
+        out: list[Envelope] = []
+        while True:
+            parked = self.state.parked
+            if parked is None:
+                if not self._queued and not cast(_PassOrder, self.order).pass_open():
+                    return out
+                out += self._go_on()  # (what a pass left waiting when something raised: `_run_parked`)
+                continue
+            how = self._how(parked)
+            if how is None:
+                return out
+            out += self._run_parked(parked, how)
+
+    def _how(self, parked: tuple[str, int]) -> str | None:
+        """How the parked pass runs now (`DECIDE`, `READ`, `GIVE_UP`), or None: it waits."""
+        tree, trigger = parked
+        if tree in self._held:
+            return DECIDE
+        if parked in self._ahead:
+            return READ
+        if self._lost.get(tree, 0) > self._at[0]:  # (its close lands after its point: earlier ones are others')
+            why = f"a message on its subject that does not decode (seq {self._lost[tree]})"
+        elif self._waited >= self.give_up_events or self._latest - self._since >= self.give_up_seconds:
+            why = f"no close after {self._waited} events and {self._latest - self._since:.1f} s of log time"
+        else:
+            return None
+        logger.error("preemption: the pass of tree %s after seq %d is given up on: %s; decided here (kept until "
+                     "its holder's copy is seen or the tree comes here), and the fold goes on", tree, trigger, why)
+        return GIVE_UP
+
+    def _run_parked(self, parked: tuple[str, int], how: str) -> list[Envelope]:
         state = self.state
         state.parked = None
         tree, trigger = parked
@@ -171,16 +265,31 @@ class HeldTreesPreemption(PreemptionFolder):
         # it remembers what the holder's remembered before it raised, not the whole pass.
         failed = parked in self._failed
         self._failed.discard(parked)
-        outcomes = state.run_pass(tree, trigger, picks=decide or failed)
         out: list[Envelope] = []
-        if decide:
-            out += self.envelopes(outcomes, *self._at)
-            self.decided[tree] += 1
-        else:
-            self.read[tree] += 1  # (its decisions are its holder's, in the log)
-        queued = self._queued
+        try:
+            outcomes = state.run_pass(tree, trigger, picks=how != READ or failed)
+            if how != READ:  # (read: its decisions are its holder's, in the log)
+                out += self.envelopes(outcomes, *self._at)
+        except Exception as error:  # refused as a service-wide fold refuses the event its pass ran at
+            logger.exception("preemption: the pass of tree %s after seq %d raised", tree, trigger)
+            if how != READ and self._cause is not None:
+                out.append(rejection_of_fault(SERVICE, self._cause, self._at[0], 0, error, state.now))
+        {DECIDE: self.decided, READ: self.read, GIVE_UP: self.given_up}[how][tree] += 1
+        return out + self._go_on()
+
+    def _go_on(self) -> list[Envelope]:
+        """What waited behind the pass just run goes on, in order: what it stepped meanwhile, then
+        what `CycleOrder` held (either may park again). A step that raises is refused, and what
+        waits behind it goes on: nothing stays held for good."""
+        state, queued = self.state, self._queued
+        out: list[Envelope] = []
         while queued and state.parked is None:
-            out += self._fold(*queued.popleft())
-        if state.parked is None:
-            out += self.order.settle(_PASS)  # what `CycleOrder` held goes on (and may park again)
+            envelope, seq = queued.popleft()
+            try:
+                out += self._fold(envelope, seq)
+            except Exception as error:
+                out.append(rejection_of_fault(SERVICE, envelope, seq, 0, error, state.now))
+        order = cast(_PassOrder, self.order)
+        if state.parked is None and order.pass_open():
+            out += order.settle(_PASS)
         return out

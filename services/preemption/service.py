@@ -14,7 +14,7 @@ from anyio.abc import TaskStatus
 
 from events.commands import Reply
 from services.admission.held_trees import WhenSettled
-from services.common import tree_gate
+from services.common import tracing, tree_gate
 from services.common.folding import Warm, run_folder
 from services.common.log import EventLog
 from services.common.requests import answer_until_cancelled, parse_request, serve_requests
@@ -79,7 +79,8 @@ class FollowHeld:
                 if held != folder.held:
                     folder.held = held
                     print(work_line(folder), file=sys.stderr, flush=True)
-                    made = folder.take_over()
+                    with tracing.live():  # (its decisions carry their gangs' traces, as a batch's do)
+                        made = folder.take_over()
                     if made:
                         self.sending += 1
                         try:
@@ -115,10 +116,11 @@ async def serve_preemption(log: EventLog, data_dir: Path | None, *, folder: Pree
         if snapshots is not None:
             snapshots = WhenSettled.of(snapshots, follow.settled)
     folder = folder or PreemptionFolder()
+    subjects = folder.subjects  # (a per-tree instance also reads the refusals: `HeldTreesPreemption`)
     store: ProjectionStore | None = None  # the history is projected once, by the tree service
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="preemption", store=store,
+            await tg.start(lambda task_status: run_folder(log, folder, subjects, durable="preemption", store=store,
                                                           snapshots=snapshots, warm=warm,
                                                           linger=LINGER, task_status=task_status))
             if follow is not None:

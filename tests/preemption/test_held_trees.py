@@ -34,10 +34,11 @@ from events import (
 from services.admission.domain.runtime import TreeRuntime
 from services.common.folding import fold_batch
 from services.common.log import Stored
+from services.common.memlog import subject_filter
 from services.preemption.domain import lower_priority
 from services.preemption.domain import passes as passes_module
 from services.preemption.domain.state import PreemptionState
-from services.preemption.folder import PreemptionFolder
+from services.preemption.folder import SUBJECTS, PreemptionFolder
 from services.preemption.held_trees import HeldTreesPreemption
 from services.replay import verify
 from tests.admission.builders import host, pool, tree, without_slot_waits
@@ -61,8 +62,10 @@ def folded(state: PreemptionState) -> dict[str, Any]:
 
 
 def whole(messages: list[Stored]) -> PreemptionFolder:
+    """A service-wide instance's fold of the log (of what it reads: `SUBJECTS`)."""
     folder = PreemptionFolder()
-    fold_batch(folder, messages, 0)
+    read = subject_filter(SUBJECTS)
+    fold_batch(folder, [m for m in messages if read(m.subject)], 0)
     return folder
 
 
@@ -155,6 +158,7 @@ def test_an_instance_picks_no_victim_of_a_tree_it_does_not_hold_and_remembers_wh
     for seed in range(10):
         log = random_log(seed, out_of_order=False)
         folder = HeldTreesPreemption()
+        folder.give_up_seconds = float("inf")  # (the logs' time is synthetic: a close may land minutes late)
         folder.held = frozenset({"default"})
         result = fold_batch(folder, log.messages, 0)
         assert {getattr(d.event, "tree", None) for d in result.decisions} <= {"default"}, seed
@@ -214,7 +218,9 @@ def test_a_pass_whose_holder_raised_is_remembered_as_far_as_the_holder_got(monke
     """A pass that raises (a bug) is refused and closed with no decisions (`failed_cycle`), and
     what it remembers is what it had set before it raised: an instance that picks nothing for the
     tree would remember the whole pass. Seeing the holder's refusal, it runs the pass whole (and
-    drops its decisions), so it remembers the same."""
+    drops its decisions), so it remembers the same. Each folds what its service reads (the
+    refusal is on `poolwise.rejected.<tree>`, which a service-wide instance does not read: a
+    per-tree one reads it, `HeldTreesPreemption.subjects`, and folds none of it)."""
     real = lower_priority.make_room
 
     def make_room(rt: TreeRuntime, pools: Any, holdings: Any) -> Any:
@@ -231,8 +237,10 @@ def test_a_pass_whose_holder_raised_is_remembered_as_far_as_the_holder_got(monke
         rng = random.Random(seed)
         folder = HeldTreesPreemption()
         folder.held = frozenset(rng.sample(TREES, rng.randint(0, 1)))
-        fold_batch(folder, messages, 0)
+        read = subject_filter(folder.subjects)  # (as the service's `run_folder` is given them)
+        fold_batch(folder, [m for m in messages if read(m.subject)], 0)
         assert folder.settled(), seed
+        assert not folder.given_up, seed
         assert folded(folder.state) == folded(whole(messages).state), seed
     assert failed > 3
 
