@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from events import Envelope, decode_all, encode
 from services.common.log import Stored
+from services.common.memlog import MemoryLog
 from services.common.snapshots import Snapshot, code_fingerprint
 from services.replay import DECISION_TYPES, Finding, Report, verify
 from services.replay.verify import Verifier, command_refusals
+from tests.replay.biglog import build
 from tests.replay.test_streaming import VARIANTS, admission_pair, logs, removed  # noqa: F401 (a fixture)
 from tests.service.test_replay import holding
 
@@ -26,6 +29,28 @@ def snapshot_of(messages: list[Stored], service: str, cut: int, *, explaining: b
     """What `service`'s fold holds through position `cut`, as a snapshot read back from its bytes."""
     verifier = Verifier(command_refusals(messages))
     verifier.feed([m for m in messages if m.seq <= cut])
+    return _taken(verifier, service, cut, explaining=explaining, pending=pending)
+
+
+def snapshots_at(messages: list[Stored], cut_sets: list[dict[str, int]]) -> list[list[Snapshot]]:
+    """`snapshot_of` every service of each set at its cut, all from one fold of the log, fed up to
+    each cut in turn (a fold's state at a position does not depend on how the log was fed to it),
+    instead of one fold from the start per snapshot. Each set gets snapshots of its own, read
+    from the bytes: a verifier folds on from a snapshot's state in place."""
+    wanted = sorted({(at, service) for cuts in cut_sets for service, at in cuts.items()})
+    verifier = Verifier(command_refusals(messages))
+    taken: dict[tuple[str, int], bytes] = {}
+    fed = 0
+    for at, service in wanted:
+        if at > fed:
+            verifier.feed([m for m in messages if fed < m.seq <= at])
+            fed = at
+        taken[service, at] = _taken(verifier, service, at).encode()
+    return [[Snapshot.decode(taken[service, at]) for service, at in cuts.items()] for cuts in cut_sets]
+
+
+def _taken(verifier: Verifier, service: str, cut: int, *, explaining: bool = False,
+           pending: list[Envelope] | None = None) -> Snapshot:
     folds = verifier.derivation
     assert folds is not None
     state: Any = {"admission": folds.admission, "preemption": folds.preemption}.get(service)
@@ -76,9 +101,10 @@ def test_a_clean_log_verifies_from_any_snapshots(logs: dict[str, list[Stored]], 
     messages = logs[name]
     whole = verify(messages)
     assert whole.ok
-    for cuts in cuts_of(messages):
-        for chunk in (1, 4):
-            report = from_snapshots(messages, [snapshot_of(messages, s, at) for s, at in cuts.items()], chunk)
+    cut_sets = cuts_of(messages)
+    for chunk in (1, 4):
+        for cuts, snapshots in zip(cut_sets, snapshots_at(messages, cut_sets), strict=True):
+            report = from_snapshots(messages, snapshots, chunk)
             assert report.ok, (name, cuts, [f.line() for f in report.findings])
             assert report.starts == cuts and report.from_seq == max(cuts.values())
             assert report.messages == messages[-1].seq - min(cuts.values())
@@ -93,16 +119,30 @@ def test_a_clean_log_verifies_from_any_snapshots(logs: dict[str, list[Stored]], 
             assert checked >= based_after, (name, cuts)
 
 
+def small_lifecycle_log() -> list[Stored]:
+    """`lifecycle_log` at a quarter of the gangs: 12 in rounds of 4, not 48 in rounds of 16. The
+    same rounds, ticks and cycles (admissions that run and finish a round later, beside new
+    enqueues) and the same types of event and decision, in a third of the messages."""
+    async def run() -> list[Stored]:
+        log = MemoryLog()
+        await build(log, 12, per_round=4, leaves=3)
+        return await log.read(1)
+
+    return anyio.run(run, backend="asyncio")
+
+
 def test_tampering_after_the_snapshots_is_found_as_from_the_start(logs: dict[str, list[Stored]]) -> None:  # noqa: F811
+    # every tampering, at every set of cuts: the small lifecycle log shows what the large one does
+    tampered = {"timeouts": logs["timeouts"], "lifecycle": small_lifecycle_log(), "two-trees": logs["two-trees"]}
     seen = set()
-    for name in ("timeouts", "lifecycle", "two-trees"):
+    for name, log in tampered.items():
         for variant, tamper in VARIANTS.items():
             if variant == "clean":
                 continue
-            messages = tamper(logs[name])
+            messages = tamper(log)
             whole = verify(messages)
-            for cuts in cuts_of(messages):
-                snapshots = [snapshot_of(messages, s, at) for s, at in cuts.items()]
+            cut_sets = cuts_of(messages)
+            for cuts, snapshots in zip(cut_sets, snapshots_at(messages, cut_sets), strict=True):
                 report = from_snapshots(messages, snapshots, 2)
                 expected = sorted(key(f) for f in whole.findings if after_start(f, cuts))
                 assert sorted(key(f) for f in report.findings) == expected, (name, variant, cuts)
