@@ -45,23 +45,33 @@ from services.admission.domain.entitlement.polylines import (
     EPS,
     TINY,
     Polylines,
+    argument_at,
     compose,
-    evaluate,
     fit,
     int_diff,
     offsets_of,
     polyline_jumps,
     row_sums,
+    scatter,
     segmented_cumsum,
     segmented_cumsum_at,
     shifted,
+    stable_argsort,
     start_slopes,
+    trues,
 )
 
 NONE = -1
 """`Inner.owner` of a vertex that ends no child's run segment."""
 FULL_SHARE = 1e-12
 """A share within this of a limit has reached it (`hdrf.FULL`)."""
+
+
+def nones(n: int) -> IntArray:
+    """`np.full(n, NONE, dtype=np.intp)`, without `np.full`'s Python-level cost (`polylines.trues`)."""
+    out: IntArray = np.empty(n, dtype=np.intp)
+    out.fill(NONE)
+    return out
 
 
 class Rows(Protocol):
@@ -88,7 +98,7 @@ class Inner:
 
     def as_polylines(self) -> Polylines:
         """`h` over its ordinal argument, for `compose`."""
-        u = (np.arange(self.x.size) - np.repeat(self.off[:-1], int_diff(self.off))).astype(np.float64)
+        u = (np.arange(self.x.size) - self.off[:-1].repeat(int_diff(self.off))).astype(np.float64)
         return Polylines(self.off, u, self.v, u.copy(), np.zeros(u.size, dtype=bool))
 
 
@@ -132,7 +142,7 @@ def _run_events(s: Polylines, group_of_row: IntArray, first_row: int) -> tuple[_
     ending it."""
     ev, at0, run_first, run_row = polyline_jumps(s, group_of_row)
     ns = ev.x.size - run_first.size
-    owner = np.full(ev.x.size, NONE, dtype=np.intp)
+    owner = nones(ev.x.size)
     end = owner.copy()
     owner[ns:], end[ns:] = first_row + run_row, run_first + 1
     vec = ev.vec.copy()
@@ -148,10 +158,10 @@ def _job_events(job_share: FloatArray, weight: FloatArray, group: IntArray, tau:
     top = job_share.max(axis=0) if len(job_share) else np.zeros(job_share.shape[1])
     keep = growing & (top > EPS) & (weight > EPS)
     keep[keep] = tau[keep] < top[keep] / weight[keep]
-    d = np.compress(keep, job_share, axis=1)
+    d = job_share.compress(keep, axis=1)
     w, top, grp = weight[keep], top[keep], group[keep]
     sl = d * (w / top)
-    none = np.full(w.size, NONE, dtype=np.intp)
+    none = nones(w.size)
     return _Events(top / w, -sl, np.zeros(w.size, dtype=bool), grp, none, none, sl, grp)
 
 
@@ -184,18 +194,18 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     slope0 = start_slopes(ev.start_group, ev.start_vec, dims, rows)
     n = ev.x.size
     if n == 0:
-        none = np.full(rows, NONE, dtype=np.intp)
+        none = nones(rows)
         return Inner(np.arange(rows + 1, dtype=np.intp), start.copy(), init.copy(), none, none.copy())
     # by (group, x, event): rank by x, equal ones by event (stable), then one integer sort of
     # group * n + rank (as `sum_events`)
-    by_x = np.argsort(ev.x, kind="stable")
+    by_x = stable_argsort(ev.x)
     rank = np.empty(n, dtype=np.int64)
     rank[by_x] = np.arange(n, dtype=np.int64)
     key = ev.group.astype(np.int64) * n + rank
     key.sort()
     first = by_x[key % n]
     gs0 = ev.group[first]
-    gnew0 = np.ones(n, dtype=bool)
+    gnew0 = trues(n)
     gnew0[1:] = gs0[1:] != gs0[:-1]
     # nothing before a row's start (a child's key an ulp below its parent's argument)
     xsnap = _snap_sorted(np.maximum(ev.x[first], start[gs0]), gnew0)
@@ -208,11 +218,11 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     else:
         ends = ev.end[first].astype(np.int64) + 1
         key = (point0.cumsum() * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
-        by_key = np.argsort(key, kind="stable")  # equal keys in the order above, on any CPU
+        by_key = stable_argsort(key)  # equal keys in the order above, on any CPU
     order, xs = first[by_key], xsnap[by_key]
     gs, js = ev.group[order], ev.jump[order]
     vs = ev.vec.take(order, axis=1)
-    gnew = np.ones(n, dtype=bool)
+    gnew = trues(n)
     gnew[1:] = gs[1:] != gs[:-1]
     new = gnew.copy()
     new[1:] |= xs[1:] != xs[:-1]
@@ -239,7 +249,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     top = init.take(dg, axis=1) + segmented_cumsum(inc + dj, gfirst, rebase=True)
     foot = top - dj
     # each run segment's vertex: the foot of its argument plus the segments before it there
-    rstart = np.ones(ji.size, dtype=bool)
+    rstart = trues(ji.size)
     rstart[1:] = point[ji][1:] != point[ji][:-1]
     run_v = foot.take(point[ji], axis=1) + segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
     emit_foot = dx > xprev
@@ -250,17 +260,17 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     x = np.zeros(total)
     x[off[:-1]] = start
     v = np.empty((dims, total))
-    owner = np.full(total, NONE, dtype=np.intp)
-    end = np.full(total, NONE, dtype=np.intp)
-    v[:, off[:-1]] = init
+    owner = nones(total)
+    end = nones(total)
+    scatter(v, off[:-1], init)
     pos = cnt.cumsum() - cnt + dg + 1
     fi = emit_foot.nonzero()[0]
     x[pos[fi]] = dx[fi]
-    v[:, pos[fi]] = foot.take(fi, axis=1)
+    scatter(v, pos[fi], foot.take(fi, axis=1))
     rank = np.arange(ji.size) - rstart.nonzero()[0][rstart.cumsum() - 1]
     pr = pos[point[ji]] + emit_foot[point[ji]] + rank
     x[pr] = xs[ji]
-    v[:, pr] = run_v
+    scatter(v, pr, run_v)
     owner[pr] = ev.owner[order][ji]
     end[pr] = ev.end[order][ji]
     return Inner(off, x, v, owner, end)
@@ -288,7 +298,7 @@ def curves(arr: Rows, drf: DrfInputs, job_share: FloatArray, state: State, given
             events, at0 = _run_events(below, nxt.group_parent[nxt.group_of_row] - lv.start, nxt.start)
             init[:, nxt.group_parent - lv.start] += np.add.reduceat(at0, nxt.group_starts, axis=1)
             parts.append(events)
-        lo, hi = np.searchsorted(drf.job_row, [lv.start, lv.stop])
+        lo, hi = drf.job_row.searchsorted([lv.start, lv.stop])
         if hi > lo or not parts:
             group = drf.job_row[lo:hi] - lv.start
             if given[lo:hi].any():  # (nothing is held yet in the first epoch: adding zeros changes nothing)
@@ -336,9 +346,8 @@ def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> floa
     for depth in range(len(levels) - 1, -1, -1):
         lv, s = levels[depth], c.s[depth]
         last = s.off[1:] - 1
-        v_last = s.v.take(last, axis=1).T
-        rows = np.arange(lv.start, lv.stop)
-        reach = ((v_last >= box[rows] - FULL_SHARE) & (held[rows] < box[rows] - FULL_SHARE)).any(axis=1)
+        full = (box[lv.start : lv.stop] - FULL_SHARE).T  # kinds-major: `any` over a short axis is slow
+        reach = ((s.v.take(last, axis=1) >= full) & (full > held[lv.start : lv.stop].T)).any(axis=0)
         for i in np.flatnonzero(reach).tolist():
             row = lv.start + i
             found[row] = min(found.get(row, int(last[i])), int(last[i]))
@@ -350,7 +359,7 @@ def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> floa
         up_first = levels[depth - 1].start if depth > 0 else 0
         runs = (h_up.owner >= 0).nonzero()[0]
         keys = h_up.owner[runs].astype(np.int64) * (s.x.size + 1) + h_up.end[runs]
-        by_key = np.argsort(keys, kind="stable")
+        by_key = stable_argsort(keys)
         keys, runs = keys[by_key], runs[by_key]
         for row, k in here.items():
             del found[row]
@@ -393,8 +402,7 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
         parent = arr.parent[sl] - up_first
         # a function starts at its row's key in the state: before that, its first vertex
         y = np.maximum(t_up[parent], s.x[s.off[:-1]])
-        _, p_kid, _ = evaluate(s, y, np.zeros(lv.stop - lv.start, dtype=bool))
-        p_kid = p_kid.copy()
+        p_kid = argument_at(s, y)
         # children on a run of their parent's at its argument: done, part-way, or at the foot
         rv = (h_up.owner >= 0).nonzero()[0]
         if rv.size:
@@ -406,7 +414,7 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
             kid_rows = np.arange(lv.start, lv.stop)
             jk, fk, jnk = j[parent], f[parent], jn[parent]
             on_run = (fk <= 0.0) | (h_up.owner[jnk] >= 0) & (jnk > jk)
-            q = np.searchsorted(keys, kid_rows.astype(np.int64) * big + jk, "right") - 1
+            q = keys.searchsorted(kid_rows.astype(np.int64) * big + jk, "right") - 1
             qc = np.minimum(np.maximum(q, 0), rv.size - 1)  # np.clip costs 10x on ints
             same = (q >= 0) & (key_o[qc] == kid_rows) & (h_up.x[rv[qc]] == h_up.x[jk])
             q2 = np.minimum(np.maximum(q + 1, 0), rv.size - 1)

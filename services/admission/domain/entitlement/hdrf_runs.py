@@ -28,6 +28,7 @@ from services.admission.domain.entitlement.arrays import Level, TreeArrays
 from services.admission.domain.entitlement.dominant import DrfInputs
 from services.admission.domain.entitlement.hdrf_curves import State, curves, first_limit, positions, root_fit
 from services.admission.domain.entitlement.model import BoolArray, FloatArray, IntArray
+from services.admission.domain.entitlement.polylines import trues
 
 FULL = 1e-12
 """A share within this (of the capacity) of a limit or of a demand has reached it."""
@@ -100,12 +101,12 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
             cause_row[stopped] = place[caught.nonzero()[0], kind[caught]]
         elif used[0].any():  # only the tree's capacity (the common case): every place is the root,
             # whose rank is its kind's: the first kind used up that a job needs stops it
-            hit = needs[js] & used[0]
-            caught = hit.any(axis=1)
+            first_used = _first_kind(needs[js] & used[0])
+            caught = first_used >= 0
             if not caught.any() and not newly:
                 return None
             stopped = js[caught]
-            cause[stopped] = hit[caught].argmax(axis=1)
+            cause[stopped] = first_used[caught]
             cause_row[stopped] = 0
         elif not newly:
             return None  # nothing used up anywhere: nobody stopped
@@ -204,11 +205,11 @@ def _live(arr: TreeArrays, job_row: IntArray, open_: BoolArray) -> Live | None:
     parent = renumber[np.maximum(arr.parent[rows], 0)]
     levels: list[Level] = []
     for lv in arr.levels:
-        a, b = (int(i) for i in np.searchsorted(rows, [lv.start, lv.stop]))
+        a, b = (int(i) for i in rows.searchsorted([lv.start, lv.stop]))
         if a == b:
             break
         par = parent[a:b]
-        new = np.ones(b - a, dtype=bool)
+        new = trues(b - a)
         new[1:] = par[1:] != par[:-1]
         starts = new.nonzero()[0]
         levels.append(Level(a, b, starts, par[starts], new.cumsum() - 1))
@@ -232,6 +233,16 @@ def _sum_moved(arr: TreeArrays, job_row: IntArray, given: FloatArray, dshare: Fl
         out[rows, kd] = np.bincount(at, weights=per_job[:, kd], minlength=n)[rows]
     for lv in reversed(arr.levels):
         out[lv.group_parent] = np.add.reduceat(out[lv.start : lv.stop], lv.group_starts, axis=0)
+    return out
+
+
+def _first_kind(hit: BoolArray) -> IntArray:
+    """Per row of `hit` (`(jobs, kinds)`), the first kind where it holds, -1 where none does: a
+    column at a time, as `row_max` (`any` and `argmax` along the rows' few kinds cost ~2x)."""
+    out: IntArray = np.empty(hit.shape[0], dtype=np.intp)
+    out.fill(-1)
+    for k in range(hit.shape[1] - 1, -1, -1):
+        out[hit[:, k]] = k
     return out
 
 

@@ -56,7 +56,7 @@ class Polylines:
         return len(self.off) - 1
 
     def row_ids(self) -> IntArray:
-        return np.repeat(np.arange(self.rows, dtype=np.intp), int_diff(self.off))
+        return np.arange(self.rows, dtype=np.intp).repeat(int_diff(self.off))
 
 
 @dataclass(slots=True)
@@ -87,6 +87,40 @@ class Events:
         )
 
 
+def trues(n: int) -> BoolArray:
+    """`np.ones(n, dtype=bool)` without its Python-level cost (`np.ones` and `np.full` are Python
+    functions: ~2 µs a call against ~0.4, called a few hundred times a computation)."""
+    out: BoolArray = np.empty(n, dtype=bool)
+    out.fill(True)
+    return out
+
+
+def stable_argsort(x: FloatArray | IntArray) -> IntArray:
+    """`x.argsort(kind="stable")`, the same permutation: numpy's default sort (a SIMD kernel, some
+    4x faster here than its merge sort on floats) puts the values in order, then each run of equal
+    values is put in index order (one integer sort of unique keys) when there is one. The result is
+    fixed whatever the kernel: values in order, ties by index, as the stable sort has them. A NaN
+    (last in either sort, never equal to itself) takes the stable sort; values in order already (a
+    NaN compares false) are their own order."""
+    n = x.size
+    if n < 2 or np.count_nonzero(x[1:] >= x[:-1]) == n - 1:
+        return np.arange(n, dtype=np.intp)
+    order: IntArray = x.argsort()
+    xs = x[order]
+    if xs[-1] != xs[-1]:
+        out: IntArray = x.argsort(kind="stable")
+        return out
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.greater(xs[1:], xs[:-1], out=new[1:])
+    if np.count_nonzero(new) == n:
+        return order
+    key = (new.cumsum() - 1).astype(np.int64) * n + order
+    key.sort()
+    fixed: IntArray = key % n
+    return fixed
+
+
 def int_diff(a: IntArray) -> IntArray:
     """`np.diff` of a 1-d array, without its Python-level overhead (~10 µs a call, called a few
     hundred times a computation on arrays of a few dozen entries in `hdrf`'s later epochs)."""
@@ -96,7 +130,7 @@ def int_diff(a: IntArray) -> IntArray:
 
 def _segments(off: IntArray) -> IntArray:
     """Index of the first vertex of every segment (two consecutive vertices of one row)."""
-    seg = np.ones(int(off[-1]), dtype=bool)
+    seg = trues(int(off[-1]))
     seg[off[1:] - 1] = False
     return seg.nonzero()[0]
 
@@ -108,7 +142,7 @@ def row_sums(ids: IntArray, weights: IntArray | BoolArray, rows: int) -> IntArra
 
 def offsets_of(counts: IntArray) -> IntArray:
     off = np.zeros(len(counts) + 1, dtype=np.intp)
-    np.cumsum(counts, out=off[1:])
+    counts.cumsum(out=off[1:])
     return off
 
 
@@ -119,7 +153,7 @@ def shifted(a: FloatArray, first: IntArray, fill: FloatArray | float) -> FloatAr
     if a.ndim == 1 or isinstance(fill, float):
         out[..., first] = fill
     else:
-        _scatter(out, first, fill)
+        scatter(out, first, fill)
     return out
 
 
@@ -163,7 +197,7 @@ def ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> Even
     along its own direction, `d / D * min(D, w * t)`: slope `d * (w / D)` from 0 to `D / w`."""
     top = shares.max(axis=0) if len(shares) else np.zeros(shares.shape[1])
     keep = (top > EPS) & (weight > EPS)
-    d = np.compress(keep, shares, axis=1)
+    d = shares.compress(keep, axis=1)
     w, top, grp = weight[keep], top[keep], group[keep]
     sl = d * (w / top)
     return Events(top / w, -sl, np.zeros(w.size, dtype=bool), grp, sl, grp)
@@ -190,7 +224,7 @@ def segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> Floa
         c = values.cumsum(axis=1)
     before = np.zeros((values.shape[0], starts.size))
     before[:, 1:] = c.take(starts[1:] - 1, axis=1)
-    out: FloatArray = c - np.repeat(before, lengths, axis=1)
+    out: FloatArray = c - before.repeat(lengths, axis=1)
     if ends is not None:
         for k in range(values.shape[0]):
             out[k][ends] += totals[k]
@@ -203,12 +237,12 @@ def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray) -> F
     c = values.cumsum(axis=1)
     before = np.zeros((values.shape[0], starts.size))
     before[:, 1:] = c.take(starts[1:] - 1, axis=1)
-    seg = np.searchsorted(starts, at, side="right") - 1
+    seg = starts.searchsorted(at, side="right") - 1
     out: FloatArray = c.take(at, axis=1) - before.take(seg, axis=1)
     return out
 
 
-def _scatter(dst: FloatArray, idx: IntArray, src: FloatArray) -> None:
+def scatter(dst: FloatArray, idx: IntArray, src: FloatArray) -> None:
     """`dst[:, idx] = src`, one kind at a time (faster than a 2-d fancy assignment)."""
     for k in range(dst.shape[0]):
         dst[k][idx] = src[k]
@@ -237,7 +271,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
         return Polylines(np.arange(rows + 1, dtype=np.intp), x0, init.copy(), x0.copy(), np.zeros(rows, dtype=bool))
     # sort by (group, x, event): rank by x (equal ones by event: a stable sort, whatever numpy's
     # kernels for this CPU), then one integer sort of group * n + rank
-    by_x = np.argsort(ev.x, kind="stable")
+    by_x = stable_argsort(ev.x)
     rank = np.empty(n, dtype=np.int64)
     rank[by_x] = np.arange(n, dtype=np.int64)
     key = ev.group.astype(np.int64) * n + rank
@@ -245,7 +279,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     order = by_x[key % n]
     xs, gs, js = ev.x[order], ev.group[order], ev.jump[order]
     vs = ev.vec.take(order, axis=1)
-    gnew = np.ones(n, dtype=bool)
+    gnew = trues(n)
     gnew[1:] = gs[1:] != gs[:-1]
     new = gnew.copy()
     new[1:] |= xs[1:] != xs[:-1]
@@ -271,11 +305,11 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     if any_jump:
         ji = js.nonzero()[0]
         run = (new.cumsum() - 1)[ji]
-        rnew = np.ones(ji.size, dtype=bool)
+        rnew = trues(ji.size)
         rnew[1:] = run[1:] != run[:-1]
         runs = run[rnew]
         sums = np.maximum(np.add.reduceat(vs.take(ji, axis=1), rnew.nonzero()[0], axis=1), 0.0)
-        _scatter(dj, runs, sums)
+        scatter(dj, runs, sums)
         lifted[runs] = (sums > 0.0).any(axis=0)
     top = init.take(dg, axis=1) + segmented_cumsum(inc + dj if any_jump else inc, gfirst, rebase=True)
     before = shifted(top, gfirst, init.take(dg[gfirst], axis=1))
@@ -284,7 +318,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     emit_top = lifted & (dx > 0.0)
     v0 = init.copy()
     at0 = (lifted & (dx <= 0.0)).nonzero()[0]  # a jump at 0 lifts the first vertex
-    _scatter(v0, dg[at0], top.take(at0, axis=1))
+    scatter(v0, dg[at0], top.take(at0, axis=1))
     cnt = emit_foot.astype(np.intp) + emit_top
     off = offsets_of(row_sums(dg, cnt, rows) + 1)
     total = int(off[-1])
@@ -344,7 +378,8 @@ def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, 
     top = c == c.max(axis=0)
     cur = _first_true(top & (m == np.where(top, m, -np.inf).max(axis=0)))
     s = np.zeros(n)
-    out = np.full((lines, n), np.nan)
+    out = np.empty((lines, n))
+    out.fill(np.nan)
     cnt = np.zeros(n, dtype=np.intp)
     alive = np.arange(n)
     ca, ma, sa = c, m, smax
@@ -372,7 +407,7 @@ def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, 
             # from the steepest line, nothing crosses above any more
             has &= ma.max(axis=0) > ma[np.minimum(best, lines - 1), k]
             alive = alive[has]
-            ca, ma, sa = np.compress(has, ca, axis=1), np.compress(has, ma, axis=1), sa[has]
+            ca, ma, sa = ca.compress(has, axis=1), ma.compress(has, axis=1), sa[has]
     return out, cnt
 
 
@@ -391,13 +426,13 @@ def snap(y: FloatArray, off: IntArray) -> tuple[FloatArray, FloatArray]:
     prev = shifted(y, start, 0.0)
     new = y - prev > tol
     idx = np.arange(total)
-    row_first = np.repeat(off[:-1], int_diff(off))
+    row_first = off[:-1].repeat(int_diff(off))
     while True:
         last_new = np.maximum.accumulate(np.where(new, idx, -1))
         kept = np.where(last_new >= row_first, y[np.maximum(last_new, 0)], 0.0)
         prev = shifted(kept, start, 0.0)
         again = y - prev > tol
-        if np.array_equal(again, new):
+        if np.count_nonzero(again != new) == 0:
             return np.where(new, y, prev), prev
         new = again
 
@@ -421,14 +456,15 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     x0, x1 = h.x[i0], h.x[i1]
     # at every vertex of h: whether it fits, how far above its guarantee, its y, and which line
     # gives that y
-    fits = np.logical_not((h.v > cap.take(vrow, axis=1) + EPS).any(axis=0))
+    fits = np.logical_not((h.v > (cap + EPS).take(vrow, axis=1)).any(axis=0))  # (the same sums, per row)
     above = h.v - g.take(vrow, axis=1)
     yh = _y_of(above, inv[vrow], weighted[vrow])
     line = _top_line(above)
     is_jump = x1 <= x0
     fits_b = fits[i1]
     # where a segment leaves the box: the largest s in [0, 1] with a + s (b - a) <= cap (1 when b fits)
-    smax = np.ones(i0.size)
+    smax = np.empty(i0.size)
+    smax.fill(1.0)
     out = (~fits_b & ~is_jump).nonzero()[0]
     if out.size:
         ao, bo, co = h.v.take(i0[out], axis=1), h.v.take(i1[out], axis=1), cap.take(srow[out], axis=1)
@@ -439,11 +475,12 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     fail = np.where(is_jump, ~fits_b, smax < 1.0)
     # each row stops at its first failing segment (included: a cut segment still gives vertices)
     pos = i0 - off[srow]
-    stop = np.full(rows, _NO_STOP, dtype=np.intp)
+    stop = np.empty(rows, dtype=np.intp)
+    stop.fill(_NO_STOP)
     fi = fail.nonzero()[0]
     if fi.size:
         fr = srow[fi]
-        firsts = np.ones(fi.size, dtype=bool)
+        firsts = trues(fi.size)
         firsts[1:] = fr[1:] != fr[:-1]
         stop[fr[firsts]] = pos[fi[firsts]]
     active = pos <= stop[srow]
@@ -477,7 +514,7 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     cnt = np.where(jump_ok, 2, 0) + np.where(seg_ok, nk + np.where(brk, smax > 0.0, 1), 0)
     ooff = offsets_of(row_sums(srow, cnt, rows) + 1)
     total = int(ooff[-1])
-    orow = np.repeat(np.arange(rows, dtype=np.intp), int_diff(ooff))
+    orow = np.arange(rows, dtype=np.intp).repeat(int_diff(ooff))
     pos_seg = cnt.cumsum() - cnt + srow + 1
     ot = np.empty(total)
     orr = np.zeros(total, dtype=bool)
@@ -491,11 +528,11 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     # kinks and cuts: points inside segments, at s
     kq = (nk[kseg] > 0).nonzero()[0] if kseg.size else np.zeros(0, dtype=np.intp)
     reps = nk[kseg[kq]]
-    ks = np.repeat(kseg[kq], reps)
-    within = np.arange(ks.size) - np.repeat(reps.cumsum() - reps, reps)
+    ks = kseg[kq].repeat(reps)
+    within = np.arange(ks.size) - (reps.cumsum() - reps).repeat(reps)
     c = (seg_ok & brk & (smax > 0.0)).nonzero()[0]
     inner_seg = np.concatenate([ks, c])
-    inner_s = np.concatenate([kink_s[within, np.repeat(kq, reps)], smax[c]])
+    inner_s = np.concatenate([kink_s[within, kq.repeat(reps)], smax[c]])
     inner_pos = np.concatenate([pos_seg[ks] + within, pos_seg[c] + nk[c]])
     ai = h.v.take(i0[inner_seg], axis=1)
     inner_v = ai + inner_s * (h.v.take(i1[inner_seg], axis=1) - ai)
@@ -520,7 +557,7 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     src[pj + 1] = i1[jj]
     ot[pj + 1] = x1[jj]
     orr[pj + 1] = h.r[i1[jj]]
-    ov = np.take(np.concatenate([h.v, inner_v], axis=1), src, axis=1)
+    ov = np.concatenate([h.v, inner_v], axis=1).take(src, axis=1)
     ri = srow[inner_seg]
     y_inner = _y_of(inner_v - g.take(ri, axis=1), inv[ri], weighted[ri])
     oy = np.concatenate([yh, y_inner])[src]
@@ -538,9 +575,11 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     return Polylines(noff, y[kept], ov.take(kept, axis=1), ot[kept], orr[kept])
 
 
-def evaluate(p: Polylines, y: FloatArray, right: BoolArray) -> tuple[FloatArray, FloatArray, BoolArray]:
-    """Each row's value, inner argument and jump-top flag at its own `y`: at an argument where the
-    row jumps, the top of the jump when `right`, else its foot; between vertices, interpolated."""
+def _locate(p: Polylines, y: FloatArray, right: BoolArray | None) -> tuple[IntArray, IntArray, IntArray, IntArray,
+                                                                         FloatArray]:
+    """Where each row's own `y` falls (`evaluate`): the vertex of each row (`idx`), and for the rows
+    `k` between two vertices, those vertices (`lo_i`, `hi_i`) and the fraction `f` between them.
+    `right` None: every row at the foot of a jump."""
     off = p.off
     n = int_diff(off)
     vrow = p.row_ids()
@@ -552,22 +591,40 @@ def evaluate(p: Polylines, y: FloatArray, right: BoolArray) -> tuple[FloatArray,
     at_last = ~at_first & (lo == n)
     exact = ~at_first & ~at_last & (hi > lo)
     idx = np.where(at_first, first, last)
-    idx = np.where(exact, np.where(right, first + hi - 1, first + lo), idx)
+    idx = np.where(exact, first + lo if right is None else np.where(right, first + hi - 1, first + lo), idx)
+    k = (~at_first & ~at_last & ~exact).nonzero()[0]
+    hi_i = first[k] + lo[k]
+    lo_i = np.where(lo[k] >= 1, hi_i - 1, last[k])
+    f = (y[k] - p.x[lo_i]) / (p.x[hi_i] - p.x[lo_i]) if k.size else np.zeros(0)
+    return idx, k, lo_i, hi_i, f
+
+
+def evaluate(p: Polylines, y: FloatArray, right: BoolArray) -> tuple[FloatArray, FloatArray, BoolArray]:
+    """Each row's value, inner argument and jump-top flag at its own `y`: at an argument where the
+    row jumps, the top of the jump when `right`, else its foot; between vertices, interpolated."""
+    idx, k, lo_i, hi_i, f = _locate(p, y, right)
     v = p.v.take(idx, axis=1)
     t = p.t[idx]
     r = p.r[idx]
-    k = (~at_first & ~at_last & ~exact).nonzero()[0]
     if k.size:
-        hi_i = first[k] + lo[k]
-        lo_i = np.where(lo[k] >= 1, hi_i - 1, last[k])
-        f = (y[k] - p.x[lo_i]) / (p.x[hi_i] - p.x[lo_i])
         va = p.v.take(lo_i, axis=1)
-        _scatter(v, k, va + f * (p.v.take(hi_i, axis=1) - va))
+        scatter(v, k, va + f * (p.v.take(hi_i, axis=1) - va))
         ta = p.t[lo_i]
         tk = ta + f * (p.t[hi_i] - ta)
         t[k] = tk
         r[k] = (tk == ta) & p.r[lo_i]  # a point at its segment's start is that vertex
     return v, t, r
+
+
+def argument_at(p: Polylines, y: FloatArray) -> FloatArray:
+    """`evaluate(p, y, right=False)[1]` (each row's inner argument at its own `y`, the foot of a
+    jump there), the same numbers, without the values (`hdrf`'s positions read only this)."""
+    idx, k, lo_i, hi_i, f = _locate(p, y, None)
+    t: FloatArray = p.t[idx]
+    if k.size:
+        ta = p.t[lo_i]
+        t[k] = ta + f * (p.t[hi_i] - ta)
+    return t
 
 
 def fit(p: Polylines) -> tuple[FloatArray, float, bool]:
