@@ -1,14 +1,20 @@
 """The id record (`UsedIds`) alone: CPU per add and per check, RSS, and a snapshot of it.
 
-    python -m bench.id_record [N] [snapshot]
+    python -m bench.id_record [N] [snapshot|stop]
 
 `add`: N ids added (as a fold adds them: gang and task ids), then N fresh ids checked and N used
 ones; prints CPU per operation (process time) and the process's RSS after (from /proc). With the
 file-backed runs when the code has them (`services.common.id_runs`), in a temporary data dir.
-`snapshot`: a snapshot of N ids' record: its bytes (and its runs' bytes, stored apart) and the
-CPU to load it as a restart does (a new process's run store on the same data dir: the runs are
-read back from their files and checked against their keys). Works on the code before the change
-too (`PYTHONPATH=<worktree>`), to compare. Prints one JSON line.
+`snapshot`: a snapshot of N ids' record, taken as a service takes one (its filter stored first
+where the code does: `used_ids.freeze_filters`): its bytes (and its runs' and filter's bytes,
+stored apart) and the CPU to load it as a restart does (a new process's run store on the same
+data dir: the runs and filter read back from their files and checked against their keys; or on a
+fresh one, fetched) and to answer the first check (`start_cpu_s`: both, what a start costs). Works
+on the code before the change too (`PYTHONPATH=<worktree>`), to compare. `stop`: a clean stop's
+save of that snapshot into a JetStream object store (a private nats-server), wall and CPU
+seconds: with every run still to store (`all_to_store`: the save stores them), and, where the code
+stores runs as they seal (`folding.store_runs_as_they_seal`), after that has stored them
+(`runs_stored`: the save stores the filter and the snapshot). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -96,14 +102,19 @@ def snapshot(n: int) -> dict[str, Any]:
     import anyio
 
     from services.common import snapshots
+    from services.tree.domain import used_ids
     from services.tree.domain.used_ids import UsedIds
 
     directory = Path(tempfile.mkdtemp(prefix="bench-ids-"))
     try:
         files = _file_store(directory / "runs") is not None
         ids = UsedIds(f"gang-{i:09d}/{i % 3}" for i in range(n))
+        assert "fresh-0" not in ids  # (the filter made, as a service's checks have made it)
         store = snapshots.MemorySnapshots()
         began = time.process_time()
+        freeze = getattr(used_ids, "freeze_filters", None)  # (what `folding.pickled_later` does first)
+        if freeze is not None:
+            freeze()
         data = snapshots.Snapshot("admission", 1, "bench", ids).encode()
         encoded = time.process_time() - began
         if files:
@@ -127,6 +138,51 @@ def snapshot(n: int) -> dict[str, Any]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def stop(n: int) -> dict[str, Any]:
+    """A stop's save of a record of `n` ids into an object store, its runs all to store or stored
+    already (see the module doc)."""
+    import anyio
+    import nats
+
+    from services.common import snapshots
+    from services.common.natsserver import EmbeddedNats
+    from services.tree.domain import used_ids
+    from services.tree.domain.used_ids import UsedIds
+
+    directory = Path(tempfile.mkdtemp(prefix="bench-ids-"))
+    try:
+        _file_store(directory / "runs")
+        ids = UsedIds(f"gang-{i:09d}/{i % 3}" for i in range(n))
+        assert "fresh-0" not in ids
+        freeze = getattr(used_ids, "freeze_filters", None)
+        if freeze is not None:
+            freeze()
+        state = snapshots.pickled(ids)
+        data = snapshots.Snapshot.encode_pickled("admission", 1, "bench", state)
+        named = snapshots.runs_to_save(None, snapshots.split_pickled(state)[0])
+        result: dict[str, Any] = {"n": n, "bytes_named": sum(len(b"".join(r.byte_chunks())) for r in named.values())}
+
+        async def measure(bucket: str, ahead: bool) -> tuple[float, float]:
+            nc = await nats.connect(server.url)
+            try:
+                store = snapshots.ObjectStoreSnapshots(nc.jetstream(), "S", bucket=bucket)
+                if ahead:  # (what the running service did as the runs sealed)
+                    await store.store_runs({k: r for k, r in named.items() if k in snapshots.named_in(state)[0]})
+                wall, cpu = time.perf_counter(), time.process_time()
+                await store.save("admission", 1, data, named)
+                return time.perf_counter() - wall, time.process_time() - cpu
+            finally:
+                await nc.close()
+
+        with EmbeddedNats(directory / "server") as server:
+            result["all_to_store_wall_s"], result["all_to_store_cpu_s"] = anyio.run(measure, "bench_all", False)
+            if hasattr(snapshots.ObjectStoreSnapshots, "store_runs"):
+                result["runs_stored_wall_s"], result["runs_stored_cpu_s"] = anyio.run(measure, "bench_ahead", True)
+        return result
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def restart(n: int, directory: Path, where: str) -> dict[str, Any]:
     """A new process loads the snapshot `snapshot` left in `directory` (its runs from the data dir
     `runs`, or fetched into a `fresh` one): CPU of the load and of the first check, RSS after."""
@@ -144,15 +200,23 @@ def restart(n: int, directory: Path, where: str) -> dict[str, Any]:
         store.runs = runs
     del objects, runs
     base = _trimmed_rss()
+
+    class Held:  # (asyncio makes a repr of a task's result: of this, not of the state)
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+    async def load() -> Held:
+        return Held(await snapshots.load_newest(store, "admission", "bench"))
+
     began = time.process_time()
-    loaded, skipped = anyio.run(snapshots.load_newest, store, "admission", "bench")
+    loaded, skipped = anyio.run(load).value
     load_cpu = time.process_time() - began
     assert loaded is not None, skipped
     began = time.process_time()
     assert f"gang-{n - 1:09d}/{(n - 1) % 3}" in loaded.state and "fresh-1" not in loaded.state
-    first_check = time.process_time() - began  # (the filter made from the runs' CRCs, when first needed)
-    return {"load_cpu_s": load_cpu, "first_check_cpu_s": first_check, "rss_mb_grown": rss_mb() - base,
-            "rss_mb_grown_after_trim": _trimmed_rss() - base}
+    first_check = time.process_time() - began  # (without a stored filter: made from the runs' CRCs here)
+    return {"load_cpu_s": load_cpu, "first_check_cpu_s": first_check, "start_cpu_s": load_cpu + first_check,
+            "rss_mb_grown": rss_mb() - base, "rss_mb_grown_after_trim": _trimmed_rss() - base}
 
 
 def main() -> None:
@@ -162,6 +226,8 @@ def main() -> None:
         print(json.dumps(restart(n, Path(args[2]), args[3])))
     elif "snapshot" in args:
         print(json.dumps(snapshot(n)))
+    elif "stop" in args:
+        print(json.dumps(stop(n)))
     else:
         print(json.dumps(add_and_check(n)))
 

@@ -70,6 +70,8 @@ from services.common.snapshots import (
 )
 from services.tree.domain import used_ids
 
+_FILTERS = (used_ids.MemoryFilter, id_runs.FileFilter)  # (stored by a snapshot's save: they change)
+
 if TYPE_CHECKING:  # the store is handed in: a service that keeps none loads neither DuckDB nor Arrow
     from projections.store import ProjectionStore
 
@@ -225,10 +227,12 @@ def fold_batch(folder: Folder, batch: Sequence[Stored], after: int,
 logger = logging.getLogger(__name__)
 OnBatch = Callable[[int], Awaitable[None]]
 OUTBOX_BATCHES = 8  # folded batches whose decisions may wait to be published before folding waits
+RUNS_STORED_EVERY = 5.0  # seconds between looks for id runs sealed and not in the snapshot store yet
 
 
 async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
-                  snapshots: SnapshotStore | None = None, warm: Warm | None = None) -> int:
+                  snapshots: SnapshotStore | None = None, warm: Warm | None = None,
+                  policy: SnapshotPolicy | None = None) -> int:
     """Step 1: fold the whole log; publish the decisions it makes that the log lacks. Returns the
     last folded sequence.
 
@@ -243,9 +247,27 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
     decisions made and not seen yet are kept (by id, in the order they were made), those seen
     dropped, and what is left at the end is missing (a crash came between deciding and
     publishing) and is published. Ids are read from every subject: refusals live on subjects we
-    do not fold."""
+    do not fold.
+
+    With `policy`, the fold saves a snapshot every `policy.every` positions as it goes (in the
+    background, one at a time; the last one finished before this returns), so that a start
+    stopped or killed in a long fold resumes from the newest instead of the start. Such a
+    snapshot's `pending` are the decisions made and not seen in the log yet: a start from it
+    keeps them as this fold would have, and what it then folds and publishes is what this fold
+    would have."""
     start = warm or Warm(folder, subjects)
-    await start.catch_up(log, snapshots)
+    if policy is None:
+        await start.catch_up(log, snapshots)
+    else:
+        failed: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            try:
+                await start.catch_up(log, snapshots, Saving(policy, log, tg))
+            except Exception as exc:  # (raised as it was, not in the task group's ExceptionGroup)
+                failed = exc
+                tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
     if start.made:
         await log.append(list(start.made.values()))
         start.made.clear()
@@ -270,12 +292,16 @@ class Warm:
         self.restored = False
         self.restored_at = 0  # the position of the snapshot the fold started from (0: the log's start)
 
-    async def catch_up(self, log: EventLog, snapshots: SnapshotStore | None = None) -> int:
-        """Fold what the log holds beyond `folded` (the first time: from the newest snapshot)."""
+    async def catch_up(self, log: EventLog, snapshots: SnapshotStore | None = None,
+                       saving: Saving | None = None) -> int:
+        """Fold what the log holds beyond `folded` (the first time: from the newest snapshot);
+        with `saving`, snapshots saved as it goes (`rebuild`)."""
         if not self.restored:
             if snapshots is not None:  # (cancelled before it returns: nothing was loaded, tried again)
                 self.folded = self.restored_at = await _restore(log, self.folder, snapshots, self.made)
             self.restored = True
+        if saving is not None:
+            saving.policy.started(self.folded, self.folder.now, restored=self.restored_at)
         wanted, made, folder = self.wanted, self.made, self.folder
         watched = metrics.status(folder.service)  # (a standby's fold is what its gauges read)
         watched.folder = folder
@@ -290,6 +316,8 @@ class Warm:
             if made:
                 for seen in ids_in(piece):
                     made.pop(seen, None)
+            if saving is not None:
+                saving.if_due(folder, self.folded, made)
         return self.folded
 
     async def follow(self, log: EventLog, snapshots: SnapshotStore | None = None, every: float = 0.1) -> None:
@@ -297,6 +325,32 @@ class Warm:
         while True:
             await self.catch_up(log, snapshots)
             await anyio.sleep(every)
+
+
+class Saving:
+    """A rebuild's snapshots (`rebuild`): one started every `policy.every` positions folded, where
+    a piece of the log ends, saved in `tg` while the fold goes on; none while one is being saved.
+    Only where and when it is taken depends on the count of positions; what it holds is the fold
+    as it stands there, as anywhere else."""
+
+    def __init__(self, policy: SnapshotPolicy, log: EventLog, tg: anyio.abc.TaskGroup) -> None:
+        self.policy, self.log, self.tg = policy, log, tg
+        self.busy = False
+
+    def if_due(self, folder: Folder, folded: int, made: dict[str, Envelope]) -> None:
+        if self.busy or not self.policy.due_folding_again(folded):
+            return
+        self.busy = True
+        # (the decisions not seen in the log yet, as they stand with the state: the fold after a
+        # start from it drops those it then sees, and publishes the rest, as this one would)
+        pending = list(made.values())
+        self.tg.start_soon(self._save, folder, folded, pending, take_snapshot(folder, folded))
+
+    async def _save(self, folder: Folder, folded: int, pending: list[Envelope], pickling: Pickling) -> None:
+        try:
+            await save_snapshot(self.policy, self.log, folder.service, folded, folder.now, pickling, pending)
+        finally:
+            self.busy = False
 
 
 async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
@@ -350,6 +404,10 @@ class Pickling:
 
 
 def pickled_later(state: object) -> Pickling:
+    """`state` pickled for a snapshot (`_pickled_later`). The id records' filters are stored first
+    (those changed since they last were: `used_ids.freeze_filters`), so that the snapshot names
+    them and a start takes them instead of making them from the runs."""
+    used_ids.freeze_filters()
     return Pickling(_pickled_later(state))
 
 
@@ -392,9 +450,12 @@ def _pickled_later(state: object) -> Awaitable[bytes]:
 
 
 async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, folded: int, now: float,
-                        pickling: Awaitable[bytes]) -> None:
+                        pickling: Awaitable[bytes], made: Sequence[Envelope] = ()) -> None:
+    """Save the snapshot being pickled: `made`, the decisions made and not in the log yet (a
+    rebuild's), and those the log keeps back (`policy.kept`) as its pending."""
     policy.last_seq, policy.last_time = folded, now
-    pending = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
+    kept = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
+    pending = tuple({decision.id: decision for decision in (*made, *kept)}.values())
     try:
         state_bytes = await pickling
         runs = runs_to_save(pickling, split_pickled(state_bytes)[0])
@@ -410,6 +471,28 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
     except BaseException:  # cancelled with the service: a clean stop saves again (`unsaved`)
         logger.debug("%s: snapshot at %d cut short by the service's stop", service, folded)
         raise
+
+
+async def store_runs_as_they_seal(policy: SnapshotPolicy, every: float | None = None) -> None:
+    """Put the id runs sealed since the last look into the snapshot store, every `every` seconds
+    (default `RUNS_STORED_EVERY`), until cancelled: a snapshot names its runs and its save stores
+    those the store lacks, which after many new ids (a merge rewrites the largest run) could be
+    tens of MB, too much for a clean stop's budget; stored as they seal, the stop's save stores
+    only the filters and the state. A run merged away before a snapshot names it is deleted from
+    the store with the others no snapshot names (`RUN_GRACE`)."""
+    stored: set[str] = set()
+    while True:
+        await anyio.sleep(RUNS_STORED_EVERY if every is None else every)
+        alive = [run for run in used_ids.current_store().alive() if not isinstance(run, _FILTERS)]
+        new = {run.key: run for run in alive if run.key not in stored}
+        if not new:
+            continue
+        try:
+            await policy.store.store_runs(new)
+        except Exception as exc:  # (the next look, or the snapshot's save, stores them)
+            logger.debug("id runs not stored yet: %s: %s", type(exc).__name__, exc)
+            continue
+        stored = {run.key for run in alive}  # (those merged away forgotten: the set stays small)
 
 
 def ids_in(piece: Sequence[Stored]) -> Iterator[str]:
@@ -441,9 +524,10 @@ async def run_folder(
     """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
     its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
     warm = warm or Warm(folder, subjects)
-    folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm)
-    if snapshots is not None:
-        snapshots.started(folded, folder.now, restored=warm.restored_at)
+    folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm,
+                           snapshots)
+    if snapshots is not None:  # (kept from the position of the newest snapshot, the rebuild's own included)
+        snapshots.started(folded, folder.now, restored=max(warm.restored_at, snapshots.saved))
     start = folded if store is None else min(folded, store.lowest_checkpoint)
     watched = metrics.status(folder.service)  # what the metrics read (plain numbers: no SDK call here)
     watched.folder, watched.folded, watched.snapshots = folder, folded, snapshots
@@ -512,6 +596,8 @@ async def run_folder(
         with SHARED.user():
             async with anyio.create_task_group() as tg:
                 tg.start_soon(publish)
+                if snapshots is not None:
+                    tg.start_soon(store_runs_as_they_seal, snapshots)
                 await log.consume(durable, subjects, start, handle, max_batch=max_batch, linger=linger)
     finally:
         gc.unfreeze()

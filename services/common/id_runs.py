@@ -15,6 +15,11 @@ delete them) are swept at a start (`sweep`) once older than `SWEEP_AFTER`. Servi
 data dir share the directory: a file another process deleted stays readable by those that have
 it open, and a start that misses one fetches it from the snapshot store (`services.common.
 snapshots`).
+
+A record's filter, stored for a snapshot (`UsedIds.freeze`), is a file `<key>.filter` beside the
+runs, kept the same way (written whole then renamed, checked against its key when a start takes
+it, deleted when nothing holds it, swept when left over); only its size is in memory until a start
+reads its bits.
 """
 
 from __future__ import annotations
@@ -27,21 +32,34 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
 from services.tree.domain import used_ids
-from services.tree.domain.used_ids import TRAILER, Run, RunBuilder, RunRegistry, RunStore, parse_trailer
+from services.tree.domain.used_ids import (
+    FILTER_TRAILER,
+    TRAILER,
+    IdFilter,
+    Run,
+    RunBuilder,
+    RunRegistry,
+    RunStore,
+    filter_key,
+    filter_trailer,
+    is_filter,
+    parse_trailer,
+)
 
 log = logging.getLogger(__name__)
 
 DIRECTORY = "id-runs"
 SWEEP_AFTER = 24 * 3600.0  # seconds: a run file no process opened for this long is left over
 READ = 1 << 20  # bytes read at a time when a run is read whole (a multiple of a block)
+_T = TypeVar("_T")
 
 
 class FileRun:
@@ -92,6 +110,36 @@ class FileRun:
         return self  # immutable
 
 
+class FileFilter:
+    """A record's stored filter in a file, kept open; its bits read when a start takes them."""
+
+    __slots__ = ("__weakref__", "capacity", "fd", "key", "path", "sealed", "size")
+
+    def __init__(self, key: str, path: Path, fd: int, size: int, capacity: int, sealed: int) -> None:
+        self.key, self.path, self.fd = key, path, fd
+        self.size, self.capacity, self.sealed = size, capacity, sealed
+
+    def _length(self) -> int:
+        return (self.size + 7) // 8 + FILTER_TRAILER.size
+
+    def bits(self) -> bytes:
+        return os.pread(self.fd, (self.size + 7) // 8, 0)
+
+    def byte_chunks(self) -> Iterator[bytes]:
+        end = self._length()
+        for at in range(0, end, READ):
+            yield os.pread(self.fd, min(READ, end - at), at)
+
+    def reader(self) -> IO[bytes]:
+        return io.BufferedReader(_PreadRaw(self.fd, self._length()))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (a plain pickle: the bits, so that it loads anywhere)
+        return (used_ids.MemoryFilter, (self.key, self.bits(), self.size, self.capacity, self.sealed))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FileFilter:
+        return self  # immutable
+
+
 class _PreadRaw(io.RawIOBase):
     def __init__(self, fd: int, size: int) -> None:
         self.fd, self.size, self.at = fd, size, 0
@@ -127,12 +175,45 @@ class FileRuns(RunRegistry):
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.run"
 
+    def _filter_path(self, key: str) -> Path:
+        return self.directory / f"{key}.filter"
+
     def _open(self, key: str, path: Path, count: int, crc_count: int, index: list[int]) -> FileRun:
         fd = os.open(path, os.O_RDONLY)
         run = FileRun(key, path, fd, count, crc_count, index)
         done = weakref.finalize(run, _closed, fd, path, True)
         done.atexit = False  # at exit the files stay: the next start takes them
         return self.keep(run)
+
+    def _open_filter(self, key: str, path: Path, size: int, capacity: int, sealed: int) -> FileFilter:
+        fd = os.open(path, os.O_RDONLY)
+        found = FileFilter(key, path, fd, size, capacity, sealed)
+        done = weakref.finalize(found, _closed, fd, path, True)
+        done.atexit = False
+        return self.keep(found)
+
+    def write_filter(self, bits: bytes, size: int, capacity: int, sealed: int) -> IdFilter:
+        trailer = filter_trailer(size, capacity, sealed)
+        key = filter_key(bits, trailer)
+        found: IdFilter | None = self.held(key)
+        if found is not None:
+            return found
+        path = self._filter_path(key)
+        self._write_whole(path, (bits, trailer))
+        return self._open_filter(key, path, size, capacity, sealed)
+
+    def _write_whole(self, path: Path, pieces: Iterable[bytes]) -> None:
+        """`pieces` into the file `path`, under a temporary name until whole."""
+        handle, name = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=path.suffix)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                for piece in pieces:
+                    out.write(piece)
+            os.replace(name, path)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(name)
+            raise
 
     def write(self, digests: Iterable[np.ndarray], crcs: Iterable[np.ndarray]) -> Run:
         built = RunBuilder()
@@ -157,31 +238,45 @@ class FileRuns(RunRegistry):
             raise
         return self._open(key, path, built.count, built.crc_count, built.index)
 
-    def local(self, key: str) -> Run | None:
-        """The run `key` if it is alive here or its file is (read whole: checked against its key,
-        its index made), else None (a file that does not match is deleted)."""
-        found: Run | None = self.held(key)
+    def local(self, key: str) -> Run | IdFilter | None:
+        """The run (or filter) `key` if it is alive here or its file is (read whole: checked
+        against its key, a run's index made), else None (a file that does not match is deleted)."""
+        found: Run | IdFilter | None = self.held(key)
         if found is not None:
             return found
-        path = self._path(key)
+        run = self._taken(self._path(key), key, "run", lambda path: self._open(key, path, *_checked(path, key)))
+        if run is not None:
+            return run
+        return self._taken(self._filter_path(key), key, "filter",
+                           lambda path: self._open_filter(key, path, *_checked_filter(path, key)))
+
+    def _taken(self, path: Path, key: str, kind: str, opened: Callable[[Path], _T]) -> _T | None:
+        """`opened(path)` (it checks the file), or None if there is no such file or it does not
+        check out (then deleted)."""
         try:
-            checked = _checked(path, key)
+            found = opened(path)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            log.warning("id run %s in %s not used: %s", key, self.directory, exc)
+            log.warning("id %s %s in %s not used: %s", kind, key, self.directory, exc)
             with suppress(OSError):
                 path.unlink()
             return None
         with suppress(OSError):
             os.utime(path)  # (taken: not left over)
-        return self._open(key, path, *checked)
+        return found
 
-    def adopt(self, key: str, data: bytes) -> Run:
-        """The run `key` from its bytes (fetched), kept as its file; ValueError if it is not that run."""
-        found: Run | None = self.held(key)
+    def adopt(self, key: str, data: bytes) -> Run | IdFilter:
+        """The run (or filter) `key` from its bytes (fetched), kept as its file; ValueError if it is
+        not that one."""
+        found: Run | IdFilter | None = self.held(key)
         if found is not None:
             return found
+        if is_filter(data):
+            made = used_ids.filter_of(data, key)
+            path = self._filter_path(key)
+            self._write_whole(path, (data,))
+            return self._open_filter(key, path, made.size, made.capacity, made.sealed)
         handle, name = tempfile.mkstemp(dir=self.directory, prefix=".fetching-", suffix=".run")
         try:
             with os.fdopen(handle, "wb") as out:
@@ -199,8 +294,8 @@ class FileRuns(RunRegistry):
         ones as old): how many."""
         gone = 0
         cutoff = time.time() - older_than
-        for path in self.directory.glob("*.run"):
-            key = path.name.removesuffix(".run")
+        for path in [*self.directory.glob("*.run"), *self.directory.glob("*.filter")]:
+            key = path.stem
             if self.held(key) is not None:
                 continue
             with suppress(OSError):
@@ -236,10 +331,17 @@ def _checked(path: Path, key: str) -> tuple[int, int, list[int]]:
     return count, crc_count, [first for part in index_parts for first in part.tolist()]
 
 
-def touch(runs: Iterable[Run]) -> None:
-    """Mark the files of `runs` as in use (a snapshot names them: not left over for `sweep`)."""
+def _checked_filter(path: Path, key: str) -> tuple[int, int, int]:
+    """(size, capacity, sealed) of the filter file at `path`, read whole and checked against `key`."""
+    found = used_ids.filter_of(path.read_bytes(), key)
+    return found.size, found.capacity, found.sealed
+
+
+def touch(runs: Iterable[Run | IdFilter]) -> None:
+    """Mark the files of `runs` (and filters) as in use (a snapshot names them: not left over for
+    `sweep`)."""
     for run in runs:
-        if isinstance(run, FileRun):
+        if isinstance(run, (FileRun, FileFilter)):
             with suppress(OSError):
                 os.utime(run.path)
 

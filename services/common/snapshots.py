@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from events import Envelope
-from services.common.id_runs import FileRun
+from services.common.id_runs import FileFilter, FileRun
 from services.tree.domain import used_ids
-from services.tree.domain.used_ids import Run
+from services.tree.domain.used_ids import IdFilter, Run
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,13 @@ class Snapshot:
                        pending: Sequence[Envelope] = (), anchor: int | None = None) -> bytes:
         """A snapshot of a state pickled already by `pickled` (pickling must happen while the
         state stands still; compressing need not)."""
-        runs, body = split_pickled(state)
+        runs, optional, body = named_in(state)
         payload = zlib.compress(pickle.dumps((body, list(pending)), protocol=pickle.HIGHEST_PROTOCOL), 1)
+        # "runs": every stored object it names (what a save stores and a collection keeps);
+        # "optional": those of them a start may do without (the id records' filters)
         header = {"format": FORMAT, "service": service, "seq": seq, "fingerprint": fingerprint,
-                  "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor, "runs": runs}
+                  "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor,
+                  "runs": runs + optional, "optional": optional}
         return json.dumps(header, sort_keys=True).encode() + b"\n" + payload
 
     @staticmethod
@@ -133,19 +136,23 @@ class Snapshot:
         return found
 
     @classmethod
-    def decode(cls, data: bytes, part: int | None = None, runs: Mapping[str, Run] | None = None) -> Snapshot:
+    def decode(cls, data: bytes, part: int | None = None,
+               runs: Mapping[str, Run | IdFilter] | None = None) -> Snapshot:
         """The snapshot in `data`; with `part`, its state is only that part of a state exported as
         a tuple (the others are not loaded; a state stored whole is its own part 0). The runs its
         header names come from `runs`, else from the runs this process has (`RunStore.local`:
-        `load_newest` fetches the others first); one not found makes it corrupt."""
+        `load_newest` fetches the others first); a run not found makes it corrupt (a filter not
+        found is made again from the runs)."""
         head = cls.header(data)
         found = dict(runs or {})
+        optional = set(optional_named(head))
         for key in runs_named(head):
             if key not in found:
                 run = used_ids.current_store().local(key)
-                if run is None:
+                if run is None and key not in optional:
                     raise Corrupt(f"id run {key} not found")
-                found[key] = run
+                if run is not None:
+                    found[key] = run
         payload = data[data.index(b"\n") + 1:]
         if len(payload) != head.get("length") or zlib.crc32(payload) != head.get("crc"):
             raise Corrupt("payload length or CRC does not match its header")
@@ -185,28 +192,36 @@ _RUNS_LINE = b"runs:"
 
 
 class _Pickler(pickle.Pickler):
-    """A pickler that writes each id run (`used_ids.Run`) as its key: a snapshot refers to the
-    runs, stored apart once each (`SnapshotStore.save`), so that it does not grow with them.
-    (Through the dispatch table, looked up by type in C: a `persistent_id` method would be a
-    Python call for every object of the state, and pickling took up to twice as long.)"""
+    """A pickler that writes each id run (`used_ids.Run`) and stored filter (`used_ids.IdFilter`)
+    as its key: a snapshot refers to them, stored apart once each (`SnapshotStore.save`), so that
+    it does not grow with them. (Through the dispatch table, looked up by type in C: a
+    `persistent_id` method would be a Python call for every object of the state, and pickling
+    took up to twice as long.)"""
 
-    def __init__(self, file: IO[bytes], runs: set[str]) -> None:
+    def __init__(self, file: IO[bytes], runs: set[str], filters: set[str]) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.runs = runs
+        self.runs, self.filters = runs, filters
         table = dict(copyreg.dispatch_table)
         for kind in _RUN_TYPES:
             table[kind] = self._reduce_run
+        for other in _FILTER_TYPES:
+            table[other] = self._reduce_filter
         self.dispatch_table = table
 
     def _reduce_run(self, run: Run) -> tuple[Any, tuple[str]]:
         self.runs.add(run.key)
         return (_run_named, (run.key,))
 
+    def _reduce_filter(self, found: IdFilter) -> tuple[Any, tuple[str]]:
+        self.filters.add(found.key)
+        return (_filter_named, (found.key,))
 
-_RESOLVING: contextvars.ContextVar[Mapping[str, Run] | None] = contextvars.ContextVar("runs", default=None)
+
+_RESOLVING: contextvars.ContextVar[Mapping[str, Run | IdFilter] | None] = contextvars.ContextVar("runs",
+                                                                                                default=None)
 
 
-def _run_named(key: str) -> Run:
+def _run_named(key: str) -> Run | IdFilter:
     """The run a snapshot names (while `_loads` loads it)."""
     runs = _RESOLVING.get()
     if runs is None or key not in runs:
@@ -214,16 +229,23 @@ def _run_named(key: str) -> Run:
     return runs[key]
 
 
+def _filter_named(key: str) -> IdFilter | None:
+    """The filter a snapshot names, or None if it was not found (the record makes it again)."""
+    found = (_RESOLVING.get() or {}).get(key)
+    return found if isinstance(found, _FILTER_TYPES) else None
+
+
 _RUN_TYPES = (used_ids.MemoryRun, FileRun)
+_FILTER_TYPES = (used_ids.MemoryFilter, FileFilter)
 
 
-def _dumps(state: object, runs: set[str]) -> bytes:
+def _dumps(state: object, runs: set[str], filters: set[str]) -> bytes:
     out = io.BytesIO()
-    _Pickler(out, runs).dump(state)
+    _Pickler(out, runs, filters).dump(state)
     return out.getvalue()
 
 
-def _loads(data: bytes, runs: Mapping[str, Run]) -> Any:
+def _loads(data: bytes, runs: Mapping[str, Run | IdFilter]) -> Any:
     token = _RESOLVING.set(runs)
     try:
         return pickle.loads(data)
@@ -233,31 +255,54 @@ def _loads(data: bytes, runs: Mapping[str, Run]) -> Any:
 
 def pickled(state: object) -> bytes:
     """`state` pickled as a snapshot holds it: a tuple part by part (`Parts`), anything else whole;
-    its id runs as their keys, named on a first line (`split_pickled`)."""
+    its id runs and filters as their keys, named on a first line (`named_in`: a filter's key after
+    `_OPTIONAL`)."""
     runs: set[str] = set()
+    filters: set[str] = set()
     if isinstance(state, tuple):
-        state = Parts([_dumps(one, runs) for one in state])
-    body = _dumps(state, runs)
-    return _RUNS_LINE + " ".join(sorted(runs)).encode() + b"\n" + body
+        state = Parts([_dumps(one, runs, filters) for one in state])
+    body = _dumps(state, runs, filters)
+    named = [*sorted(runs), *(_OPTIONAL + key for key in sorted(filters))]
+    return _RUNS_LINE + " ".join(named).encode() + b"\n" + body
+
+
+_OPTIONAL = "?"
+
+
+def named_in(data: bytes) -> tuple[list[str], list[str], bytes]:
+    """The keys of the runs a `pickled` state names, of the filters (optional), and the pickle."""
+    if not data.startswith(_RUNS_LINE):
+        return [], [], data  # (pickled by other means: names no runs)
+    end = data.index(b"\n")
+    keys = data[len(_RUNS_LINE):end].decode().split()
+    return ([key for key in keys if not key.startswith(_OPTIONAL)],
+            [key[len(_OPTIONAL):] for key in keys if key.startswith(_OPTIONAL)], data[end + 1:])
 
 
 def split_pickled(data: bytes) -> tuple[list[str], bytes]:
-    """The keys of the runs a `pickled` state names, and the pickle."""
-    if not data.startswith(_RUNS_LINE):
-        return [], data  # (pickled by other means: names no runs)
-    end = data.index(b"\n")
-    return data[len(_RUNS_LINE):end].decode().split(), data[end + 1:]
+    """The keys of every stored object (runs and filters) a `pickled` state names, and the pickle."""
+    runs, optional, body = named_in(data)
+    return runs + optional, body
 
 
 def runs_named(head: Mapping[str, Any]) -> list[str]:
-    """The keys of the runs a snapshot's header names."""
-    runs = head.get("runs")
-    if not isinstance(runs, list) or not all(isinstance(key, str) for key in runs):
-        raise Corrupt("its header's runs are not a list of keys")
-    return runs
+    """The keys of the runs (and filters) a snapshot's header names."""
+    return _keys(head, "runs")
 
 
-def _unpickled(stored: object, part: int | None, runs: Mapping[str, Run]) -> Any:
+def optional_named(head: Mapping[str, Any]) -> list[str]:
+    """The keys of those a start may do without (filters: made again from the runs)."""
+    return _keys(head, "optional") if "optional" in head else []
+
+
+def _keys(head: Mapping[str, Any], name: str) -> list[str]:
+    keys = head.get(name)
+    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+        raise Corrupt(f"its header's {name} are not a list of keys")
+    return keys
+
+
+def _unpickled(stored: object, part: int | None, runs: Mapping[str, Run | IdFilter]) -> Any:
     """The state `pickled` made (`stored`: loaded once), whole or only its `part`."""
     if not isinstance(stored, Parts):
         if part is not None and isinstance(stored, tuple):  # a tuple pickled whole (not by `pickled`)
@@ -280,10 +325,15 @@ class Snapshotting(Protocol):
 
 
 class SnapshotStore(Protocol):
-    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run] | None = None) -> None:
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run | IdFilter] | None = None) -> None:
         """Keep the snapshot `data` and the runs it names (`runs`: by key, those the store lacks
         are stored, once each); then delete the snapshots `to_delete` names and the runs no
         snapshot kept names."""
+        ...
+
+    async def store_runs(self, runs: Mapping[str, Run | IdFilter]) -> list[str]:
+        """Store those of `runs` the store lacks, ahead of a snapshot that will name them (so that
+        its save, a clean stop's above all, has little left to store): the keys stored now."""
         ...
 
     async def candidates(self, service: str) -> list[int]:
@@ -322,7 +372,7 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
             if head.get("fingerprint") != fingerprint:
                 skipped.append(f"{service}@{seq}: made by other code ({head.get('fingerprint')})")
                 continue
-            snapshot = Snapshot.decode(data, part, await runs_for(store, runs_named(head)))
+            snapshot = Snapshot.decode(data, part, await runs_for(store, runs_named(head), optional_named(head)))
         except Corrupt as exc:
             skipped.append(f"{service}@{seq}: corrupt ({exc})")
             continue
@@ -339,32 +389,40 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
     return None, skipped
 
 
-async def runs_for(store: SnapshotStore, keys: Sequence[str]) -> dict[str, Run]:
-    """The runs named `keys`: from this process's run store (its files: `services.common.id_runs`,
-    each checked against its key), else fetched from the snapshot store once and kept there.
-    Corrupt if one is in neither, or fetched does not match its key."""
+async def runs_for(store: SnapshotStore, keys: Sequence[str], optional: Sequence[str] = ()
+                   ) -> dict[str, Run | IdFilter]:
+    """The runs (and filters) named `keys`: from this process's run store (its files:
+    `services.common.id_runs`, each checked against its key), else fetched from the snapshot store
+    once and kept there. Corrupt if a run is in neither, or fetched does not match its key; an
+    `optional` one (a filter) is left out instead, with a warning."""
     runs = used_ids.current_store()
-    found: dict[str, Run] = {}
+    found: dict[str, Run | IdFilter] = {}
     for key in keys:
-        run = runs.local(key)
-        if run is None:
-            data = await store.fetch_run(key)
-            if data is None:
-                raise Corrupt(f"id run {key} is gone")
-            try:
-                run = runs.adopt(key, data)
-            except ValueError as exc:
-                raise Corrupt(f"id run {key}: {exc}") from None
+        try:
+            run = runs.local(key)
+            if run is None:
+                data = await store.fetch_run(key)
+                if data is None:
+                    raise Corrupt(f"id run {key} is gone")
+                try:
+                    run = runs.adopt(key, data)
+                except ValueError as exc:
+                    raise Corrupt(f"id run {key}: {exc}") from None
+        except Corrupt as exc:
+            if key not in optional:
+                raise
+            log.warning("id filter not used (made again from the runs): %s", exc)
+            continue
         found[key] = run
     return found
 
 
-def runs_to_save(pickling: object, keys: Sequence[str]) -> dict[str, Run]:
-    """The runs a pickled state names, by key: those held since it was pickled (`Pickling.runs`),
-    else those this process's store has; Corrupt if one is gone (merged away and deleted: the
-    snapshot is not saved, the next one is)."""
+def runs_to_save(pickling: object, keys: Sequence[str]) -> dict[str, Run | IdFilter]:
+    """The runs (and filters) a pickled state names, by key: those held since it was pickled
+    (`Pickling.runs`), else those this process's store has; Corrupt if one is gone (merged away
+    and deleted: the snapshot is not saved, the next one is)."""
     held = {run.key: run for run in getattr(pickling, "runs", ())}
-    found: dict[str, Run] = {}
+    found: dict[str, Run | IdFilter] = {}
     for key in keys:
         run = held.get(key) or used_ids.current_store().local(key)
         if run is None:
@@ -394,10 +452,8 @@ class MemorySnapshots:
         self.objects: dict[tuple[str, int], bytes] = {}
         self.runs: dict[str, bytes] = {}  # by key
 
-    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run] | None = None) -> None:
-        for key, run in (runs or {}).items():
-            if key not in self.runs:
-                self.runs[key] = b"".join(run.byte_chunks())
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run | IdFilter] | None = None) -> None:
+        await self.store_runs(runs or {})
         self.objects[(service, seq)] = data
         for old in to_delete(await self.candidates(service), seq):
             del self.objects[(service, old)]
@@ -407,6 +463,12 @@ class MemorySnapshots:
                 referenced.update(runs_named(Snapshot.header(kept)))
         for key in unreferenced(list(self.runs), referenced):
             del self.runs[key]
+
+    async def store_runs(self, runs: Mapping[str, Run | IdFilter]) -> list[str]:
+        new = [key for key in runs if key not in self.runs]
+        for key in new:
+            self.runs[key] = b"".join(runs[key].byte_chunks())
+        return new
 
     async def candidates(self, service: str) -> list[int]:
         return sorted((s for name, s in self.objects if name == service), reverse=True)
@@ -462,17 +524,13 @@ class ObjectStoreSnapshots:
         except NotFoundError:  # an empty store
             return []
 
-    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run] | None = None) -> None:
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run | IdFilter] | None = None) -> None:
         """The runs first (those not stored yet), then the snapshot naming them in its description
         (what `_collect` reads, without fetching a snapshot), then the deletions."""
         from nats.js.api import ObjectMeta
 
         obs = await self.opened()
-        stored = {str(info.name) for info in await self._infos()}
-        for key, run in (runs or {}).items():
-            if self._run_name(key) not in stored:
-                reader = getattr(run, "reader", None)
-                await obs.put(self._run_name(key), reader() if reader is not None else b"".join(run.byte_chunks()))
+        await self.store_runs(runs or {})
         keys = sorted(runs or {})
         await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
         for old in to_delete(await self.candidates(service), seq):
@@ -481,6 +539,20 @@ class ObjectStoreSnapshots:
             except Exception as exc:  # an old one left over is tidied up by the next save
                 log.debug("snapshot %s@%d not deleted: %s", service, old, exc)
         await self._collect(set(keys))
+
+    async def store_runs(self, runs: Mapping[str, Run | IdFilter]) -> list[str]:
+        """Those of `runs` not in the bucket, put there (a run no snapshot names yet is kept
+        `RUN_GRACE` by `_collect`, and put again by the save that names it if it was deleted)."""
+        if not runs:
+            return []
+        obs = await self.opened()
+        stored = {str(info.name) for info in await self._infos()}
+        new = [key for key in runs if self._run_name(key) not in stored]
+        for key in new:
+            run = runs[key]
+            reader = getattr(run, "reader", None)
+            await obs.put(self._run_name(key), reader() if reader is not None else b"".join(run.byte_chunks()))
+        return new
 
     async def _collect(self, keep: set[str]) -> None:
         """Delete the run objects no snapshot of this stream names (nor `keep`), once older than
@@ -593,6 +665,11 @@ class SnapshotPolicy:
         the whole history again at every start: a 1M-gang log restarted in minutes.)"""
         saved = folded if restored is None else restored
         self.last_seq, self.last_time, self.saved = saved, now, saved
+
+    def due_folding_again(self, folded: int) -> bool:
+        """Whether a rebuild (the log folded again after a start) snapshots at `folded`: every
+        `every` positions only (its log time runs far faster than the clock's)."""
+        return folded - self.last_seq >= self.every
 
     def unsaved(self, folded: int) -> bool:
         """Whether a clean stop at `folded` has state to keep (not whether one was started there)."""

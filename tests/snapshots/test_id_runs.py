@@ -19,6 +19,7 @@ from services.common.snapshots import (
     MemorySnapshots,
     Snapshot,
     load_newest,
+    optional_named,
     pickled,
     runs_named,
     runs_to_save,
@@ -70,6 +71,7 @@ class Counting(MemorySnapshots):
 def save(store: MemorySnapshots, folders: Folders, at: int) -> dict[str, list[str]]:
     """Each folder's snapshot at `at`, saved as a service saves it: the keys of the runs named."""
     named = {}
+    used_ids.freeze_filters()  # (as `folding.pickled_later` does: the snapshots name the filters)
     for folder in (folders.admission, folders.preemption):
         state = pickled(folder.export())
         keys = split_pickled(state)[0]
@@ -109,7 +111,7 @@ def test_a_snapshot_with_runs_loads_on_any_data_dir_and_folds_as_the_whole(
     after = load(store)
     if data_dir == "fresh":
         assert sorted(store.fetched) == sorted({key for keys in named.values() for key in keys})
-        assert {p.name for p in directory.glob("*.run")} >= {f"{key}.run" for key in store.fetched}
+        assert {p.stem for p in [*directory.glob("*.run"), *directory.glob("*.filter")]} >= set(store.fetched)
     else:
         assert store.fetched == []
     del before
@@ -196,3 +198,67 @@ async def test_runs_in_the_object_store_are_stored_once_fetched_and_deleted(
         with contextlib.suppress(Exception):
             await js.delete_object_store(bucket)
         await nc.close()
+
+
+def _record_snapshot(tmp_path: Path, store: MemorySnapshots) -> tuple[used_ids.UsedIds, str]:
+    """A record of 1,000 ids (runs and a filter in `<tmp_path>/made`), saved in `store` as a
+    service saves it: its filter stored first; the filter's key."""
+    used_ids.use_store(FileRuns(tmp_path / "made"))
+    ids = used_ids.UsedIds(f"g{i}" for i in range(1_000))
+    assert "h0" not in ids  # (the filter made, as checks make it)
+    used_ids.freeze_filters()
+    state = pickled(ids)
+    data = Snapshot.encode_pickled("admission", 1, "test", state)
+    anyio.run(store.save, "admission", 1, data, runs_to_save(None, split_pickled(state)[0]))
+    optional = optional_named(Snapshot.header(data))
+    assert ids._frozen is not None and optional == [ids._frozen.key]
+    return ids, optional[0]
+
+
+def _answers_as_made(found: Snapshot | None, skipped: list[str]) -> used_ids.UsedIds:
+    assert found is not None, skipped
+    loaded = found.state
+    assert all(f"g{i}" in loaded for i in range(1_000)) and not any(f"h{i}" in loaded for i in range(1_000))
+    return loaded
+
+
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+@pytest.mark.parametrize("data_dir", ["fresh", "made"])
+def test_a_start_takes_the_stored_filter_instead_of_making_it(tmp_path: Path, data_dir: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Counting()
+    ids, key = _record_snapshot(tmp_path, store)
+    assert key in store.runs and key in runs_named(Snapshot.header(store.objects[("admission", 1)]))
+    used_ids.use_store(FileRuns(tmp_path / data_dir))  # a new process: nothing alive in it
+    made = []
+    monkeypatch.setattr(used_ids.UsedIds, "_filter", lambda self: made.append(self))
+    loaded = _answers_as_made(*anyio.run(lambda: load_newest(store, "admission", "test")))
+    assert made == [] and bytes(loaded._bits) == bytes(ids._bits)
+    assert (key in store.fetched) == (data_dir == "fresh")
+    assert (tmp_path / data_dir / f"{key}.filter").exists()
+
+
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+@pytest.mark.parametrize("how", ["altered in the store", "gone from the store", "altered in the data dir"])
+def test_a_filter_gone_or_altered_is_made_again_from_the_runs(tmp_path: Path, how: str) -> None:
+    """A filter is a cache of the runs: one that does not match its key is not used (the snapshot
+    is, and the filter is made from its runs), never one that could turn a used id away."""
+    store = Counting()
+    ids, key = _record_snapshot(tmp_path, store)
+    data_dir = tmp_path / "fresh"
+    if how == "altered in the store":
+        store.runs[key] = bytes([store.runs[key][0] ^ 0xFF]) + store.runs[key][1:]
+    elif how == "gone from the store":
+        del store.runs[key]
+    else:
+        data_dir = tmp_path / "made"
+        path = data_dir / f"{key}.filter"
+        altered = bytearray(path.read_bytes())
+        altered[0] ^= 0xFF
+        del ids  # (its files deleted when let go: written again as a process killed would leave them)
+        path.write_bytes(bytes(altered))
+        store.runs.pop(key)  # (so that only the data dir could give it)
+    used_ids.use_store(FileRuns(data_dir))
+    loaded = _answers_as_made(*anyio.run(lambda: load_newest(store, "admission", "test")))
+    assert loaded._frozen is None  # made from the runs
+    assert not (data_dir / f"{key}.filter").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -23,7 +24,7 @@ from services.common.log import EventLog
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, ObjectStoreSnapshots, SnapshotPolicy, SnapshotStore
 from services.replay import verify
-from services.tree.domain.used_ids import Run
+from services.tree.domain.used_ids import IdFilter, MemoryRuns, Run
 from tests.admission.builders import gang, host, pool, task, tree
 from tests.conftest import reset_stream
 
@@ -51,9 +52,11 @@ async def run_until_caught_up(log: EventLog, store: SnapshotStore) -> AdmissionF
     return folder
 
 
-async def fold_until_quiet(log: EventLog, store: SnapshotStore, folder: Folder) -> None:
-    """`folder` run as a service on `log` until the log is quiet, then stopped cleanly."""
-    policy = SnapshotPolicy(store, every=10, least=1)
+async def fold_until_quiet(log: EventLog, store: SnapshotStore, folder: Folder,
+                           policy: SnapshotPolicy | None = None) -> None:
+    """`folder` run as a service on `log` until the log is quiet, then stopped cleanly (a
+    snapshot every 10 positions unless `policy` says otherwise)."""
+    policy = policy or SnapshotPolicy(store, every=10, least=1)
     with anyio.fail_after(SAFETY):
         async with anyio.create_task_group() as tg:
             await tg.start(lambda task_status: run_folder(log, folder, SUBJECTS, durable="admission",
@@ -269,3 +272,122 @@ async def test_snapshots_of_an_older_log_do_not_push_out_the_new_ones(setup: tup
     await run_until_caught_up(log, store)
     saved = await store.candidates("admission")
     assert saved and max(saved) < 900_000  # the new log's snapshot kept, the old log's gone
+
+
+async def test_a_rebuild_cut_short_resumes_from_the_snapshot_it_saved(caplog: pytest.LogCaptureFixture,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that folds the log again saves snapshots as it goes (every `every` positions); one
+    stopped after a snapshot (a crash, a kill) starts next from it, not from the start, and
+    publishes and holds what the whole fold does. The log holds inputs only, so that the fold's
+    decisions are all still to publish when the snapshot is taken (its pending)."""
+    import services.common.log as log_module
+    from services.common.folding import rebuild
+
+    monkeypatch.setattr(log_module, "READ_CHUNK", 4)  # (pieces of 4 positions: a snapshot every 10)
+    reference, log = MemoryLog(), MemoryLog()
+    for phase in range(4):
+        await reference.append(inputs(phase))
+        await log.append(inputs(phase))
+    end = await log.last_seq()
+    await run_until_caught_up(reference, MemorySnapshots())
+
+    store = MemorySnapshots()
+    real_read = log.read
+
+    async def stalls_once_saved(start: int, subjects: Sequence[str] = (), end_seq: int | None = None) -> list[Any]:
+        if start > 20:  # (past the first snapshot, due at 12: killed here once it is saved)
+            await anyio.sleep_forever()
+        return await real_read(start, subjects, end_seq)
+
+    monkeypatch.setattr(log, "read", stalls_once_saved)
+    finished = False
+
+    async def first_start() -> None:
+        nonlocal finished
+        await rebuild(log, AdmissionFolder(), SUBJECTS, store, policy=SnapshotPolicy(store, every=10, least=1))
+        finished = True
+
+    with anyio.fail_after(SAFETY):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first_start)
+            while not store.objects:
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    assert not finished and await log.last_seq() == end  # cut short: nothing published
+    saved = await store.candidates("admission")
+    assert saved and 10 <= saved[0] < end
+    monkeypatch.setattr(log, "read", real_read)
+    caplog.set_level(logging.INFO, logger="services.common.folding")
+    second = await run_until_caught_up(log, store)
+    assert f"admission: started from its snapshot at {saved[0]}" in caplog.text
+    assert await decisions_of(log) == await decisions_of(reference)
+    assert gang_rows(second.state, "default") == gang_rows(whole_fold(await log.read(1)).state, "default")
+    report = verify(await log.read(1))
+    assert [f.line() for f in report.findings if f.source == "admission"] == []
+
+
+class Recording(MemorySnapshots):
+    """Which stored objects each save had to store itself (those not stored before it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves: list[tuple[int, list[str]]] = []
+
+    async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run | IdFilter] | None = None,
+                   ) -> None:
+        self.saves.append((seq, [key for key in runs or {} if key not in self.runs]))
+        await super().save(service, seq, data, runs)
+
+
+async def test_runs_are_stored_as_they_seal_and_a_stop_after_many_ids_stores_little(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The id runs sealed while the service runs are put in the snapshot store then, so that the
+    clean stop's save (in a budget) stores only the filters and the state; the start after it
+    takes that snapshot, on a process with none of the runs (fetched), and holds what the whole
+    fold holds."""
+    import services.common.folding as folding
+    from services.common.snapshots import Snapshot, optional_named, runs_named
+    from services.tree.domain import used_ids
+
+    for name, value in (("SEAL_AT", 4), ("BLOCK", 4), ("MIN_FILTER_IDS", 8), ("CHUNK", 8)):
+        monkeypatch.setattr(used_ids, name, value)
+    monkeypatch.setattr(folding, "RUNS_STORED_EVERY", 0.01)
+    before = used_ids.use_store(MemoryRuns())
+    try:
+        log, store = MemoryLog(), Recording()
+        for phase in range(6):
+            await log.append(inputs(phase))
+        # (no snapshot but the stop's)
+        await fold_until_quiet(log, store, AdmissionFolder(), SnapshotPolicy(store, every=10**9, least=10**9))
+        end = await log.last_seq()
+        [(seq, stored_by_the_stop)] = store.saves
+        head = Snapshot.header(store.objects[("admission", seq)])
+        runs = set(runs_named(head)) - set(optional_named(head))
+        assert seq == end and len(runs) >= 2 and set(optional_named(head))
+        assert set(stored_by_the_stop) <= set(optional_named(head))  # the runs were there already
+        used_ids.use_store(MemoryRuns())  # a new process: no run alive
+        caplog.set_level(logging.INFO, logger="services.common.folding")
+        second = AdmissionFolder()
+        await fold_until_quiet(log, store, second)
+        assert f"admission: started from its snapshot at {end}" in caplog.text
+        assert gang_rows(second.state, "default") == gang_rows(whole_fold(await log.read(1)).state, "default")
+    finally:
+        used_ids.use_store(before)
+
+
+async def test_a_rebuild_that_saves_snapshots_raises_what_its_fold_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its snapshots are saved in a task group of its own; what the fold raises comes out as it
+    was (the service's callers handle a log's errors by type), not in an exception group."""
+    from services.common.folding import rebuild
+
+    log = MemoryLog()
+    await log.append(inputs(0))
+
+    async def fails(*args: object, **kwargs: object) -> list[Any]:
+        raise ConnectionError("the log went away")
+
+    monkeypatch.setattr(log, "read", fails)
+    store = MemorySnapshots()
+    with pytest.raises(ConnectionError, match="went away"):
+        await rebuild(log, AdmissionFolder(), SUBJECTS, store, policy=SnapshotPolicy(store, every=10, least=1))

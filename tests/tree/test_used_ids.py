@@ -128,3 +128,35 @@ def test_a_run_file_that_does_not_match_its_key_is_not_used(tmp_path: Path) -> N
     path.write_bytes(bytes(data))
     assert fresh.local(run.key) is None and not path.exists()
     assert fresh.local("0" * 32) is None
+
+
+@pytest.mark.usefixtures("small_runs")
+@pytest.mark.parametrize("files", [False, True])
+def test_a_stored_filter_is_taken_only_by_the_ids_it_was_made_for(tmp_path: Path, files: bool) -> None:
+    """`freeze` stores the filter as it stands (once while unchanged); a record loaded with it
+    takes it as its own; with the filter of fewer sealed ids (one that would turn the newer ones
+    away) it makes its own from the runs."""
+    store = FileRuns(tmp_path) if files else MemoryRuns()
+    ids = UsedIds((f"g{i}" for i in range(300)), store=store)
+    assert "h" not in ids
+    ids.freeze()
+    old = ids._frozen
+    assert old is not None and old.sealed == ids._sealed and bytes(old.bits()) == bytes(ids._bits)
+    ids.freeze()
+    assert ids._frozen is old
+    if files:
+        assert (tmp_path / f"{old.key}.filter").stat().st_size == len(b"".join(old.byte_chunks()))
+    loaded = UsedIds.__new__(UsedIds)
+    loaded.__setstate__(ids.__getstate__())
+    assert loaded._frozen is old and loaded._capacity == ids._capacity
+    for i in range(300, 400):
+        ids.add(f"g{i}")
+    assert ids._frozen is None  # (sealed since: changed)
+    recent, runs, sealed, _ = ids.__getstate__()
+    stale = UsedIds.__new__(UsedIds)
+    stale.__setstate__((recent, runs, sealed, old))
+    assert stale._frozen is None and stale._capacity == 0
+    assert all(f"g{i}" in stale for i in range(400)) and not any(f"h{i}" in stale for i in range(400))
+    copied = copy.deepcopy(loaded)
+    copied.add("new")
+    assert "new" in copied and "new" not in loaded and all(f"g{i}" in copied for i in range(300))

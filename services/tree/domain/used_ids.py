@@ -27,9 +27,19 @@ process) with `use_store`. Runs are immutable and named by the digest of their c
 which is how a snapshot refers to them (`services.common.snapshots`): a snapshot holds the recent
 ids and the runs' keys, never the runs.
 
+The filter is kept the same way for a start (`IdFilter`): made from the runs it costs a pass over
+every sealed CRC (the one part of a start that grew with the ids), so a snapshot's shell first
+has each record write its filter as it stands (`freeze_filters`: immutable, named by the digest of
+its bytes, kept only while unchanged) and the snapshot names it beside the runs. A start takes
+the filter it names when it is there, whole and made for the very ids sealed
+(`IdFilter.fits`); when it is not, the filter is made from the runs as before: never a wrong
+answer, only a slower first check.
+
 A run's bytes (what a file and a snapshot's run object hold): the digests (int64, little-endian,
 sorted), the CRCs (uint32), then a trailer: `MAGIC`, the count of digests and of CRCs (uint64).
-Its key: the first 32 hex digits of the SHA-256 of those bytes.
+Its key: the first 32 hex digits of the SHA-256 of those bytes. A filter's bytes: its bits, then
+`FILTER_TRAILER`: its size in bits, the sealed ids it was made for and those it holds (uint64),
+and `FILTER_MAGIC` last (where a run has its count of CRCs: no run ends so); its key the same way.
 
 Two different ids share a digest with a chance of about n^2 / 2^65 (a million ids: one in 3.7e7;
 the mix is not cryptographic: ids made on purpose to collide could be); such an id would read
@@ -61,6 +71,8 @@ FILTER_GROWTH = 1.5  # the filter is made again, this much larger, when the seal
 MIN_FILTER_IDS = 1 << 16
 MAGIC = b"PWIDRUN1"
 TRAILER = struct.Struct("<8sQQ")
+FILTER_MAGIC = b"PWIDFLT1"
+FILTER_TRAILER = struct.Struct("<QQQ8s")  # size in bits, capacity, sealed, FILTER_MAGIC
 CHUNK = 1 << 16  # digests or CRCs handled at a time when runs are merged or read whole
 
 
@@ -138,16 +150,20 @@ class RunStore(Protocol):
         """The runs of this store that something holds (what a snapshot being saved may name)."""
         ...
 
-    def adopt(self, key: str, data: bytes) -> Run:
-        """The run in `data` (fetched), kept; ValueError unless it is the run named `key`."""
+    def adopt(self, key: str, data: bytes) -> Run | IdFilter:
+        """The run (or filter) in `data` (fetched), kept; ValueError unless it is the one named `key`."""
         ...
 
     def write(self, digests: Iterable[np.ndarray], crcs: Iterable[np.ndarray]) -> Run:
         """A run of these digests (sorted, no repeats, in order across the pieces) and CRCs."""
         ...
 
-    def local(self, key: str) -> Run | None:
-        """The run named `key` if this store has it (checked against its key), else None."""
+    def write_filter(self, bits: bytes, size: int, capacity: int, sealed: int) -> IdFilter:
+        """A filter's bits as they stand, kept (immutable) under their key."""
+        ...
+
+    def local(self, key: str) -> Run | IdFilter | None:
+        """The run or filter named `key` if this store has it (checked against its key), else None."""
         ...
 
 
@@ -210,6 +226,85 @@ def run_arrays(data: bytes, key: str | None = None) -> tuple[np.ndarray, np.ndar
     digests = np.frombuffer(data, dtype="<i8", count=count).astype(np.int64)
     crcs = np.frombuffer(data, dtype="<u4", count=crc_count, offset=count * 8).astype(np.uint32)
     return digests, crcs
+
+
+class IdFilter(Protocol):
+    """A record's Bloom filter as it stood when a snapshot was taken: immutable, named by `key`."""
+
+    key: str
+    size: int  # bits
+    capacity: int  # the sealed ids it was made for
+    sealed: int  # the sealed ids (CRCs) it holds
+
+    def bits(self) -> bytes: ...
+
+    def byte_chunks(self) -> Iterator[bytes]: ...
+
+
+def filter_trailer(size: int, capacity: int, sealed: int) -> bytes:
+    return FILTER_TRAILER.pack(size, capacity, sealed, FILTER_MAGIC)
+
+
+def is_filter(data: bytes) -> bool:
+    """Whether stored bytes (or their last 8) are a filter's rather than a run's."""
+    return data[-8:] == FILTER_MAGIC
+
+
+def parse_filter_trailer(data: bytes) -> tuple[int, int, int]:
+    """(size, capacity, sealed) from a filter's last `FILTER_TRAILER.size` bytes; ValueError if it
+    is not a filter's."""
+    if len(data) != FILTER_TRAILER.size:
+        raise ValueError("a filter's trailer is missing")
+    size, capacity, sealed, magic = FILTER_TRAILER.unpack(data)
+    if magic != FILTER_MAGIC:
+        raise ValueError("not a filter (its trailer's magic differs)")
+    return size, capacity, sealed
+
+
+def filter_of(data: bytes, key: str) -> MemoryFilter:
+    """The filter in stored bytes; ValueError unless they are whole and named `key`."""
+    size, capacity, sealed = parse_filter_trailer(data[-FILTER_TRAILER.size:])
+    if len(data) != (size + 7) // 8 + FILTER_TRAILER.size:
+        raise ValueError("a filter's length does not match its trailer")
+    if hashlib.sha256(data).hexdigest()[:32] != key:
+        raise ValueError(f"filter {key}: its content does not match its key")
+    return MemoryFilter(key, data[:-FILTER_TRAILER.size], size, capacity, sealed)
+
+
+def filter_key(bits: bytes, trailer: bytes) -> str:
+    sha = hashlib.sha256(bits)
+    sha.update(trailer)
+    return sha.hexdigest()[:32]
+
+
+class MemoryFilter:
+    """A filter held as its bytes (`MemoryRuns`, and a filter read back whole)."""
+
+    __slots__ = ("__weakref__", "_bits", "capacity", "key", "sealed", "size")
+
+    def __init__(self, key: str, bits: bytes, size: int, capacity: int, sealed: int) -> None:
+        self.key, self._bits = key, bits
+        self.size, self.capacity, self.sealed = size, capacity, sealed
+
+    def bits(self) -> bytes:
+        return self._bits
+
+    def byte_chunks(self) -> Iterator[bytes]:
+        yield self._bits
+        yield filter_trailer(self.size, self.capacity, self.sealed)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MemoryFilter, (self.key, self._bits, self.size, self.capacity, self.sealed))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MemoryFilter:
+        return self  # immutable
+
+
+def fits(found: IdFilter, sealed: int) -> bool:
+    """Whether `found` is a filter a record with `sealed` ids sealed may use as its own: made for
+    exactly those (a filter missing some would turn a used id away) at the size this code makes."""
+    return (found.sealed == sealed and found.capacity >= sealed
+            and found.size == _filter_size(found.capacity))
 
 
 class MemoryRun:
@@ -284,15 +379,20 @@ class MemoryRuns(RunRegistry):
         return self.keep(MemoryRun(built.key, np.concatenate([*digest_parts, _EMPTY_I8]).astype(np.int64),
                                    np.concatenate([*crc_parts, _EMPTY_U4]).astype(np.uint32)))
 
-    def local(self, key: str) -> Run | None:
-        found: Run | None = self.held(key)
+    def write_filter(self, bits: bytes, size: int, capacity: int, sealed: int) -> IdFilter:
+        key = filter_key(bits, filter_trailer(size, capacity, sealed))
+        found: IdFilter | None = self.held(key)
+        return found if found is not None else self.keep(MemoryFilter(key, bits, size, capacity, sealed))
+
+    def local(self, key: str) -> Run | IdFilter | None:
+        found: Run | IdFilter | None = self.held(key)
         return found
 
-    def adopt(self, key: str, data: bytes) -> Run:
-        """The run in `data` (ValueError unless it is the run named `key`)."""
-        found: Run | None = self.held(key)
+    def adopt(self, key: str, data: bytes) -> Run | IdFilter:
+        """The run or filter in `data` (ValueError unless it is the one named `key`)."""
+        found: Run | IdFilter | None = self.held(key)
         if found is None:
-            found = self.keep(MemoryRun(key, *run_arrays(data, key)))
+            found = self.keep(filter_of(data, key) if is_filter(data) else MemoryRun(key, *run_arrays(data, key)))
         return found
 
 
@@ -345,6 +445,18 @@ def current_store() -> RunStore:
     return _STORE[0]
 
 
+# every record alive (`freeze_filters`), by `id` (a record is not hashable: it compares as a set)
+_RECORDS: WeakValueDictionary[int, UsedIds] = WeakValueDictionary()
+
+
+def freeze_filters() -> None:
+    """Have every record write its filter to its store if it changed since it last did
+    (`UsedIds.freeze`): a snapshot's shell, just before the state is pickled, so that the snapshot
+    names them."""
+    for record in list(_RECORDS.values()):
+        record.freeze()
+
+
 # --- the filter -------------------------------------------------------------------------------
 
 
@@ -381,7 +493,7 @@ def _set_positions(bits: bytearray, size: int, crcs: np.ndarray) -> None:
             view[chosen] |= np.uint8(1 << b)
 
 
-def _passes(bits: bytearray, size: int, crcs: np.ndarray) -> np.ndarray:
+def _passes(bits: bytes | bytearray, size: int, crcs: np.ndarray) -> np.ndarray:
     """Whether ids with these CRCs pass the filter (may have been sealed), as booleans."""
     view = np.frombuffer(bits, dtype=np.uint8)
     passed = np.ones(len(crcs), dtype=bool)
@@ -397,16 +509,20 @@ def _passes(bits: bytearray, size: int, crcs: np.ndarray) -> np.ndarray:
 class UsedIds:
     """Ids added once, never removed; `in` says whether one was added (see the module doc)."""
 
-    __slots__ = ("_bits", "_capacity", "_recent", "_runs", "_sealed", "_size", "_store")
+    __slots__ = ("__weakref__", "_bits", "_capacity", "_frozen", "_recent", "_runs", "_sealed", "_size", "_store")
 
     def __init__(self, ids: Iterable[str] = (), store: RunStore | None = None) -> None:
         self._store = store  # None: the store in use when a run is sealed (`use_store`)
         self._recent: set[str] = set()
         self._runs: list[Run] = []  # oldest (largest) first
         self._sealed = 0  # CRCs in the runs (ids sealed, repeats of a digest included)
-        self._bits = bytearray()  # the filter; empty: to be made from the runs (`_filter`)
+        # the filter; empty: to be made from the runs (`_filter`). `bytes` while it is a stored
+        # filter's, unchanged (made a bytearray when a seal changes it)
+        self._bits: bytes | bytearray = bytearray()
         self._size = 0  # its bits
         self._capacity = 0  # the sealed ids it was made for
+        self._frozen: IdFilter | None = None  # the stored filter `_bits` equal (None: changed since)
+        _RECORDS[id(self)] = self
         for id_ in ids:
             self.add(id_)
 
@@ -511,7 +627,10 @@ class UsedIds:
             pair = self._runs[-2:]
             self._runs[-2:] = [store.write(merged(pair), _crcs_of(pair))]
         self._sealed += len(crcs)
+        self._frozen = None
         if self._capacity and self._sealed <= self._capacity:
+            if not isinstance(self._bits, bytearray):  # (a stored filter's bits: changed from here on)
+                self._bits = bytearray(self._bits)
             _set_positions(self._bits, self._size, crcs)
         else:
             self._capacity = 0  # made again, larger, when next needed
@@ -525,6 +644,15 @@ class UsedIds:
             for chunk in run.crc_chunks():
                 _set_positions(bits, size, chunk)
         self._bits, self._size, self._capacity = bits, size, capacity
+        self._frozen = None
+
+    def freeze(self) -> None:
+        """Write the filter to the store as it stands, unless it is stored so already (or not made:
+        a start then makes it from the runs)."""
+        if self._frozen is not None or not self._capacity or not self._runs:
+            return
+        store = self._store if self._store is not None else _STORE[0]
+        self._frozen = store.write_filter(bytes(self._bits), self._size, self._capacity, self._sealed)
 
     def _all_digests(self) -> np.ndarray:
         parts = [chunk for run in self._runs for chunk in run.digest_chunks()]
@@ -541,19 +669,27 @@ class UsedIds:
 
     __hash__ = None  # type: ignore[assignment]
 
-    # A pickle (a snapshot) holds the recent ids and the runs (a snapshot's pickler writes a run
-    # as its key); the filter is made again from the runs when first needed, so that it does not
-    # make a snapshot grow with the history.
-    def __getstate__(self) -> tuple[list[str], list[Run], int]:
-        return sorted(self._recent), list(self._runs), self._sealed
+    # A pickle (a snapshot) holds the recent ids, the runs and the stored filter if the filter is
+    # unchanged since it was stored (`freeze`; a snapshot's pickler writes runs and filter as their
+    # keys), so that a snapshot does not grow with the history. With no filter, or one that does
+    # not fit the runs (or is missing: a snapshot may do without it), it is made again from the
+    # runs when first needed.
+    def __getstate__(self) -> tuple[list[str], list[Run], int, IdFilter | None]:
+        return sorted(self._recent), list(self._runs), self._sealed, self._frozen
 
-    def __setstate__(self, state: tuple[list[str], list[Run], int]) -> None:
-        recent, runs, sealed = state
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        recent, runs, sealed = state[:3]
+        stored: IdFilter | None = state[3] if len(state) > 3 else None
         self._store = None
         self._recent = set(recent)
         self._runs = list(runs)
         self._sealed = sealed
-        self._bits, self._size, self._capacity = bytearray(), 0, 0
+        self._bits, self._size, self._capacity, self._frozen = bytearray(), 0, 0, None
+        if stored is not None and self._runs and fits(stored, sealed):
+            bits = stored.bits()
+            if len(bits) == (stored.size + 7) // 8:
+                self._bits, self._size, self._capacity, self._frozen = bits, stored.size, stored.capacity, stored
+        _RECORDS[id(self)] = self
 
     def __deepcopy__(self, memo: dict[int, Any]) -> UsedIds:
         """A copy (a what-if's): the runs shared (immutable), the filter copied."""
@@ -562,11 +698,17 @@ class UsedIds:
         copied._recent = set(self._recent)
         copied._runs = list(self._runs)
         copied._sealed = self._sealed
-        copied._bits, copied._size, copied._capacity = bytearray(self._bits), self._size, self._capacity
+        # (a stored filter's bits are immutable: shared; bits that change are copied)
+        copied._bits = self._bits if not isinstance(self._bits, bytearray) else bytearray(self._bits)
+        copied._size, copied._capacity = self._size, self._capacity
+        copied._frozen = self._frozen
+        _RECORDS[id(copied)] = copied
         return copied
 
     def __repr__(self) -> str:
-        return f"UsedIds({len(self)} ids, {len(self._runs)} runs)"
+        # (not `len(self)`: that looks every recent id up in the runs, and a repr is made where
+        # no one expects a cost, by asyncio of a task's result, say)
+        return f"UsedIds({self._sealed} sealed in {len(self._runs)} runs, {len(self._recent)} recent)"
 
 
 class _Sealed:
