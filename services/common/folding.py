@@ -318,6 +318,7 @@ class Warm:
                     made.pop(seen, None)
             if saving is not None:
                 saving.if_due(folder, self.folded, made)
+                await anyio.lowlevel.checkpoint()  # (a log read that does not wait would starve the save)
         return self.folded
 
     async def follow(self, log: EventLog, snapshots: SnapshotStore | None = None, every: float = 0.1) -> None:
@@ -406,8 +407,12 @@ class Pickling:
 def pickled_later(state: object) -> Pickling:
     """`state` pickled for a snapshot (`_pickled_later`). The id records' filters are stored first
     (those changed since they last were: `used_ids.freeze_filters`), so that the snapshot names
-    them and a start takes them instead of making them from the runs."""
-    used_ids.freeze_filters()
+    them and a start takes them instead of making them from the runs; one that cannot be stored
+    (a disk full) is left out, made again from the runs by the start that needs it."""
+    try:
+        used_ids.freeze_filters()
+    except OSError as exc:
+        logger.warning("id filters not stored for a snapshot: %s", exc)
     return Pickling(_pickled_later(state))
 
 

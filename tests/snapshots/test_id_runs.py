@@ -19,6 +19,7 @@ from services.common.snapshots import (
     MemorySnapshots,
     Snapshot,
     load_newest,
+    named_in,
     optional_named,
     pickled,
     runs_named,
@@ -262,3 +263,26 @@ def test_a_filter_gone_or_altered_is_made_again_from_the_runs(tmp_path: Path, ho
     loaded = _answers_as_made(*anyio.run(lambda: load_newest(store, "admission", "test")))
     assert loaded._frozen is None  # made from the runs
     assert not (data_dir / f"{key}.filter").exists()
+
+
+@pytest.mark.usefixtures("small_runs", "store_in_use")
+def test_a_filter_that_cannot_be_stored_leaves_it_out_of_the_snapshot(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter is a cache: a disk too full for it costs the start that needs it a filter made
+    from the runs, never the snapshot (nor the service: the snapshot is taken as it comes)."""
+    from services.common.folding import pickled_later
+
+    used_ids.use_store(FileRuns(tmp_path))
+    ids = used_ids.UsedIds(f"g{i}" for i in range(1_000))
+    assert "h0" not in ids
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FileRuns, "write_filter", full)
+
+    async def pickle_it() -> bytes:
+        return await pickled_later(ids)
+
+    runs, filters, _ = named_in(anyio.run(pickle_it))
+    assert runs and filters == [] and ids._frozen is None
