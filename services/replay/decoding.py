@@ -4,16 +4,18 @@ process of its own) share."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from typing import get_args
+from typing import Any, NamedTuple, get_args
 
-from events import DecodeError, Envelope, Event, decode, decode_all, read_envelope, read_pack
+from events import DecodeError, Envelope, Event, decode, decode_all, encode, read_envelope, read_pack
 from events.envelope import DecisionEvent
 from events.views import VIEWS
 from services.common.folding import Folder, rejection_of_fault, rejection_of_malformed
 from services.common.log import Stored
 
 DECISION_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in get_args(DecisionEvent))
+IGNORED_ENVELOPE_FIELDS: frozenset[str] = frozenset({"trace"})  # not compared (`verify.py`)
 
 _VIEWED: frozenset[bytes] = frozenset(model.__name__.encode() for model in VIEWS if issubclass(model, Event))
 _TYPE_AT = b'"event":{"type":"'  # where `events.encode` writes an event's type
@@ -92,3 +94,29 @@ def step_message(folder: Folder, envelopes: list[Envelope], seq: int, out: list[
             out += folder.step(envelope, seq, part, part == end)
         except Exception as error:
             out.append(rejection_of_fault(folder.service, envelope, seq, part, error, folder.now))
+
+
+class Made(NamedTuple):
+    """A re-derived decision as compared: its keys and its bytes as the service would write them
+    (plain values: it may come from a folder in another process, as a plain tuple). A named
+    tuple: one is made per decision, in the process that derives it and again in the verifier's,
+    and a frozen dataclass cost a call per field to make."""
+
+    id: str
+    type: str
+    source: str
+    basis: int | None
+    tree: str | None
+    data: bytes
+
+    @classmethod
+    def of(cls, decision: Envelope) -> Made:
+        tree = getattr(decision.event, "tree", None)
+        return cls(decision.id, decision.type, decision.source, decision.basis, tree if isinstance(tree, str) else None,
+                   encode(decision))
+
+    def wire(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.data)
+        for name in IGNORED_ENVELOPE_FIELDS:
+            data.pop(name, None)
+        return data

@@ -15,19 +15,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from events import DecodeError, Envelope, decode_all, read_pack
+from events import CYCLE_DECISION_TYPES, PACKABLE, DecodeError, Envelope, decode_all, read_pack
+from events.codec import pack_parts
+from events.subjects import PREFIX
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import SUBJECTS as ADMISSION_SUBJECTS
 from services.admission.folder import AdmissionFolder
-from services.common.folding import Folder, rejection_of_malformed
+from services.common.folding import Folder, rejection_of_fault, rejection_of_malformed
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.preemption.folder import SUBJECTS as PREEMPTION_SUBJECTS
 from services.preemption.folder import PreemptionFolder
-from services.replay.decoding import DECISION_TYPES, Decoded, fold_service, read_one, records_decisions, step_message
+from services.replay.decoding import (
+    DECISION_TYPES,
+    Decoded,
+    Made,
+    fold_service,
+    read_one,
+    records_decisions,
+    step_message,
+)
 from services.replay.shared import SharedFolds
 from services.tree.service import SUBJECTS as TREE_SUBJECTS
 
@@ -54,6 +64,7 @@ class Derived:
     recording: frozenset[int]
     events: int
     malformed: int
+    made: list[Made] | None = None  # `Made` of each decision (`feed_rows`)
 
 
 class Derivation:
@@ -71,6 +82,8 @@ class Derivation:
         self.position = 0  # the last position fed (`feed`)
         self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
         self._kinds: dict[str, int] = {}  # subject -> what it is to `feed_rows` (a log has few subjects)
+        self._known: dict[bytes, Envelope] = {}  # decisions made here by their bytes (`_recall`)
+        self._known_before: dict[bytes, Envelope] = {}
 
     def _start_from(self, snapshot: Snapshot) -> None:
         """A service's fold from its snapshot (`services/common/snapshots.py`: what its folder's
@@ -130,14 +143,22 @@ class Derivation:
         (`shared`, no `to_seq`): what `feed` and `fold_service` do over the piece, in one pass
         (each message decoded and folded in turn, its subject looked at once), for the work a
         replay's child process does on most of the log. The same decisions, in the same order
-        (admission's as its steps make them, then preemption's), the same counts."""
+        (admission's as its steps make them, then preemption's), the same counts, and each
+        decision's `Made` (`Derived.made`).
+
+        A message recording decisions this fold made itself, byte for byte (`_recall`: admission's
+        own decisions read back, most of them a cycle's, which its fold passes over, or a
+        `GangFinished`), is not decoded: its events are the envelopes made, equal to what decoding
+        its bytes gives."""
         shared = self.shared
         if shared is None or self.to_seq is not None:
             return self.feed([Stored(seq, subject, data, None) for seq, subject, data in rows])
         position = self.position
         kinds = self._kinds
         decisions = DECISION_TYPES
+        recall, step = self._recall, shared.step
         out: list[Envelope] = []
+        made: list[Made] = []
         recording: list[int] = []
         events = malformed = 0
         last = position
@@ -150,34 +171,94 @@ class Derivation:
                 kind = kinds[subject] = _subject_kind(subject, shared)
             if not kind & _FOLDS:
                 continue
-            try:  # (`decode_all`, its calls spared for a message of one event: most of a log)
-                envelopes = [read_one(data)] if data[:1] == b"{" else decode_all(data, read_one, read_pack)
-            except DecodeError as error:
-                malformed += 1
-                if kind & _OWNS:
-                    out.append(rejection_of_malformed(ADMISSION, Stored(seq, subject, data, None), error, shared.now))
-                continue
+            envelopes = recall(data) if kind & _DECIDED else None
+            if envelopes is None:
+                try:  # (`decode_all`, its calls spared for a message of one event: most of a log)
+                    envelopes = [read_one(data)] if data[:1] == b"{" else decode_all(data, read_one, read_pack)
+                except DecodeError as error:
+                    malformed += 1
+                    if kind & _OWNS:
+                        out.append(rejection_of_malformed(ADMISSION, Stored(seq, subject, data, None), error,
+                                                          shared.now))
+                        self._made(out, len(out) - 1, made)
+                    continue
             events += len(envelopes)
             if kind & _FLAGS:  # (the verifier decodes what the tree folds anyway)
                 for envelope in envelopes:
                     if envelope.event.type in decisions:
                         recording.append(seq)
                         break
-            step_message(shared, envelopes, seq, out)
+            before = len(out)
+            if len(envelopes) == 1:  # (`step_message` of one event, without its call and loop)
+                try:
+                    found = step(envelopes[0], seq, 0, True)
+                except Exception as error:
+                    found = [rejection_of_fault(ADMISSION, envelopes[0], seq, 0, error, shared.now)]
+                if found:
+                    out += found
+            else:
+                step_message(shared, envelopes, seq, out)
+            if len(out) > before:
+                self._made(out, before, made)
         if last == position:
-            return Derived([], frozenset(), 0, 0)
+            return Derived([], frozenset(), 0, 0, [])
         self.position = last
+        before = len(out)
         out += shared.take()
-        return Derived(out, frozenset(recording), events, malformed)
+        self._made(out, before, made)
+        return Derived(out, frozenset(recording), events, malformed, made)
+
+    def _made(self, out: list[Envelope], start: int, made: list[Made]) -> None:
+        """`Made` of the decisions `out[start:]`, added to `made`; those of `_RECALLED` types kept
+        by their bytes for `_recall` (the last `_REMEMBERED` or more)."""
+        known = self._known
+        for envelope in out[start:]:
+            decision = Made.of(envelope)
+            made.append(decision)
+            if decision.type in _RECALLED:
+                known[decision.data] = envelope
+        if len(known) >= _REMEMBERED:
+            self._known_before, self._known = known, {}
+
+    def _recall(self, data: bytes) -> list[Envelope] | None:
+        """The events of a message whose every event this fold made, with these very bytes (a
+        pack: as `encode_pack` joins them, of packable types): the envelopes made, as decoding
+        would give them (the same values; only the fold reads them, and it reads a cycle's
+        decisions for their type and source alone). None: to be decoded."""
+        known, before = self._known, self._known_before
+        if data[:1] != b"[":
+            found = known.get(data)
+            if found is None:
+                found = before.get(data)
+            return None if found is None else [found]
+        out: list[Envelope] = []
+        for part in pack_parts(data):
+            found = known.get(part)
+            if found is None:
+                found = before.get(part)
+            if found is None or found.event.type not in PACKABLE:
+                return None
+            out.append(found)
+        return out
 
 
 # What a subject is to `Derivation.feed_rows`: folded (one of admission's), owned (a malformed
 # message there is refused), flagged (a decision recorded there is the verifier's to decode: not
-# on the tree's subjects, which it decodes anyway)
-_FOLDS, _OWNS, _FLAGS = 1, 2, 4
+# on the tree's subjects, which it decodes anyway), decided (admission's or preemption's
+# decisions: maybe made here, `_recall`)
+_FOLDS, _OWNS, _FLAGS, _DECIDED = 1, 2, 4, 8
+_DECISION_SUBJECT = f"{PREFIX}.decision."
+
+# The decisions `_recall` finds by their bytes: an admission cycle's (its fold passes over them)
+# and `GangFinished` (one per gang; of plain strings), all made by validating, or by
+# `services/admission/domain/trusted.py` from valid values (decoding their bytes would not refuse
+# them); kept for `_REMEMBERED` decisions or more (a decision lands soon after its basis)
+_RECALLED = CYCLE_DECISION_TYPES | {"GangFinished"}
+_REMEMBERED = 4096
 
 
 def _subject_kind(subject: str, shared: SharedFolds) -> int:
     if not admission_wants(subject):
         return 0
-    return _FOLDS | (_OWNS if shared.owns(subject) else 0) | (0 if tree_wants(subject) else _FLAGS)
+    return (_FOLDS | (_OWNS if shared.owns(subject) else 0) | (0 if tree_wants(subject) else _FLAGS)
+            | (_DECIDED if subject.startswith(_DECISION_SUBJECT) else 0))

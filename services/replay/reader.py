@@ -25,11 +25,22 @@ service with no usable snapshot folds from position 1 (and so the log is read fr
 names each start (`Report.starts`, 0: from the start).
 
 `on_progress(Progress)` is called after each piece (from the event loop).
+
+Memory: the id record's runs (`UsedIds`: the tree's seen gangs, admission's forgotten tasks; the
+one part of a fold that grows with the whole history) are kept in files of a temporary directory,
+made for the replay and removed when it ends (`runs_on_disk`), as the services keep theirs in
+their data dir (`services.common.id_runs`), not in the heap: the child process keeps its own in a
+subdirectory of it. A process whose runs are in files already (a service's, e.g. the demo's
+replay in the services' process) keeps using its store.
 """
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +51,7 @@ from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot, SnapshotStore, load_newest
 from services.replay.progress import OnProgress, Progress
 from services.replay.verify import REFUSAL_SUBJECTS, Report, Verifier, command_refusals
+from services.tree.domain import used_ids
 
 ADMISSION, PREEMPTION, TREE = "admission", "preemption", "tree"  # (the services' names, as their snapshots have them)
 
@@ -79,24 +91,48 @@ async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int
     return found, passed_over
 
 
+@contextmanager
+def runs_on_disk() -> Iterator[Path | None]:
+    """A temporary directory for the id record's runs, removed at the end (None where runs cannot
+    be files: a big-endian machine, `id_runs.install`); while it lasts, this process's new runs
+    are sealed into its `id-runs` (unless the process keeps them in files already), and the
+    child's into its `child` (`worker.child`)."""
+    if sys.byteorder != "little":
+        yield None
+        return
+    from services.common import id_runs
+
+    with tempfile.TemporaryDirectory(prefix="poolwise-replay-") as directory:
+        before = used_ids.current_store()
+        if isinstance(before, used_ids.MemoryRuns):
+            id_runs.install(Path(directory))
+        try:
+            yield Path(directory)
+        finally:
+            used_ids.use_store(before)
+
+
 async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,
                      on_progress: OnProgress | None = None, process_from: int | None = None,
                      from_seq: int | None = None, snapshots: SnapshotStore | None = None) -> Report:
     """Verify `log`: with admission's state folded once for both services where the verifier can
     (`Verifier(shared=True)`), and when that finds anything, once more with each service's own
     fold (the log read again; no progress reported meanwhile): the report of a log with findings
-    is always the latter's."""
-    report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                               process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=True)
-    if not report.ok and report.shared:
-        report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=None,
-                                   process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=False)
+    is always the latter's. The id record's runs in files meanwhile (`runs_on_disk`)."""
+    with runs_on_disk() as runs:
+        report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
+                                   process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=True,
+                                   runs=runs)
+        if not report.ok and report.shared:
+            report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=None,
+                                       process_from=process_from, from_seq=from_seq, snapshots=snapshots,
+                                       shared=False, runs=runs)
     return report
 
 
 async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, chunk: int | None,
                       on_progress: OnProgress | None, process_from: int | None, from_seq: int | None,
-                      snapshots: SnapshotStore | None, shared: bool) -> Report:
+                      snapshots: SnapshotStore | None, shared: bool, runs: Path | None = None) -> Report:
     began = time.perf_counter()
     chunk = chunk or CHUNK
     end = await log.last_seq()
@@ -124,7 +160,8 @@ async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, ch
         folded = [s for s in starts if s.service in FOLDED]  # (the child's to hold: taken from the list as sent)
         del starts
         return await verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
-                                       on_progress=on_progress, snapshots=folded, first=first, shared=shared)
+                                       on_progress=on_progress, snapshots=folded, first=first, shared=shared,
+                                       runs=None if runs is None else runs / "child")
     del starts  # (the folds hold what they need of them)
     send, receive = anyio.create_memory_object_stream[list[Stored]](1)  # one piece read ahead
 

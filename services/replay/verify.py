@@ -84,7 +84,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, cast
 
 from events import (
     DecodeError,
@@ -107,7 +107,7 @@ from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
-from services.replay.decoding import DECISION_TYPES, Decoded
+from services.replay.decoding import DECISION_TYPES, IGNORED_ENVELOPE_FIELDS, Decoded, Made
 from services.replay.derive import Derivation, admission_wants, shares, tree_wants
 from services.replay.entitlements import CURRENT, TreeMaps, version_of
 from services.replay.entitlements import differences as map_differences
@@ -116,7 +116,6 @@ from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_co
 from services.tree.service import SERVICE as TREE
 
 __all__ = ["DECISION_TYPES", "Elsewhere", "Finding", "Made", "Report", "TypeCount", "Verifier", "verify"]
-IGNORED_ENVELOPE_FIELDS: frozenset[str] = frozenset({"trace"})
 REFUSAL_SUBJECTS: tuple[str, ...] = (f"{PREFIX}.rejected.*",)  # where the tree records refused commands
 
 Kind = Literal["differs", "unexpected", "missing", "duplicate"]
@@ -384,32 +383,6 @@ class _Fingerprints:
 
     def __len__(self) -> int:
         return len(self.recent) + sum(len(t) for t in self.tiers)
-
-
-class Made(NamedTuple):
-    """A re-derived decision as compared: its keys and its bytes as the service would write them
-    (plain values: it may come from a folder in another process, as a plain tuple). A named
-    tuple: one is made per decision, in the process that derives it and again in the verifier's,
-    and a frozen dataclass cost a call per field to make."""
-
-    id: str
-    type: str
-    source: str
-    basis: int | None
-    tree: str | None
-    data: bytes
-
-    @classmethod
-    def of(cls, decision: Envelope) -> Made:
-        tree = getattr(decision.event, "tree", None)
-        return cls(decision.id, decision.type, decision.source, decision.basis, tree if isinstance(tree, str) else None,
-                   encode(decision))
-
-    def wire(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.data)
-        for name in IGNORED_ENVELOPE_FIELDS:
-            data.pop(name, None)
-        return data
 
 
 def _heads_differ(parts: list[_Record], made: Made) -> list[str]:

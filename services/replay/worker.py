@@ -25,11 +25,13 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
+from pathlib import Path
 from sys import intern
 from typing import Any
 
 import anyio
 
+from services.common import id_runs
 from services.common.folding import gc_paused
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import Snapshot
@@ -47,11 +49,14 @@ def _rows(piece: Sequence[Stored]) -> list[Row]:
 
 
 def child(inbox: Connection, outbox: Connection) -> None:
-    """The child's whole life: ("start", tree, to_seq, snapshots, shared), then ("piece", rows)...,
-    then ("finish",). Answers ("made", made rows, recording, events, malformed) per piece, or
-    ("error", text)."""
+    """The child's whole life: ("start", tree, to_seq, snapshots, shared, runs), then ("piece",
+    rows)..., then ("finish",). Answers ("made", made rows, recording, events, malformed) per
+    piece, or ("error", text). `runs`: the directory its id record's runs are kept in (None: in
+    memory; the parent removes it, whatever becomes of the child)."""
     try:
-        _, tree, to_seq, snapshots, shared = inbox.recv()
+        _, tree, to_seq, snapshots, shared, runs = inbox.recv()
+        if runs is not None:
+            id_runs.install(runs)
         derivation = Derivation(tree=tree, to_seq=to_seq, snapshots=snapshots, shared=shared)
         del snapshots
         while True:
@@ -60,7 +65,8 @@ def child(inbox: Connection, outbox: Connection) -> None:
                 return
             with gc_paused():
                 derived = derivation.feed_rows(message[1])
-                rows = [tuple(m) for m in map(Made.of, derived.decisions)]  # (plain tuples: pickled smaller)
+                made = derived.made if derived.made is not None else list(map(Made.of, derived.decisions))
+                rows = [tuple(m) for m in made]  # (plain tuples: pickled smaller)
             outbox.send(("made", rows, derived.recording, derived.events, derived.malformed))
     except EOFError:  # the parent went away
         return
@@ -133,15 +139,17 @@ def _one_failure() -> Iterator[None]:
 
 async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: int, began: float, *,
                             tree: str | None, to_seq: int | None, on_progress: Any,
-                            snapshots: list[Snapshot], first: int = 1, shared: bool = False) -> Report:
+                            snapshots: list[Snapshot], first: int = 1, shared: bool = False,
+                            runs: Path | None = None) -> Report:
     """`verifier` (`derived_elsewhere`) fed the log from `first` through `end` (or until it is
     `done`), with admission's and preemption's decisions derived in a child process, from
-    `snapshots` (of admission and preemption: emptied once sent, the child holds them)."""
+    `snapshots` (of admission and preemption: emptied once sent, the child holds them), its id
+    record's runs in files in `runs` (None: in memory)."""
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
     try:
-        await anyio.to_thread.run_sync(worker.send, ("start", tree, to_seq, list(snapshots), shared))
+        await anyio.to_thread.run_sync(worker.send, ("start", tree, to_seq, list(snapshots), shared, runs))
         snapshots.clear()
         # Three tasks: the reader; the sender, piece after piece to the child (a pipe holds less
         # than a piece: sending and taking the child's answers go on in threads of their own, or

@@ -30,6 +30,7 @@ from services.admission.domain.state import Outcome
 from services.admission.domain.trusted import (
     entitlements_computed,
     gang_admitted,
+    gang_finished,
     lending_factor,
     lent_pool,
     pool_entitlement,
@@ -52,6 +53,15 @@ def test_gang_admitted_is_what_validation_builds(attempt: int) -> None:
     values: dict[str, Any] = {"tree": "t", "gang": "g", "pool": "/a/b", "queue": "pending", "tasks": list(specs),
                               "attempt": attempt}
     _same(gang_admitted("t", "g", "/a/b", "pending", list(specs), attempt), GangAdmitted.model_validate(values))
+
+
+@pytest.mark.parametrize("outcome", ["done", "cancelled", "timed_out", "rejected"])
+def test_gang_finished_is_what_validation_builds(outcome: Any) -> None:
+    validated = GangFinished(tree="t", gang="g\u00e9", pool="/a/b", outcome=outcome)
+    _same(gang_finished("t", "g\u00e9", "/a/b", outcome), validated)
+    validated = GangFinished(tree="t", gang="g", pool="/p", outcome=outcome)
+    assert encode(Envelope(id="x", time=at_seconds(1.5), event=gang_finished("t", "g", "/p", outcome))) == \
+        encode(Envelope(id="x", time=at_seconds(1.5), event=validated))
 
 
 @pytest.mark.parametrize("dominant", [None, "cpu"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple, cast
+from typing import Literal, NamedTuple, cast
 
 from events import (
     INPUT_QUOTE_LIMIT,
@@ -35,7 +35,6 @@ from events import (
     GangAdmitted,
     GangCancelled,
     GangEnqueued,
-    GangFinished,
     GangMovedToQueue,
     GangRequeued,
     GangTimedOut,
@@ -71,6 +70,7 @@ from services.admission.domain.queues import GangQueue, UnorderedQueue, fifo_key
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.slot_waiters import mark_slot_waiters
 from services.admission.domain.timing import gang_timeout
+from services.admission.domain.trusted import gang_finished
 from services.admission.domain.vectors import Vector, add_into
 from services.tree.domain import paths
 from services.tree.domain.effective import EffectivePool, effective_pool
@@ -643,9 +643,8 @@ def _order(view: EffectivePool | None) -> tuple[str, ...]:
     return view.fifo_sort if view is not None else ("priority", "arrival")
 
 
-def _finished(rt: TreeRuntime, gang: Gang, outcome: str) -> Outcome:
-    return Outcome(GangFinished(tree=rt.name, gang=gang.id, pool=gang.pool, outcome=outcome),  # type: ignore[arg-type,unused-ignore]
-                   f"finished:{gang.id}")
+def _finished(rt: TreeRuntime, gang: Gang, outcome: Literal["done", "cancelled", "timed_out", "rejected"]) -> Outcome:
+    return Outcome(gang_finished(rt.name, gang.id, gang.pool, outcome), f"finished:{gang.id}")
 
 
 def is_forgotten(state: AdmissionState, rt: TreeRuntime, gang: str) -> bool:

@@ -1,9 +1,9 @@
 """Wire models admission builds per gang, made from values that are valid already.
 
-An admission cycle builds a `GangAdmitted` per gang (and the folder an `Envelope` per decision,
-`services/admission/envelopes.py`), and a `PoolEntitlement` per pool: a pydantic validation each,
-of values this code took from validated events (ids, paths, the members' `TaskSpec`s, event
-models) or made itself (counts, derived ids, the log's time). These builders make the model
+An admission cycle builds a `GangAdmitted` per gang (the fold a `GangFinished`, and the folder an
+`Envelope` per decision, `services/admission/envelopes.py`), and a `PoolEntitlement` per pool: a
+pydantic validation each, of values this code took from validated events (ids, paths, the
+members' `TaskSpec`s, event models) or made itself (counts, derived ids, the log's time). These builders make the model
 validation would make from the same values without validating them again (`events.trusted`:
 the fields and defaults are the model's own; tests hold the builders to validation). Each
 builder's docstring says what its caller vouches for.
@@ -11,11 +11,14 @@ builder's docstring says what its caller vouches for.
 
 from __future__ import annotations
 
-from events import EntitlementsComputed, GangAdmitted, PoolEntitlement, TaskSpec
+from typing import Literal
+
+from events import EntitlementsComputed, GangAdmitted, GangFinished, PoolEntitlement, TaskSpec
 from events.decisions import LendingFactor, LentPool
 from events.trusted import builder
 
 _gang_admitted = builder(GangAdmitted)
+_gang_finished = builder(GangFinished)
 _pool_entitlement = builder(PoolEntitlement)
 _entitlements_computed = builder(EntitlementsComputed)
 _lent_pool = builder(LentPool)
@@ -26,6 +29,13 @@ def gang_admitted(tree: str, gang: str, pool: str, queue: str, tasks: list[TaskS
     """`GangAdmitted.model_validate({"tree": tree, ..., "attempt": attempt})` for values of the
     declared types (`tasks`, validated specs, is taken over: do not change it afterwards)."""
     return _gang_admitted(tree=tree, gang=gang, pool=pool, queue=queue, tasks=tasks, attempt=attempt)
+
+
+def gang_finished(tree: str, gang: str, pool: str,
+                  outcome: Literal["done", "cancelled", "timed_out", "rejected"]) -> GangFinished:
+    """`GangFinished(tree=tree, gang=gang, pool=pool, outcome=outcome)` for strings (the fold
+    makes one per gang, when it ends)."""
+    return _gang_finished(tree=tree, gang=gang, pool=pool, outcome=outcome)
 
 
 def pool_entitlement(path: str, entitlement: dict[str, float], non_slack_entitlement: dict[str, float],
