@@ -262,7 +262,7 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
         failed: Exception | None = None
         async with anyio.create_task_group() as tg:
             try:
-                await start.catch_up(log, snapshots, Saving(policy, log, tg))
+                await start.catch_up(log, snapshots, Saving(policy, log, tg, await log.last_seq()))
             except Exception as exc:  # (raised as it was, not in the task group's ExceptionGroup)
                 failed = exc
                 tg.cancel_scope.cancel()
@@ -330,16 +330,19 @@ class Warm:
 
 class Saving:
     """A rebuild's snapshots (`rebuild`): one started every `policy.every` positions folded, where
-    a piece of the log ends, saved in `tg` while the fold goes on; none while one is being saved.
-    Only where and when it is taken depends on the count of positions; what it holds is the fold
-    as it stands there, as anywhere else."""
+    a piece of the log ends, saved in `tg` while the fold goes on; none while one is being saved,
+    and none within `every` positions of `end` (the log's end when the rebuild began): the rebuild
+    waits for a save it started before the service goes live, and the live service snapshots at
+    its first batch what the rebuild folded since its last. Only where and when it is taken
+    depends on the count of positions; what it holds is the fold as it stands there, as anywhere
+    else."""
 
-    def __init__(self, policy: SnapshotPolicy, log: EventLog, tg: anyio.abc.TaskGroup) -> None:
-        self.policy, self.log, self.tg = policy, log, tg
+    def __init__(self, policy: SnapshotPolicy, log: EventLog, tg: anyio.abc.TaskGroup, end: int) -> None:
+        self.policy, self.log, self.tg, self.end = policy, log, tg, end
         self.busy = False
 
     def if_due(self, folder: Folder, folded: int, made: dict[str, Envelope]) -> None:
-        if self.busy or not self.policy.due_folding_again(folded):
+        if self.busy or not self.policy.due_folding_again(folded) or self.end - folded < self.policy.every:
             return
         self.busy = True
         # (the decisions not seen in the log yet, as they stand with the state: the fold after a

@@ -391,3 +391,26 @@ async def test_a_rebuild_that_saves_snapshots_raises_what_its_fold_raised(monkey
     store = MemorySnapshots()
     with pytest.raises(ConnectionError, match="went away"):
         await rebuild(log, AdmissionFolder(), SUBJECTS, store, policy=SnapshotPolicy(store, every=10, least=1))
+
+
+def test_a_rebuild_starts_no_snapshot_in_its_last_every_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rebuild waits for a save it started before the service goes live (and the live service
+    snapshots at once what the rebuild folded since its last): none is started within `every`
+    positions of the log's end, where one would only hold the start up."""
+    from services.common.folding import Saving
+
+    monkeypatch.setenv("POOLWISE_SNAPSHOT_FORK", "0")
+    started: list[int] = []
+
+    class Recording:
+        def start_soon(self, save: object, folder: object, folded: int, pending: object, pickling: Any) -> None:
+            started.append(folded)
+            pickling.made.close()  # (not saved here)
+
+    policy = SnapshotPolicy(MemorySnapshots(), every=10, least=1)
+    saving = Saving(policy, MemoryLog(), Recording(), end=50)  # type: ignore[arg-type]
+    folder = AdmissionFolder()
+    saving.if_due(folder, 44, {})
+    assert started == []  # due (44 folded since 0), but 6 positions from the end
+    saving.if_due(folder, 40, {})
+    assert started == [40]
