@@ -32,7 +32,7 @@ every sealed CRC (the one part of a start that grew with the ids), so a snapshot
 has each record write its filter as it stands (`freeze_filters`: immutable, named by the digest of
 its bytes, kept only while unchanged) and the snapshot names it beside the runs. A start takes
 the filter it names when it is there, whole and made for the very ids sealed
-(`IdFilter.fits`); when it is not, the filter is made from the runs as before: never a wrong
+(`fits`); when it is not, the filter is made from the runs as before: never a wrong
 answer, only a slower first check.
 
 A run's bytes (what a file and a snapshot's run object hold): the digests (int64, little-endian,
