@@ -6,15 +6,22 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 import pickle
+import random
+import subprocess
+import sys
+import tracemalloc
 import zlib
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.id_runs import FileRuns
+from services.common.id_runs import FileRun, FileRuns
 from services.tree.domain import used_ids
 from services.tree.domain.used_ids import MemoryRuns, UsedIds, digest, digests_of
 
@@ -22,6 +29,13 @@ from services.tree.domain.used_ids import MemoryRuns, UsedIds, digest, digests_o
 @given(st.lists(st.binary(max_size=40), min_size=1, max_size=30))
 def test_the_vectorised_digest_is_the_scalar_one(ids: list[bytes]) -> None:
     assert [int(d) for d in digests_of(ids)] == [digest(i) for i in ids]
+
+
+@given(st.lists(st.binary(max_size=60), min_size=1, max_size=30))
+def test_the_vectorised_digest_is_the_scalar_one_with_long_ids_alone(ids: list[bytes]) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(used_ids, "LONG_ID", 20)  # (ids of 21 bytes and more digested alone)
+        assert [int(d) for d in digests_of(ids)] == [digest(i) for i in ids]
 
 
 def test_digests_are_fixed_numbers() -> None:
@@ -160,3 +174,178 @@ def test_a_stored_filter_is_taken_only_by_the_ids_it_was_made_for(tmp_path: Path
     copied = copy.deepcopy(loaded)
     copied.add("new")
     assert "new" in copied and "new" not in loaded and all(f"g{i}" in copied for i in range(300))
+
+
+# --- an I/O error while sealing, a long id, the same answers everywhere, keys, a large filter ----
+
+
+class FailingOnce(MemoryRuns):
+    """A store whose `fail`-th write raises OSError (a disk full): the first seal's, or a merge's."""
+
+    def __init__(self, fail: int) -> None:
+        super().__init__()
+        self.fail, self.writes = fail, 0
+
+    def write(self, digests: Any, crcs: Any) -> Any:
+        self.writes += 1
+        if self.writes == self.fail:
+            raise OSError(28, "No space left on device")
+        return super().write(digests, crcs)
+
+
+class FilesFailingOnce(FileRuns):
+    fail = 1
+    writes = 0
+
+    def write(self, digests: Any, crcs: Any) -> Any:
+        self.writes += 1
+        if self.writes == self.fail:
+            raise OSError(24, "Too many open files")
+        return super().write(digests, crcs)
+
+
+@pytest.mark.usefixtures("small_runs")
+@pytest.mark.parametrize("fail", [1, 2, 3], ids=["the first run", "the second run", "their merge"])
+@pytest.mark.parametrize("files", [False, True], ids=["memory", "files"])
+def test_an_io_error_while_sealing_loses_no_id(tmp_path: Path, fail: int, files: bool) -> None:
+    """A write that fails once (the new run's, or a merge's): every id added still reads as used,
+    through the filter too (made before the failure and after it), and nothing of the add raises;
+    later seals go on (a run held in memory is merged into the store's later)."""
+    if files:
+        store: MemoryRuns | FileRuns = FilesFailingOnce(tmp_path)
+        store.fail = fail  # type: ignore[union-attr]
+    else:
+        store = FailingOnce(fail)
+    ids = UsedIds(store=store)
+    added = [f"gang-{i}" for i in range(32)]
+    for id_ in added:
+        ids.add(id_)
+        assert "fresh" not in ids  # (the filter made as the seals go)
+    assert all(id_ in ids for id_ in added) and not any(f"gang-{i}" in ids for i in range(32, 200))
+    assert ids._sealed == 32 and not ids._recent and ids == set(added)
+    assert {run.key for run in ids.runs} <= {run.key for run in store.alive()}  # (what a snapshot may name)
+    rebuilt = pickle.loads(pickle.dumps(ids))  # the filter made again from the runs
+    assert all(id_ in rebuilt for id_ in added)
+    more = [f"more-{i}" for i in range(64)]
+    for id_ in more:
+        ids.add(id_)
+    assert all(id_ in ids for id_ in [*added, *more]) and ids == {*added, *more}
+    if files:
+        assert all(isinstance(run, FileRun) for run in ids.runs)  # (what was held in memory, merged)
+
+
+@pytest.mark.usefixtures("small_runs")
+def test_a_failed_write_of_forgotten_task_ids_does_not_free_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission forgets a finished gang while the disk is full: its task ids stay used, a new gang
+    that reuses one is refused."""
+    from tests.admission.builders import gang, pool, rejected, task, world
+
+    monkeypatch.setattr(used_ids, "SEAL_AT", 2)
+    store = FailingOnce(fail=1)
+    before = used_ids.use_store(store)
+    try:
+        log = world(pool("/a", reservation={"cpu": 10}), gang_retention=60)
+        log.feed(gang("g", "/a", tasks=2))
+        log.tick(0)
+        log.feed(task("g/0", "succeeded"), task("g/1", "succeeded"), at=10)
+        log.tick(100)  # g forgotten: its task ids sealed, the write fails
+        assert store.writes >= 1 and "g" not in log.rt.gangs
+        assert "g/0" in log.rt.forgotten_tasks and "g/1" in log.rt.forgotten_tasks
+        reuse = gang("h", "/a", tasks=1)
+        reuse = reuse.model_copy(update={"tasks": [reuse.tasks[0].model_copy(update={"id": "g/1"})]})
+        assert rejected(log.feed(reuse)) == [("h", "duplicate_task")]
+    finally:
+        used_ids.use_store(before)
+
+
+def test_a_long_id_is_digested_in_bounded_memory() -> None:
+    """One id of 200 KB among 2,000 short ones: the digests are the scalar ones, and what is made
+    is about the ids' own size (not every id laid out at 200 KB: 400 MB)."""
+    ids = [f"gang-{i}".encode() for i in range(1_000)] + [b"x" * 200_000] + [f"t-{i}/0".encode() for i in range(1_000)]
+    ids += [bytes(range(n)) for n in range(0, 40)] + [b"y" * used_ids.LONG_ID, b"z" * (used_ids.LONG_ID + 1)]
+    total = sum(map(len, ids))
+    tracemalloc.start()
+    try:
+        found = digests_of(ids)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [int(d) for d in found] == [digest(i) for i in ids]
+    assert peak < 4 * total + (1 << 20), (peak, total)
+
+
+def _colliding(target: bytes, rng: random.Random) -> bytes:
+    """An ASCII id of 16 bytes, not `target`, with `target`'s digest (the mix is invertible: the
+    second word solved for a random first)."""
+    m = (1 << 64) - 1
+    k1_inverse, k2_inverse = pow(used_ids._K1, -1, 1 << 64), pow(used_ids._K2, -1, 1 << 64)
+
+    def unxorshift(y: int, s: int) -> int:
+        x = y
+        for _ in range(64 // s + 1):
+            x = y ^ (x >> s)
+        return x & m
+
+    h = digest(target) & m
+    h = unxorshift(unxorshift(unxorshift(h, 31) * k2_inverse & m, 27) * k1_inverse & m, 30)
+    h = unxorshift(h, 31) * k1_inverse & m  # what the second word was mixed into
+    while True:
+        first = bytes(rng.randrange(32, 127) for _ in range(8))
+        h1 = ((16 * used_ids._K0 & m) ^ int.from_bytes(first, "little")) * used_ids._K1 & m
+        second = (h1 ^ (h1 >> 31) ^ h).to_bytes(8, "little")
+        if all(b < 128 for b in second) and first + second != target:
+            assert digest(first + second) == digest(target)
+            return first + second
+
+
+@pytest.mark.usefixtures("small_runs")
+def test_a_crafted_colliding_id_reads_the_same_live_restored_and_replayed() -> None:
+    """An id whose digest is a used one's reads as used only if its CRC passes the filter: so the
+    filter must be the same in a record grown live (asked about as it grew), one restored from its
+    snapshot and one replayed (the same adds, nothing asked): its size follows from the ids sealed
+    alone. Hundreds of crafted ids: each reads the same in all three."""
+    from services.common.snapshots import Snapshot
+
+    added = [f"gang-{i:011d}" for i in range(3 * 16 + 5)]
+    live, replayed = UsedIds(), UsedIds()
+    rng = random.Random(3)
+    for at, id_ in enumerate(added):
+        live.add(id_)
+        replayed.add(id_)
+        if at in (16, 40):
+            assert "probe" not in live  # asked: the filter made then
+    restored = Snapshot.decode(Snapshot("tree", 1, "test", live).encode()).state
+    crafted = [_colliding(rng.choice(added).encode(), rng).decode() for _ in range(400)]
+    answers = [(id_ in live, id_ in restored, id_ in replayed) for id_ in crafted]
+    assert all(a == b == c for a, b, c in answers)
+    assert 0 < sum(a for a, _, _ in answers) < len(crafted)  # (some pass the filter, some do not)
+    assert live._size == restored._size == replayed._size == used_ids._filter_size(
+        used_ids._capacity_for(live._sealed))
+
+
+def test_a_runs_key_is_the_same_in_every_process() -> None:
+    """The same ids make the same run, byte for byte, whatever PYTHONHASHSEED orders the set by."""
+    script = ("from services.tree.domain import used_ids\n"
+              "used_ids.SEAL_AT = 200\n"
+              "ids = used_ids.UsedIds(f'gang-{i}' for i in range(200))\n"
+              "print(*(run.key for run in ids.runs))\n")
+    root = Path(__file__).resolve().parents[2]
+    keys = {subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}).stdout.strip()
+            for seed in ("1", "2", "3")}
+    assert len(keys) == 1 and len(next(iter(keys))) == 32, keys
+
+
+def test_a_large_filter_places_ids_as_the_scalar_check_does() -> None:
+    """At 290M ids sealed the filter would pass 2^32 bits, where NumPy's uint64 product of a CRC
+    and the size wraps: the size is capped, and the vectorised positions (sealing) are the scalar
+    ones (checking)."""
+    size = used_ids._filter_size(used_ids._capacity_for(290_000_000))
+    assert 0 < size <= 1 << 32
+    crcs = [0, 1, 0x7FFFFFFF, 0xFFFFFFF0, 0xFFFFFFFF]
+    vectorised = used_ids._positions(np.array(crcs, dtype=np.uint32), size)
+    for i, crc in enumerate(crcs):
+        step = (crc * used_ids._PHI32 & used_ids._M32) | 1
+        scalar = [((crc + k * step) & used_ids._M32) * size >> 32 for k in range(used_ids.FILTER_K)]
+        assert [int(positions[i]) for positions in vectorised] == scalar
+        assert all(at < size for at in scalar)

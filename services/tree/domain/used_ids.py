@@ -5,15 +5,18 @@ gangs are forgotten (`gang_retention`), for good. Held in the process that is th
 would still grow with the history, so here only this stays in memory:
 
 - `_recent`: the ids added lately, as strings in a set (at most `SEAL_AT`);
-- a Bloom filter over every sealed id (`FILTER_BITS` bits an id, `FILTER_K` positions derived
-  from the id's CRC-32, so a fresh id costs a CRC and three bit tests: most ids asked about are
-  new ones, every gang and task id is checked when it comes, and ~98% of them stop here);
+- a Bloom filter over every sealed id (`FILTER_BITS` bits an id it is made for, `FILTER_K`
+  positions derived from the id's CRC-32, so a fresh id costs a CRC and three bit tests: most ids
+  asked about are new ones, every gang and task id is checked when it comes, and ~98% of them stop
+  here). The ids it is made for are a rung of a fixed ladder above those sealed (`_capacity_for`),
+  so its size, and which ids pass it, follow from the sealed ids alone: a record restored from a
+  snapshot or replayed has the filter of the one grown live;
 - each run's sparse index (the first digest of every `BLOCK` digests, in a list of Python ints:
   ~40 bytes per 512 ids).
 
 Every `SEAL_AT` recent ids are sealed into an immutable sorted *run*: their 64-bit digests
 (`digest`: a fixed mix of the id's bytes, the same in every process, so every reader of the log
-agrees), sorted without repeats, and their CRC-32s (kept so that the filter can be made again,
+agrees), sorted without repeats, and their CRC-32s, sorted (kept so that the filter can be made again,
 larger, as the ids grow). Runs are merged geometrically (a run is merged into the one before it
 while that one is at most twice its size), so a merge rewrites a part and there are O(log n) runs.
 Only an id that passes the filter (~2% of fresh ids, and the ids really used) is digested and
@@ -35,6 +38,10 @@ the filter it names when it is there, whole and made for the very ids sealed
 (`fits`); when it is not, the filter is made from the runs as before: never a wrong
 answer, only a slower first check.
 
+An I/O error while sealing loses nothing: the recent ids stay until their run is written, a run
+the store cannot write is held in memory instead (the same run and key), and a merge that cannot
+be written is left for a later seal (`_seal`).
+
 A run's bytes (what a file and a snapshot's run object hold): the digests (int64, little-endian,
 sorted), the CRCs (uint32), then a trailer: `MAGIC`, the count of digests and of CRCs (uint64).
 Its key: the first 32 hex digits of the SHA-256 of those bytes. A filter's bytes: its bits, then
@@ -54,21 +61,27 @@ filter has 3 bits set for each.
 from __future__ import annotations
 
 import hashlib
+import logging
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
 from typing import Any, Protocol, TypeVar
 from weakref import WeakValueDictionary
 from zlib import crc32
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 SEAL_AT = 16_384  # recent ids kept as strings before they are sealed into a run
 BLOCK = 512  # digests per block: what a lookup reads of a run (4 KiB)
 FILTER_BITS = 10  # Bloom filter bits per sealed id (with k=3: a fresh id passes ~1.7% of the time)
 FILTER_K = 3
-FILTER_GROWTH = 1.5  # the filter is made again, this much larger, when the sealed ids outgrow it
-MIN_FILTER_IDS = 1 << 16
+MIN_FILTER_IDS = 1 << 16  # the ladder's first rung (`_capacity_for`); each next one is 3/2 of the one before
+MAX_FILTER_BITS = 1 << 32  # (positions are a 32-bit hash scaled to the size: more bits would not be reached,
+# and NumPy's uint64 product of the hash and the size would wrap)
+LONG_ID = 1024  # bytes: an id longer than this is digested alone (`digests_of`)
 MAGIC = b"PWIDRUN1"
 TRAILER = struct.Struct("<8sQQ")
 FILTER_MAGIC = b"PWIDFLT1"
@@ -98,25 +111,48 @@ def digest(data: bytes) -> int:
 
 
 def digests_of(ids: list[bytes]) -> np.ndarray:
-    """`digest` of each id, vectorised: the ids as rows of 8-byte words."""
-    lengths = np.fromiter(map(len, ids), dtype=np.uint64, count=len(ids))
-    width = max(8, (int(lengths.max()) + 7) // 8 * 8)
-    rows = np.array(ids, dtype=f"S{width}").view(np.uint64).reshape(len(ids), width // 8)
-    k0, k1, k2 = np.uint64(_K0), np.uint64(_K1), np.uint64(_K2)
+    """`digest` of each id, vectorised: the ids as rows of 8-byte words, those of a width class
+    (1, 2, 4, ... words) together at its width, so that what is laid out is at most about twice
+    the ids' own size, never every id at the longest one's width (one id of 700 KB among 16,384
+    took 11 GB); an id longer than `LONG_ID` is digested alone (`digest`)."""
+    n = len(ids)
+    lengths = np.fromiter(map(len, ids), dtype=np.uint64, count=n)
+    words = ((lengths + np.uint64(7)) // np.uint64(8)).astype(np.intp)
+    long_ = lengths > np.uint64(LONG_ID)
+    classes = _width_classes(LONG_ID)[np.where(long_, 0, words)]
+    present = np.unique(classes[~long_]).tolist()
+    h = lengths * np.uint64(_K0)
+    k1, k2 = np.uint64(_K1), np.uint64(_K2)
     s27, s30, s31 = np.uint64(27), np.uint64(30), np.uint64(31)
     with np.errstate(over="ignore"):
-        h = lengths * k0
-        words = (lengths + np.uint64(7)) // np.uint64(8)  # words of each id (zero words past its end are left out)
-        for column in range(rows.shape[1]):
-            mixed = (h ^ rows[:, column]) * k1
-            mixed ^= mixed >> s31
-            h = np.where(words > np.uint64(column), mixed, h)
+        for width in present:
+            chosen: slice | np.ndarray = slice(None)
+            group = ids  # (all of one class: as they are)
+            if len(present) > 1 or long_.any():
+                at_width = np.flatnonzero((classes == width) & ~long_)
+                chosen, group = at_width, [ids[at] for at in at_width.tolist()]
+            rows = np.array(group, dtype=f"S{width * 8}").view(np.uint64).reshape(len(group), width)
+            mixed_in, counts = h[chosen], words[chosen]
+            for column in range(width):
+                mixed = (mixed_in ^ rows[:, column]) * k1
+                mixed ^= mixed >> s31
+                mixed_in = np.where(counts > column, mixed, mixed_in)  # (zero words past an id's end left out)
+            h[chosen] = mixed_in
         h ^= h >> s30
         h *= k1
         h ^= h >> s27
         h *= k2
         h ^= h >> s31
+    for at in np.flatnonzero(long_).tolist():
+        h[at] = digest(ids[at]) & _M
     return h.view(np.int64)
+
+
+@cache
+def _width_classes(longest: int) -> np.ndarray:
+    """The width class (in words: a power of two, at least 1) of an id of each length in words up
+    to `longest` bytes'."""
+    return np.array([1 << max(0, words - 1).bit_length() for words in range((longest + 7) // 8 + 1)], dtype=np.intp)
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -302,8 +338,9 @@ class MemoryFilter:
 
 def fits(found: IdFilter, sealed: int) -> bool:
     """Whether `found` is a filter a record with `sealed` ids sealed may use as its own: made for
-    exactly those (a filter missing some would turn a used id away) at the size this code makes."""
-    return (found.sealed == sealed and found.capacity >= sealed
+    exactly those (a filter missing some would turn a used id away) at the size this code makes for
+    them (the ladder's rung, `_capacity_for`: another size would answer some crafted ids otherwise)."""
+    return (found.sealed == sealed and found.capacity == _capacity_for(sealed)
             and found.size == _filter_size(found.capacity))
 
 
@@ -464,8 +501,21 @@ _PHI32 = 0x9E3779B1
 _M32 = 0xFFFFFFFF
 
 
+def _capacity_for(sealed: int) -> int:
+    """The sealed ids a filter is made for when `sealed` are: the first rung at or above `sealed`
+    of a fixed ladder (`MIN_FILTER_IDS`, then 3/2 of the one before, in integers). A pure function
+    of the count, so that a record grown live, one restored from a snapshot and one replayed make
+    the very same filter: which ids pass it decides whether an id whose digest is a used one's
+    reads as used, and that must not depend on when the process started."""
+    capacity = MIN_FILTER_IDS
+    while capacity < sealed:
+        capacity = max(capacity + 1, capacity * 3 // 2)
+    return capacity
+
+
 def _filter_size(ids: int) -> int:
-    return max(MIN_FILTER_IDS, ids) * FILTER_BITS
+    """The bits of a filter made for `ids` sealed ids (`FILTER_BITS` each, at most `MAX_FILTER_BITS`)."""
+    return min(max(MIN_FILTER_IDS, ids) * FILTER_BITS, MAX_FILTER_BITS)
 
 
 def _positions(crcs: np.ndarray, size: int) -> list[np.ndarray]:
@@ -604,7 +654,13 @@ class UsedIds:
 
     def _seal(self) -> None:
         """Seal the recent ids into a run (a few milliseconds per `SEAL_AT` ids), leaving out those
-        sealed already, then merge runs while the one before the newest is at most twice its size."""
+        sealed already, then merge runs while the one before the newest is at most twice its size.
+
+        Nothing is lost to an I/O error (a disk full, no file descriptor left): the recent ids are
+        let go only once their run is written and counted in the filter; a run the store could not
+        write is held in memory instead (the same run, under the same key: the record answers as
+        if it had been written, and a snapshot stores it as any other), and a merge the store could
+        not write leaves the runs unmerged (a later seal merges them)."""
         if not self._recent:
             return
         recent = list(map(str.encode, self._recent))
@@ -617,27 +673,57 @@ class UsedIds:
             for at in np.flatnonzero(again).tolist():
                 again[at] = self._sealed_has(int(digests[at]))
             crcs, digests = crcs[~again], digests[~again]
+        if len(digests):
+            # (the CRCs sorted: the set's order changes with PYTHONHASHSEED, and a run's bytes and
+            # key must not)
+            self._append(np.unique(digests), np.sort(crcs))
         self._recent = set()
-        if not len(digests):
-            return
-        store = self._store if self._store is not None else _STORE[0]
-        digests = np.sort(digests)
-        self._runs.append(store.write([digests[np.concatenate(([True], digests[1:] != digests[:-1]))]], [crcs]))
-        while len(self._runs) >= 2 and self._runs[-2].count <= 2 * self._runs[-1].count:
-            pair = self._runs[-2:]
-            self._runs[-2:] = [store.write(merged(pair), _crcs_of(pair))]
+        self._merge()
+
+    def _store_in_use(self) -> RunStore:
+        return self._store if self._store is not None else _STORE[0]
+
+    def _append(self, digests: np.ndarray, crcs: np.ndarray) -> None:
+        """A new run of these digests (sorted, no repeats) and CRCs, counted in the filter."""
+        store = self._store_in_use()
+        try:
+            run = store.write([digests], [crcs])
+        except OSError as exc:
+            log.warning("id run of %d ids not written (%s: %s): held in memory", len(crcs), type(exc).__name__, exc)
+            run = MemoryRuns().write([digests], [crcs])
+            keep = getattr(store, "keep", None)  # (so that a snapshot taken now finds it: `RunStore.alive`)
+            if keep is not None:
+                keep(run)
+        self._runs.append(run)
         self._sealed += len(crcs)
         self._frozen = None
-        if self._capacity and self._sealed <= self._capacity:
-            if not isinstance(self._bits, bytearray):  # (a stored filter's bits: changed from here on)
-                self._bits = bytearray(self._bits)
-            _set_positions(self._bits, self._size, crcs)
-        else:
-            self._capacity = 0  # made again, larger, when next needed
+        if not self._capacity:
+            return  # made when next needed
+        if self._sealed > self._capacity:
+            capacity = _capacity_for(self._sealed)
+            if _filter_size(capacity) != self._size:
+                self._capacity = 0  # made again, larger, when next needed
+                return
+            self._capacity = capacity  # (the size is at its cap: the same filter)
+        if not isinstance(self._bits, bytearray):  # (a stored filter's bits: changed from here on)
+            self._bits = bytearray(self._bits)
+        _set_positions(self._bits, self._size, crcs)
+
+    def _merge(self) -> None:
+        """Merge the newest runs while the one before the newest is at most twice its size (the
+        runs' ids and CRCs are the same merged or not: only where they are read changes)."""
+        store, runs = self._store_in_use(), self._runs
+        try:
+            while len(runs) >= 2 and runs[-2].count <= 2 * runs[-1].count:
+                pair = runs[-2:]
+                runs[-2:] = [store.write(merged(pair), _crcs_of(pair))]
+        except OSError as exc:
+            log.warning("id runs not merged (%s: %s): kept as they are", type(exc).__name__, exc)
 
     def _filter(self) -> None:
-        """Make the filter from the runs' CRCs, for `FILTER_GROWTH` times the ids sealed."""
-        capacity = max(MIN_FILTER_IDS, int(self._sealed * FILTER_GROWTH))
+        """Make the filter from the runs' CRCs, for the sealed ids' rung of the ladder
+        (`_capacity_for`)."""
+        capacity = _capacity_for(self._sealed)
         size = _filter_size(capacity)
         bits = bytearray((size + 7) // 8)
         for run in self._runs:
