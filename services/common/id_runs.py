@@ -28,6 +28,7 @@ import hashlib
 import io
 import logging
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 DIRECTORY = "id-runs"
 SWEEP_AFTER = 24 * 3600.0  # seconds: a run file no process opened for this long is left over
 READ = 1 << 20  # bytes read at a time when a run is read whole (a multiple of a block)
+DESCRIPTORS = 1 << 20  # the soft limit of open files asked for when the hard one is unlimited
 _T = TypeVar("_T")
 
 
@@ -178,15 +180,15 @@ class FileRuns(RunRegistry):
     def _filter_path(self, key: str) -> Path:
         return self.directory / f"{key}.filter"
 
-    def _open(self, key: str, path: Path, count: int, crc_count: int, index: list[int]) -> FileRun:
-        fd = os.open(path, os.O_RDONLY)
+    def _open(self, key: str, path: Path, fd: int, count: int, crc_count: int, index: list[int]) -> FileRun:
+        """The run in the file open as `fd` (which the run keeps: another process sharing the
+        directory may delete `path` at any time)."""
         run = FileRun(key, path, fd, count, crc_count, index)
         done = weakref.finalize(run, _closed, fd, path, True)
         done.atexit = False  # at exit the files stay: the next start takes them
         return self.keep(run)
 
-    def _open_filter(self, key: str, path: Path, size: int, capacity: int, sealed: int) -> FileFilter:
-        fd = os.open(path, os.O_RDONLY)
+    def _open_filter(self, key: str, path: Path, fd: int, size: int, capacity: int, sealed: int) -> FileFilter:
         found = FileFilter(key, path, fd, size, capacity, sealed)
         done = weakref.finalize(found, _closed, fd, path, True)
         done.atexit = False
@@ -199,27 +201,27 @@ class FileRuns(RunRegistry):
         if found is not None:
             return found
         path = self._filter_path(key)
-        self._write_whole(path, (bits, trailer))
-        return self._open_filter(key, path, size, capacity, sealed)
+        return self._open_filter(key, path, self._write_whole(path, (bits, trailer)), size, capacity, sealed)
 
-    def _write_whole(self, path: Path, pieces: Iterable[bytes]) -> None:
-        """`pieces` into the file `path`, under a temporary name until whole."""
+    def _write_whole(self, path: Path, pieces: Iterable[bytes]) -> int:
+        """`pieces` into the file `path`, under a temporary name until whole: its descriptor, kept
+        open (another process sharing the directory may delete the name)."""
         handle, name = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=path.suffix)
         try:
-            with os.fdopen(handle, "wb") as out:
+            with os.fdopen(handle, "wb", closefd=False) as out:
                 for piece in pieces:
                     out.write(piece)
             os.replace(name, path)
         except BaseException:
-            with suppress(OSError):
-                os.unlink(name)
+            _closed(handle, Path(name), True)
             raise
+        return handle
 
     def write(self, digests: Iterable[np.ndarray], crcs: Iterable[np.ndarray]) -> Run:
         built = RunBuilder()
         handle, name = tempfile.mkstemp(dir=self.directory, prefix=".writing-", suffix=".run")
         try:
-            with os.fdopen(handle, "wb") as out:
+            with os.fdopen(handle, "wb", closefd=False) as out:
                 for chunk in digests:
                     out.write(built.digests(chunk))
                 for chunk in crcs:
@@ -228,40 +230,50 @@ class FileRuns(RunRegistry):
             key = built.key
             found: Run | None = self.held(key)
             if found is not None:
-                os.unlink(name)
+                _closed(handle, Path(name), True)
                 return found
             path = self._path(key)
             os.replace(name, path)
         except BaseException:
-            with suppress(OSError):
-                os.unlink(name)
+            _closed(handle, Path(name), True)
             raise
-        return self._open(key, path, built.count, built.crc_count, built.index)
+        return self._open(key, path, handle, built.count, built.crc_count, built.index)
 
     def local(self, key: str) -> Run | IdFilter | None:
         """The run (or filter) `key` if it is alive here or its file is (read whole: checked
-        against its key, a run's index made), else None (a file that does not match is deleted)."""
+        against its key, a run's index made), else None (a file that does not match is deleted).
+        The file is opened once, checked and kept through that descriptor (another process may
+        delete its name meanwhile)."""
         found: Run | IdFilter | None = self.held(key)
         if found is not None:
             return found
-        run = self._taken(self._path(key), key, "run", lambda path: self._open(key, path, *_checked(path, key)))
+        run = self._taken(self._path(key), key, "run",
+                          lambda fd, path: self._open(key, path, fd, *_checked(fd, key)))
         if run is not None:
             return run
         return self._taken(self._filter_path(key), key, "filter",
-                           lambda path: self._open_filter(key, path, *_checked_filter(path, key)))
+                           lambda fd, path: self._open_filter(key, path, fd, *_checked_filter(fd, key)))
 
-    def _taken(self, path: Path, key: str, kind: str, opened: Callable[[Path], _T]) -> _T | None:
-        """`opened(path)` (it checks the file), or None if there is no such file or it does not
-        check out (then deleted)."""
+    def _taken(self, path: Path, key: str, kind: str, opened: Callable[[int, Path], _T]) -> _T | None:
+        """`opened(fd, path)` of the file at `path`, opened once (it checks the file through `fd`
+        and keeps it), or None if there is no such file, it cannot be opened (left as it is: no
+        descriptor left, say) or it does not check out (then deleted)."""
         try:
-            found = opened(path)
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            log.warning("id %s %s in %s not opened: %s", kind, key, self.directory, exc)
+            return None
+        try:
+            found = opened(fd, path)
         except (OSError, ValueError) as exc:
             log.warning("id %s %s in %s not used: %s", kind, key, self.directory, exc)
-            with suppress(OSError):
-                path.unlink()
+            _closed(fd, path, True)
             return None
+        except BaseException:
+            _closed(fd, path, False)
+            raise
         with suppress(OSError):
             os.utime(path)  # (taken: not left over)
         return found
@@ -275,19 +287,17 @@ class FileRuns(RunRegistry):
         if is_filter(data):
             made = used_ids.filter_of(data, key)
             path = self._filter_path(key)
-            self._write_whole(path, (data,))
-            return self._open_filter(key, path, made.size, made.capacity, made.sealed)
+            return self._open_filter(key, path, self._write_whole(path, (data,)), made.size, made.capacity, made.sealed)
         handle, name = tempfile.mkstemp(dir=self.directory, prefix=".fetching-", suffix=".run")
         try:
-            with os.fdopen(handle, "wb") as out:
+            with os.fdopen(handle, "wb", closefd=False) as out:
                 out.write(data)
-            checked = _checked(Path(name), key)
+            checked = _checked(handle, key)
             os.replace(name, self._path(key))
         except BaseException:
-            with suppress(OSError):
-                os.unlink(name)
+            _closed(handle, Path(name), True)
             raise
-        return self._open(key, self._path(key), *checked)
+        return self._open(key, self._path(key), handle, *checked)
 
     def sweep(self, older_than: float = SWEEP_AFTER) -> int:
         """Delete run files no run here holds and not used for `older_than` seconds (and temporary
@@ -305,35 +315,43 @@ class FileRuns(RunRegistry):
         return gone
 
 
-def _checked(path: Path, key: str) -> tuple[int, int, list[int]]:
-    """(count, crc_count, index) of the run file at `path`, read whole and checked against `key`."""
+def _checked(fd: int, key: str) -> tuple[int, int, list[int]]:
+    """(count, crc_count, index) of the run file open as `fd`, read whole and checked against `key`."""
     sha = hashlib.sha256()
     index_parts: list[np.ndarray] = []
-    with open(path, "rb", buffering=0) as file:
-        size = os.fstat(file.fileno()).st_size
-        if size < TRAILER.size:
-            raise ValueError("too short for a run")
-        count, crc_count = parse_trailer(os.pread(file.fileno(), TRAILER.size, size - TRAILER.size))
-        if size != count * 8 + crc_count * 4 + TRAILER.size:
-            raise ValueError("its length does not match its trailer")
-        at = 0
-        while at < size:
-            data = os.pread(file.fileno(), min(READ, size - at), at)
-            if not data:
-                raise ValueError("cut short while read")
-            sha.update(data)
-            if at < count * 8:  # (READ is a multiple of a block: each piece starts on one)
-                digests = np.frombuffer(data, dtype="<i8", count=min(len(data), count * 8 - at) // 8)
-                index_parts.append(digests[::used_ids.BLOCK].astype(np.int64))
-            at += len(data)
+    size = os.fstat(fd).st_size
+    if size < TRAILER.size:
+        raise ValueError("too short for a run")
+    count, crc_count = parse_trailer(os.pread(fd, TRAILER.size, size - TRAILER.size))
+    if size != count * 8 + crc_count * 4 + TRAILER.size:
+        raise ValueError("its length does not match its trailer")
+    at = 0
+    while at < size:
+        data = os.pread(fd, min(READ, size - at), at)
+        if not data:
+            raise ValueError("cut short while read")
+        sha.update(data)
+        if at < count * 8:  # (READ is a multiple of a block: each piece starts on one)
+            digests = np.frombuffer(data, dtype="<i8", count=min(len(data), count * 8 - at) // 8)
+            index_parts.append(digests[::used_ids.BLOCK].astype(np.int64))
+        at += len(data)
     if sha.hexdigest()[:32] != key:
         raise ValueError("its content does not match its key")
     return count, crc_count, [first for part in index_parts for first in part.tolist()]
 
 
-def _checked_filter(path: Path, key: str) -> tuple[int, int, int]:
-    """(size, capacity, sealed) of the filter file at `path`, read whole and checked against `key`."""
-    found = used_ids.filter_of(path.read_bytes(), key)
+def _checked_filter(fd: int, key: str) -> tuple[int, int, int]:
+    """(size, capacity, sealed) of the filter file open as `fd`, read whole and checked against `key`."""
+    size = os.fstat(fd).st_size
+    pieces = []
+    at = 0
+    while at < size:
+        data = os.pread(fd, min(READ, size - at), at)
+        if not data:
+            raise ValueError("cut short while read")
+        pieces.append(data)
+        at += len(data)
+    found = used_ids.filter_of(b"".join(pieces), key)
     return found.size, found.capacity, found.sealed
 
 
@@ -357,6 +375,7 @@ def install(data_dir: Path | None) -> RunStore:
     before); the store now in use."""
     if data_dir is None or sys.byteorder != "little":  # (runs are little-endian, read as they are)
         return used_ids.current_store()
+    more_descriptors()
     current = used_ids.current_store()
     directory = Path(data_dir) / DIRECTORY
     if isinstance(current, FileRuns) and current.directory == directory:
@@ -364,3 +383,20 @@ def install(data_dir: Path | None) -> RunStore:
     store = FileRuns(directory)
     used_ids.use_store(store)
     return store
+
+
+def more_descriptors() -> int:
+    """Raise the process's soft limit of open files to its hard one (at most `DESCRIPTORS`), and
+    return the soft limit then. Each run held keeps its file open (read through the descriptor:
+    another process sharing the data dir may delete the name), a few per record and two records
+    per tree, so a process holding a few hundred trees passed the usual soft limit of 1,024 (and
+    a run that cannot be written for want of one is held in memory: `UsedIds._seal`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = DESCRIPTORS if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("the soft limit of open files stays %d: %s", soft, exc)
+    return soft

@@ -120,11 +120,17 @@ class Snapshot:
         header = {"format": FORMAT, "service": service, "seq": seq, "fingerprint": fingerprint,
                   "length": len(payload), "crc": zlib.crc32(payload), "anchor": anchor,
                   "runs": runs + optional, "optional": optional}
-        return json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+        data = json.dumps(header, sort_keys=True).encode() + b"\n" + payload
+        if Snapshot.header(data) != header:  # (not saved: a snapshot that does not read back is none)
+            raise Corrupt("its header does not read back")
+        return data
 
     @staticmethod
     def header(data: bytes) -> dict[str, Any]:
-        end = data.find(b"\n", 0, HEADER_LIMIT)
+        """The header line's fields. It has no size limit: it names every run of the state (~36
+        bytes each), and a limit (there was one of 64 KiB) made a state with many runs (1,900:
+        a few hundred trees' records) a snapshot no start could read."""
+        end = data.find(b"\n")
         if end < 0:
             raise Corrupt("no header")
         try:
@@ -187,7 +193,6 @@ class Parts:
         return (Parts, (self.pickled,))
 
 
-HEADER_LIMIT = 1 << 16  # a header names its runs (~36 bytes each, O(log n) of them per id record)
 _RUNS_LINE = b"runs:"
 
 

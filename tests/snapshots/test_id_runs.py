@@ -7,7 +7,10 @@ of the trees and the forgotten tasks are sealed into many runs and merged)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -286,3 +289,76 @@ def test_a_filter_that_cannot_be_stored_leaves_it_out_of_the_snapshot(tmp_path: 
 
     runs, filters, _ = named_in(anyio.run(pickle_it))
     assert runs and filters == [] and ids._frozen is None
+
+
+def test_a_snapshot_naming_thousands_of_runs_reads_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,900 records of one run each (a few hundred trees): a header of ~68 KB, read back whole
+    (a limit of 64 KiB made it "no header": every start folded the whole log)."""
+    monkeypatch.setattr(used_ids, "SEAL_AT", 4)
+    state = [used_ids.UsedIds(f"t{t}-g{i}" for i in range(4)) for t in range(1_900)]
+    data = Snapshot("admission", 10, "test", state).encode()
+    assert data.index(b"\n") > 1 << 16
+    assert len(runs_named(Snapshot.header(data))) == 1_900
+    loaded = Snapshot.decode(data).state
+    assert loaded == state and all(f"t{t}-g3" in loaded[t] for t in range(0, 1_900, 7))
+
+
+@pytest.mark.parametrize("how", ["local", "adopt", "write"])
+def test_a_run_file_deleted_by_another_process_as_it_is_taken_stays_readable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Another process sharing the data dir deletes a run's file (its sweep, or a run it let go)
+    right after this one checked or wrote it: the run is read through the file this one opened."""
+    from services.common import id_runs
+
+    ids = used_ids.UsedIds((f"g{i}" for i in range(40)), store=MemoryRuns())
+    ids._seal()
+    run = ids.runs[0]
+    data = b"".join(run.byte_chunks())
+    path = tmp_path / f"{run.key}.run"
+    if how == "local":
+        path.write_bytes(data)
+        checked = id_runs._checked
+
+        def checked_then_gone(*args: object) -> object:
+            found = checked(*args)  # type: ignore[arg-type]
+            path.unlink()
+            return found
+
+        monkeypatch.setattr(id_runs, "_checked", checked_then_gone)
+    else:
+        replace = os.replace
+
+        def replaced_then_gone(source: str, target: Path) -> None:
+            replace(source, target)
+            Path(target).unlink()
+
+        monkeypatch.setattr(os, "replace", replaced_then_gone)
+    store = FileRuns(tmp_path)
+    if how == "local":
+        found = store.local(run.key)
+    elif how == "adopt":
+        found = store.adopt(run.key, data)
+    else:
+        found = store.write(run.digest_chunks(), run.crc_chunks())
+    assert found is not None and found.key == run.key and not path.exists()
+    assert b"".join(found.byte_chunks()) == data
+    assert [list(found.read_block(i)) for i in range(len(found.index))] == [
+        list(run.read_block(i)) for i in range(len(run.index))]
+
+
+def test_a_service_start_raises_the_soft_limit_of_open_files(tmp_path: Path) -> None:
+    """Each run held keeps its file open: a start (`id_runs.install`) raises the soft limit of
+    open files (1,024 on most machines) to the hard one."""
+    script = ("import resource, sys\n"
+              "from pathlib import Path\n"
+              "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+              "from services.common import id_runs\n"
+              "id_runs.install(Path(sys.argv[1]))\n"
+              "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+              "print(soft, hard)\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, capture_output=True, text=True,
+                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}).stdout.split()
+    soft, hard = int(out[0]), int(out[1])
+    assert soft == min(hard, 1 << 20) and soft > 256, out
