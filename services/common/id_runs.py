@@ -325,16 +325,11 @@ def _checked(fd: int, key: str) -> tuple[int, int, list[int]]:
     count, crc_count = parse_trailer(os.pread(fd, TRAILER.size, size - TRAILER.size))
     if size != count * 8 + crc_count * 4 + TRAILER.size:
         raise ValueError("its length does not match its trailer")
-    at = 0
-    while at < size:
-        data = os.pread(fd, min(READ, size - at), at)
-        if not data:
-            raise ValueError("cut short while read")
+    for at, data in _pieces(fd, size):
         sha.update(data)
         if at < count * 8:  # (READ is a multiple of a block: each piece starts on one)
             digests = np.frombuffer(data, dtype="<i8", count=min(len(data), count * 8 - at) // 8)
             index_parts.append(digests[::used_ids.BLOCK].astype(np.int64))
-        at += len(data)
     if sha.hexdigest()[:32] != key:
         raise ValueError("its content does not match its key")
     return count, crc_count, [first for part in index_parts for first in part.tolist()]
@@ -342,17 +337,19 @@ def _checked(fd: int, key: str) -> tuple[int, int, list[int]]:
 
 def _checked_filter(fd: int, key: str) -> tuple[int, int, int]:
     """(size, capacity, sealed) of the filter file open as `fd`, read whole and checked against `key`."""
-    size = os.fstat(fd).st_size
-    pieces = []
+    found = used_ids.filter_of(b"".join(data for _, data in _pieces(fd, os.fstat(fd).st_size)), key)
+    return found.size, found.capacity, found.sealed
+
+
+def _pieces(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
+    """(where, bytes) of the file open as `fd`, `size` bytes long, `READ` bytes at a time."""
     at = 0
     while at < size:
         data = os.pread(fd, min(READ, size - at), at)
         if not data:
             raise ValueError("cut short while read")
-        pieces.append(data)
+        yield at, data
         at += len(data)
-    found = used_ids.filter_of(b"".join(pieces), key)
-    return found.size, found.capacity, found.sealed
 
 
 def touch(runs: Iterable[Run | IdFilter]) -> None:

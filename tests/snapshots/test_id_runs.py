@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -304,27 +305,35 @@ def test_a_snapshot_naming_thousands_of_runs_reads_back(monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("how", ["local", "adopt", "write"])
-def test_a_run_file_deleted_by_another_process_as_it_is_taken_stays_readable(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
-    """Another process sharing the data dir deletes a run's file (its sweep, or a run it let go)
-    right after this one checked or wrote it: the run is read through the file this one opened."""
+@pytest.mark.parametrize("kind", ["run", "filter"])
+def test_a_file_deleted_by_another_process_as_it_is_taken_stays_readable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, how: str) -> None:
+    """Another process sharing the data dir deletes a run's file, or a stored filter's (its sweep,
+    or one it let go), right after this one checked or wrote it: it is read through the file this
+    one opened."""
     from services.common import id_runs
 
-    ids = used_ids.UsedIds((f"g{i}" for i in range(40)), store=MemoryRuns())
-    ids._seal()
-    run = ids.runs[0]
-    data = b"".join(run.byte_chunks())
-    path = tmp_path / f"{run.key}.run"
+    memory = MemoryRuns()
+    bits = bytes(range(256)) * 4
+    if kind == "run":
+        ids = used_ids.UsedIds((f"g{i}" for i in range(40)), store=memory)
+        ids._seal()
+        made: Any = ids.runs[0]
+    else:
+        made = memory.write_filter(bits, 8 * 1024, 800, 700)
+    data = b"".join(made.byte_chunks())
+    path = tmp_path / f"{made.key}.{kind}"
     if how == "local":
         path.write_bytes(data)
-        checked = id_runs._checked
+        name = "_checked" if kind == "run" else "_checked_filter"
+        checked = getattr(id_runs, name)
 
         def checked_then_gone(*args: object) -> object:
-            found = checked(*args)  # type: ignore[arg-type]
+            found = checked(*args)
             path.unlink()
             return found
 
-        monkeypatch.setattr(id_runs, "_checked", checked_then_gone)
+        monkeypatch.setattr(id_runs, name, checked_then_gone)
     else:
         replace = os.replace
 
@@ -335,15 +344,21 @@ def test_a_run_file_deleted_by_another_process_as_it_is_taken_stays_readable(
         monkeypatch.setattr(os, "replace", replaced_then_gone)
     store = FileRuns(tmp_path)
     if how == "local":
-        found = store.local(run.key)
+        found = store.local(made.key)
     elif how == "adopt":
-        found = store.adopt(run.key, data)
+        found = store.adopt(made.key, data)
+    elif kind == "run":
+        found = store.write(made.digest_chunks(), made.crc_chunks())
     else:
-        found = store.write(run.digest_chunks(), run.crc_chunks())
-    assert found is not None and found.key == run.key and not path.exists()
+        found = store.write_filter(bits, 8 * 1024, 800, 700)
+    assert found is not None and found.key == made.key and not path.exists()
     assert b"".join(found.byte_chunks()) == data
-    assert [list(found.read_block(i)) for i in range(len(found.index))] == [
-        list(run.read_block(i)) for i in range(len(run.index))]
+    if kind == "run":
+        assert isinstance(found, id_runs.FileRun)
+        assert [list(found.read_block(i)) for i in range(len(found.index))] == [
+            list(made.read_block(i)) for i in range(len(made.index))]
+    else:
+        assert isinstance(found, id_runs.FileFilter) and found.bits() == bits
 
 
 def test_a_service_start_raises_the_soft_limit_of_open_files(tmp_path: Path) -> None:

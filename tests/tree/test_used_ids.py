@@ -315,12 +315,42 @@ def test_a_crafted_colliding_id_reads_the_same_live_restored_and_replayed() -> N
         if at in (16, 40):
             assert "probe" not in live  # asked: the filter made then
     restored = Snapshot.decode(Snapshot("tree", 1, "test", live).encode()).state
+    assert "probe" not in live
+    live.freeze()  # (a snapshot naming the filter as it stands: a start takes it)
+    assert live._frozen is not None and used_ids.fits(live._frozen, live._sealed)
+    with_filter = Snapshot.decode(Snapshot("tree", 1, "test", live).encode()).state
+    assert with_filter._frozen is live._frozen
     crafted = [_colliding(rng.choice(added).encode(), rng).decode() for _ in range(400)]
-    answers = [(id_ in live, id_ in restored, id_ in replayed) for id_ in crafted]
-    assert all(a == b == c for a, b, c in answers)
-    assert 0 < sum(a for a, _, _ in answers) < len(crafted)  # (some pass the filter, some do not)
+    answers = [(id_ in live, id_ in restored, id_ in replayed, id_ in with_filter) for id_ in crafted]
+    assert all(a == b == c == d for a, b, c, d in answers)
+    assert 0 < sum(a for a, _, _, _ in answers) < len(crafted)  # (some pass the filter, some do not)
     assert live._size == restored._size == replayed._size == used_ids._filter_size(
         used_ids._capacity_for(live._sealed))
+    # a stored filter of another size for the same ids (made by other code) is not taken
+    other = used_ids.MemoryFilter("x", bytes(live._bits), live._size, live._capacity + 1, live._sealed)
+    assert not used_ids.fits(other, live._sealed)
+
+
+@pytest.mark.usefixtures("small_runs")
+def test_a_filter_that_cannot_be_stored_leaves_the_snapshot_without_it() -> None:
+    """A disk full when a snapshot's shell stores the filters (`freeze_filters`): no error, the
+    snapshot names no filter, and a start makes it from the runs."""
+    from services.common.snapshots import Snapshot
+
+    class NoRoom(MemoryRuns):
+        def write_filter(self, bits: bytes, size: int, capacity: int, sealed: int) -> Any:
+            raise OSError(28, "No space left on device")
+
+    before = used_ids.use_store(NoRoom())
+    try:
+        ids = UsedIds(f"g{i}" for i in range(100))
+        assert "h" not in ids and ids._capacity
+        used_ids.freeze_filters()
+        assert ids._frozen is None
+        restored = Snapshot.decode(Snapshot("tree", 1, "test", ids).encode()).state
+        assert all(f"g{i}" in restored for i in range(100)) and "h" not in restored
+    finally:
+        used_ids.use_store(before)
 
 
 def test_a_runs_key_is_the_same_in_every_process() -> None:

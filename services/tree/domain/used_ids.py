@@ -734,11 +734,15 @@ class UsedIds:
 
     def freeze(self) -> None:
         """Write the filter to the store as it stands, unless it is stored so already (or not made:
-        a start then makes it from the runs)."""
+        a start then makes it from the runs). One the store cannot write (a disk full) is left
+        out of the snapshot: a start makes it from the runs."""
         if self._frozen is not None or not self._capacity or not self._runs:
             return
-        store = self._store if self._store is not None else _STORE[0]
-        self._frozen = store.write_filter(bytes(self._bits), self._size, self._capacity, self._sealed)
+        try:
+            self._frozen = self._store_in_use().write_filter(bytes(self._bits), self._size, self._capacity,
+                                                             self._sealed)
+        except OSError as exc:
+            log.warning("id filter not stored (%s: %s): a start makes it from the runs", type(exc).__name__, exc)
 
     def _all_digests(self) -> np.ndarray:
         parts = [chunk for run in self._runs for chunk in run.digest_chunks()]
