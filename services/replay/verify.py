@@ -39,9 +39,11 @@ Ignored, and only this:
 Matching a piece at a time: a decision lands after its basis, so a re-derived decision is usually
 made before its record is read. Held, and only this: the re-derived decisions whose record has
 not been read yet, the records read whose decision has not been re-derived yet (both by id:
-decisions "in flight"), and each matched id as an 8-byte fingerprint (to tell a second record of
-an id, or a second derivation, from a first). So what `feed` holds is the services' folded state,
-the decisions in flight and the findings, never the log.
+decisions "in flight"), and each matched id in a `UsedIds` (to tell a second record of an id, or
+a second derivation, from a first: a 64-bit digest, so a collision, about n²/2⁶⁵, can only make a
+second record of a forged id read `duplicate` instead of `unexpected`; its runs in files during a
+replay, `reader.runs_on_disk`). So what `feed` holds is the services' folded state, the decisions
+in flight and the findings, never the log.
 
 Scope (both optional; the fold is always of everything up to where it stops):
 
@@ -79,11 +81,9 @@ key fields of its event: `about`), and a `differs` the fields that differ. Pure:
 from __future__ import annotations
 
 import json
-from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Literal, cast
 
 from events import (
@@ -112,6 +112,7 @@ from services.replay.derive import Derivation, admission_wants, shares, tree_wan
 from services.replay.entitlements import CURRENT, TreeMaps, version_of
 from services.replay.entitlements import differences as map_differences
 from services.tree.domain.decide import Refused
+from services.tree.domain.used_ids import UsedIds
 from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
 from services.tree.service import SERVICE as TREE
 
@@ -350,41 +351,6 @@ def _judge_again(view: TreeView, recorded: Envelope) -> Envelope | None:
 # --- matching -----------------------------------------------------------------------------------------
 
 
-class _Fingerprints:
-    """A set of ids kept as 64-bit fingerprints (`hash`, per process), about 8 bytes an id: the
-    recent ones in a set, the rest in sorted arrays merged like a binary counter (at most a
-    logarithmic number of them). A collision (about n²/2⁶⁵) can only make a second record of a
-    forged id read `duplicate` instead of `unexpected`."""
-
-    SPILL = 1 << 16
-
-    def __init__(self) -> None:
-        self.recent: set[int] = set()
-        self.tiers: list[array[int]] = []
-
-    def add(self, key: str) -> None:
-        self.recent.add(hash(key))
-        if len(self.recent) >= self.SPILL:
-            merged = array("q", sorted(self.recent))
-            self.recent = set()
-            while self.tiers and len(self.tiers[-1]) <= len(merged):
-                merged = array("q", sorted(chain(self.tiers.pop(), merged)))  # two runs: a linear merge
-            self.tiers.append(merged)
-
-    def __contains__(self, key: str) -> bool:
-        h = hash(key)
-        if h in self.recent:
-            return True
-        for tier in self.tiers:
-            i = bisect_left(tier, h)
-            if i < len(tier) and tier[i] == h:
-                return True
-        return False
-
-    def __len__(self) -> int:
-        return len(self.recent) + sum(len(t) for t in self.tiers)
-
-
 def _heads_differ(parts: list[_Record], made: Made) -> list[str]:
     """What a pre-v3 computation's recorded parts carry beside their event (time, causation,
     source, basis, ...) that the re-derived computation does not: the parts are compared by the
@@ -464,7 +430,10 @@ class Verifier:
         self.judged = 0  # refusals judged so far (`refusals[:judged]`, dropped as judged)
         self.derived: dict[str, Made] = {}  # re-derived, record not read yet (in derivation order)
         self.recorded: dict[str, _Record] = {}  # recorded, not re-derived yet
-        self.settled = _Fingerprints()  # ids recorded and re-derived (matched, or not)
+        # ids recorded and re-derived (matched, or not): a grow-only set as the services keep
+        # theirs (a Bloom filter and runs of digests in the store in use, files in a replay:
+        # `reader.runs_on_disk`), the one thing held that grows with the log
+        self.settled = UsedIds()
         self.repeats: dict[str, tuple[int, Made]] = {}  # re-derived more than once: (times, decision)
         self.found: list[tuple[int, int, Finding]] = []  # findings on records, with (seq, part)
         # computations recorded before `EntitlementsComputed` v3, compared by their maps (entitlements.py)
