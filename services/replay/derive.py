@@ -249,10 +249,11 @@ class Derivation:
 _FOLDS, _OWNS, _FLAGS, _DECIDED = 1, 2, 4, 8
 _DECISION_SUBJECT = f"{PREFIX}.decision."
 
-# The decisions `_recall` finds by their bytes: an admission cycle's (its fold passes over them)
-# and `GangFinished` (one per gang; of plain strings), all made by validating, or by
-# `services/admission/domain/trusted.py` from valid values (decoding their bytes would not refuse
-# them); kept for `_REMEMBERED` decisions or more (a decision lands soon after its basis)
+# The decisions `_recall` finds by their bytes: an admission cycle's (its fold passes over them),
+# `GangFinished` (one per gang) and preemption's `CycleCompleted` (of strings and integers, which
+# decoding gives back equal), all made by validating, or by `services/admission/domain/trusted.py`
+# from valid values (decoding their bytes would not refuse them); kept for `_REMEMBERED` decisions
+# or more (a decision lands soon after its basis)
 _RECALLED = CYCLE_DECISION_TYPES | {"GangFinished"}
 _REMEMBERED = 4096
 
