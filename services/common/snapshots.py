@@ -51,6 +51,8 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+import anyio
+
 from events import Envelope
 from services.common.id_runs import FileFilter, FileRun
 from services.tree.domain import used_ids
@@ -65,6 +67,7 @@ KEEP = 3  # snapshots kept per service (the newest)
 RUNS = "id-runs"  # run objects: `<stream>.id-runs.<key>`
 RUN_GRACE = 600.0  # seconds a run object no snapshot names is kept (one may be being saved)
 BUCKET = "poolwise_snapshots"
+CREATE_ATTEMPTS = 5  # tries at making the bucket (`ObjectStoreSnapshots._created`)
 _ROOT = Path(__file__).resolve().parents[2]
 _PACKAGES = ("events", "services")  # all of poolwise's source a service runs
 _LIBRARIES = ("numpy", "pydantic", "pydantic-core", "msgspec")  # in a pickled state, or in how a fold decodes
@@ -509,10 +512,25 @@ class ObjectStoreSnapshots:
             except (BucketNotFoundError, NotFoundError):
                 if self.read_only:
                     raise
-                self._store = await self.js.create_object_store(self.bucket, config=ObjectStoreConfig(
+                self._store = await self._created(ObjectStoreConfig(
                     description="poolwise: snapshots of the services' folded state",
                     storage=StorageType.FILE, replicas=self.replicas))
         return self._store
+
+    async def _created(self, config: Any) -> Any:
+        """The bucket made. A bucket deleted a moment before (by an operator, or a test starting
+        clean) may still be going on the server, which then answers "error creating store for
+        stream" (500): asked again a few times before that is the answer."""
+        from nats.js.errors import ServerError
+
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                return await self.js.create_object_store(self.bucket, config=config)
+            except ServerError:
+                if attempt == CREATE_ATTEMPTS - 1:
+                    raise
+                await anyio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _name(self, service: str, seq: int) -> str:
         return f"{self.stream}.{service}.{seq}"
