@@ -594,8 +594,9 @@ async def explain_answers(nc: Any, gang: str, timeout: float) -> dict[str, Any]:
             with contextlib.suppress(Exception):  # no responder yet, or busy folding: ask again
                 reply = Reply.model_validate_json((await nc.request(command("admission", "explain"), query,
                                                                     timeout=1.0)).data)
-                if reply.ok and isinstance(reply.data, dict) and reply.data.get("state") != "unknown":
-                    return reply.data
+                if reply.ok and isinstance(reply.data, dict) and (
+                        reply.data.get("state") != "unknown" or "forgotten" in str(reply.data.get("summary"))):
+                    return reply.data  # (a gang forgotten by retention is known: explain says so)
             await anyio.sleep(0.05)
 
 
