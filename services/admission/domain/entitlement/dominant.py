@@ -66,9 +66,9 @@ more demand can lower a pool's own entitlement: see the two counterexamples in
 Cost: a pool's function has about as many breakpoints as its subtree has jobs and pools (times
 the kinds), so the whole is O(jobs * depth * kinds) work, done as a fixed number of numpy
 operations per depth (no Python loop over pools; the jobs' demands are read from their mappings
-once): see `bench/entitlement.py`. The literal one-pool-at-a-time implementation it replaced is
-kept as the test oracle, `tests/entitlement/dominant_reference.py`, and the two agree on random
-trees (`tests/entitlement/test_dominant_equivalence.py`).
+once): see `bench/entitlement.py`. An oracle written from DOMAIN §3 alone, slow and plain
+(`tests/entitlement/dominant_oracle.py`), agrees with it on random trees
+(`tests/entitlement/test_dominant_equivalence.py`), but for a pinned vanishing demand at a limit.
 """
 
 from __future__ import annotations

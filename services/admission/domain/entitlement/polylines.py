@@ -15,9 +15,10 @@ whatever its shape (no Python loop over pools or vertices):
 * `compose`: a pool's share as a function of its siblings' argument, from its inner sum.
 * `evaluate`: every row's value at its parent's argument (top down); `fit` for the root.
 
-Each is the vectorised counterpart of a step of the literal implementation kept as the test
-oracle (`tests/entitlement/dominant_reference.py`): the same vertices, tolerances and tie rules;
-only floating-point sums are associated differently (last-bit differences). A point interpolated
+Each is the vectorised counterpart of a step of the literal one-pool-at-a-time implementation
+this replaced: the same vertices, tolerances and tie rules; only floating-point sums are
+associated differently (last-bit differences). The test oracle is written from DOMAIN §3 alone
+(`tests/entitlement/dominant_oracle.py`), not from this code. A point interpolated
 along a segment is not the top of a jump, unless its inner argument is (or rounds to) that of the
 segment's first vertex: then it is that vertex, jump-top flag included, so that the children are
 read where their parent is whatever the last bit of a sum (see the oracle's docstring).
