@@ -29,8 +29,7 @@ from events.entitlement_map import EntitlementMap, fold_entitlements
 CURRENT = 3  # the version whose parts the replay re-derives
 _VERSION = re.compile(rb'"type":"EntitlementsComputed","version":(\d+)')
 _FOLD_EVERY = 64  # events kept unfolded at most (a tree's computations that do not replace its map)
-_NUMBERS = ("entitlement", "non_slack_entitlement", "slack_entitlement", "fair_share", "usage_share",
-            "demand_share", "dominant_kind")
+_NUMBERS = tuple(name for name in PoolEntitlement.model_fields if name != "path")  # a pool's numbers
 
 
 def version_of(raw: bytes) -> int:
