@@ -142,4 +142,12 @@ class Browser:
                 self.proc.kill()
                 self.proc.wait(10)
             self.log.close()
-        self.profile.cleanup()
+        # chromium's own children (crashpad, a renderer) may write in the profile a moment after
+        # the browser is gone: "Directory not empty" then, seen in CI. Removed again a few times.
+        for _ in range(10):
+            try:
+                self.profile.cleanup()
+                return
+            except OSError:
+                time.sleep(0.3)
+        shutil.rmtree(self.profile.name, ignore_errors=True)
