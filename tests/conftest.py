@@ -40,6 +40,7 @@ from nats.js.api import StorageType, StreamConfig
 from events.subjects import STREAM
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
+from services.tree.domain import used_ids
 
 settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("deep", derandomize=False, max_examples=1000)
@@ -51,6 +52,16 @@ _names = count(1)
 
 def _external_server() -> bool:
     return bool(os.environ.get("NATS_URL", "").strip())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def id_runs_in_memory_again() -> Iterator[None]:
+    """Each test module ends with the id record's runs kept in memory again: a system run in this
+    process with a data dir (a demo, `start_services`) leaves the process's store pointing at files
+    of that data dir (as a service's process should), and a later module on the same worker
+    (`-n 2 --dist loadfile`) would otherwise start with it."""
+    yield
+    used_ids.use_store(used_ids.MemoryRuns())
 
 
 def pytest_configure(config: pytest.Config) -> None:

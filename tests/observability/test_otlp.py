@@ -159,12 +159,15 @@ def test_a_gangs_trace_and_the_metrics_reach_an_otlp_receiver(tmp_path: Path, re
 
         def metrics_in() -> list[Point] | None:
             points = receiver.snapshot()[1]
-            return points if exported(points, "poolwise_gangs_admitted", pool="/a") else None
+            admitted = exported(points, "poolwise_gangs_admitted", pool="/a")
+            return points if admitted and admitted[-1] > 0 else None  # (not only the export at 0)
 
         points = wait_for(metrics_in, "admission's metrics at the receiver")
-        assert set(exported(points, "poolwise_pool_reservation", tree="default", pool="/b", kind="cpu")) == {5.0}
-        assert set(exported(points, "poolwise_gangs_admitted", tree="default", pool="/a")) == {1.0}
-        assert set(exported(points, "poolwise_admission_wait_seconds", tree="default", pool="/a")) == {1.0}
+        # (each export carries the series' values then: a counter is exported at 0 before its first
+        # gang, so the last value received is the one to compare)
+        assert exported(points, "poolwise_pool_reservation", tree="default", pool="/b", kind="cpu")[-1] == 5.0
+        assert exported(points, "poolwise_gangs_admitted", tree="default", pool="/a")[-1] == 1.0
+        assert exported(points, "poolwise_admission_wait_seconds", tree="default", pool="/a")[-1] == 1.0
         assert exported(points, "poolwise_cycle_duration_seconds", service="admission")
         assert "Traceback" not in up.stderr
 
