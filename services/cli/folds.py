@@ -54,8 +54,8 @@ async def fold_admission(url: str, at: str | None = None) -> tuple[ExplainingFol
 
 async def fold_state(url: str, at: str | None = None) -> tuple[AdmissionState, Position | None]:
     """`fold_admission` without explain's notes (the what-if's: it reads the state alone). The
-    notes cost a fifth of a snapshot's load (a note per gang kept, ~3 µs each) and a note made
-    per decision folded."""
+    notes are a large part of a snapshot's load (a note per gang kept: docs/performance.md,
+    "What-if (issue 21)") and a note made per decision folded."""
     from services.admission.folder import AdmissionFolder
 
     folder = AdmissionFolder()

@@ -9,12 +9,12 @@ process may hand the same envelope to everyone who reads the same bytes:
 - a service reads back its own decisions (they take effect where they land in the log): the
   log adapters encode through `SHARED.encode`, which remembers the envelope it encoded while a
   folder of this process consumes the log, so reading the decision back costs a dictionary look-up
-  instead of a decode (about 4 µs of the admission service's time per gang).
+  instead of a decode (docs/performance.md, "Wire contract derived from the models").
 
 An entry is dropped once every folder of the process has taken it, or when `limit` newer ones push
-it out (a folder that lags far behind, or does not fold that subject, decodes for itself; in a
-50k-gang burst preemption lagged admission by more than 16k messages, and the 64k entries held
-then cost about 50 MB). Malformed messages are not kept: each folder decodes them and gets the same
+it out (a folder that lags far behind, or does not fold that subject, decodes for itself: the
+limit bounds the memory a lagging folder can hold here, measured in docs/performance.md, "Wire
+contract derived from the models"). Malformed messages are not kept: each folder decodes them and gets the same
 `DecodeError`. Used from one thread (the event loop's).
 """
 

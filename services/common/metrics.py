@@ -5,9 +5,9 @@ Two halves, so that the pipeline pays next to nothing:
 - **Recording** (on the hot path): the services' shells write plain Python numbers here (the fold's
   position, events and decisions counted per batch, decisions published counted per type, tree and
   pool into dicts, histogram buckets of admission waits, cycle durations and decision latencies).
-  An OpenTelemetry `Counter.add` or `Histogram.record` costs 25-60 µs here (attributes hashed and
-  cleaned on every call; measured on the 2-core machine, loaded) against about 0.5 µs for a dict increment, and a
-  gang's whole admission costs about 120 µs: so nothing of the SDK runs per decision. Until
+  An OpenTelemetry `Counter.add` or `Histogram.record` costs a large share of a gang's whole
+  admission (attributes hashed and cleaned on every call), a dict increment next to nothing:
+  so nothing of the SDK runs per decision (docs/performance.md, "Metrics on and off"). Until
   `install` turns recording on, the per-decision tallies are skipped (one flag per batch).
 - **Reading** (at scrape time): `install` makes an OpenTelemetry `MeterProvider` whose observable
   instruments read those numbers, and the folds' own state (`services.admission.domain.views.
@@ -21,7 +21,7 @@ Two halves, so that the pipeline pays next to nothing:
 
 The histograms (`HISTOGRAMS`: `poolwise_admission_wait_seconds`, `poolwise_cycle_duration_seconds`,
 `poolwise_decision_latency_seconds`) are kept as bucket counts here: the SDK has no observable
-histogram, and its synchronous one costs the 35-50 µs per admitted gang above. A Prometheus
+histogram, and its synchronous one costs as much per admitted gang as the calls above. A Prometheus
 collector of our own puts them on `/metrics` (the same registry), and the OTLP reader's exporter is
 wrapped so that every export carries them too (`histograms_exporter`).
 
@@ -705,7 +705,7 @@ def with_histograms(data: Any) -> Any:
 
 def histograms_exporter(inner: Any) -> Any:
     """A metric exporter that sends `inner` every collection with the histograms added: the SDK has
-    no observable histogram, and its synchronous one costs tens of µs per observation, so the
+    no observable histogram, and its synchronous one is costly per observation, so the
     bucket counts kept here join each export (the OTLP reader's)."""
     from opentelemetry.sdk.metrics.export import MetricExporter
 
@@ -742,9 +742,9 @@ class Metrics:
 
     async def render_async(self) -> bytes:
         """The page for a scrape: the folds read on the event loop (where they change: a consistent
-        reading), then turned into text on a worker thread. The SDK's collection costs about 100 µs
-        per series on the loaded 2-core machine (docs/observability.md): on the loop it would hold
-        the fold for that long; on a thread the loop goes on, sharing the GIL."""
+        reading), then turned into text on a worker thread. The SDK's collection grows with the
+        series (docs/performance.md, "Scraping /metrics"): on the loop it would hold the fold for
+        that long; on a thread the loop goes on, sharing the GIL."""
         import anyio
 
         if self.lock is None:

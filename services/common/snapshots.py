@@ -76,7 +76,7 @@ _LIBRARIES = ("numpy", "pydantic", "pydantic-core", "msgspec")  # in a pickled s
 @cache
 def code_fingerprint() -> str:
     """A digest of poolwise's source, the Python version and the libraries' versions (computed
-    once, on first use: ~130 files, ~20 ms)."""
+    once, on first use: it reads every source file)."""
     digest = hashlib.sha256(f"format {FORMAT}; python {sys.version_info[:2]}".encode())
     for library in _LIBRARIES:
         digest.update(f"{library} {_version(library)}".encode())
@@ -175,8 +175,8 @@ class Snapshot:
         finally:
             if collecting:
                 # The state lives as long as its folder: frozen, the collector's next passes do not
-                # walk it (~90 ms each at 36,000 gangs), as the folds freeze what they keep
-                # (`folding.gc_paused`).
+                # walk it (each pass would cost in proportion to the gangs kept), as the folds
+                # freeze what they keep (`folding.gc_paused`).
                 gc.freeze()
                 gc.enable()
         anchor = head.get("anchor")
@@ -624,8 +624,8 @@ class ObjectStoreSnapshots:
 
         obs = await self.opened()
         # Into a buffer: without one nats-py joins the chunks with `bytes +=`, a copy of all so far
-        # per 128 KiB chunk (a 38 MB snapshot of admission after 1M gangs: 6.2 s of CPU, 15.6 s
-        # on a loaded machine; into a buffer 0.3 s and 1.4 s).
+        # per 128 KiB chunk, quadratic in the snapshot's size (docs/performance.md, "Id record and
+        # snapshots (session 18)").
         buffer = io.BytesIO()
         try:
             await obs.get(self._name(service, seq), writeinto=buffer)

@@ -22,10 +22,10 @@ Cost: nothing unless a provider is configured (`ON` is False: one flag read per 
 made only while a service folds a live batch (`LIVE`, set by `services.common.folding.run_folder`),
 not while it rebuilds or stands by, and only for gangs whose enqueue was sampled: the sampler
 (`OTEL_TRACES_SAMPLER`/`_ARG`, or `POOLWISE_TRACE_RATIO`) decides at the submitter, and the
-services follow (parent-based). A recorded SDK span costs 30-100 µs on the 2-core machine, an
-unsampled one 5-13: so a batch has one span (started, not made current), a cycle one only when
-it is recorded, a sampled gang one, an unsampled gang none (measured: docs/performance.md,
-"Metrics on and off (issue 20)").
+services follow (parent-based). A recorded SDK span costs a sizeable part of a gang's admission,
+and an unsampled one still costs the SDK's bookkeeping: so a batch has one span (started, not
+made current), a cycle one only when it is recorded, a sampled gang one, an unsampled gang none
+(measured: docs/performance.md, "Metrics on and off (issue 20)").
 
 Determinism: contexts are carried, never read by a decision. A decision's `trace` differs
 between the live run and a replay (a replay makes no spans); `poolwise replay --verify` ignores
@@ -181,7 +181,7 @@ class Batch:
     needed, started at the batch's start: as the parent of a cycle's span (`decided`), or at the
     end if the batch decided anything (`decisions`, set by the shell) or raised. A batch that
     only folds makes none: under a trickle most batches are one input and no decision, and an
-    unsampled span is still 8 µs of the SDK's (13-17 µs made current), per batch."""
+    unsampled span still costs the SDK's bookkeeping, more when made current, per batch."""
 
     __slots__ = ("decisions", "events", "made", "service", "start")
 
@@ -341,8 +341,9 @@ def decided(envelopes: list[Envelope], took: float, gangs: GangTraces) -> list[E
     Returns the envelopes (those of traced gangs copied with their context).
 
     Unsampled work is skipped at once: the decisions are looked into only while sampled gangs are
-    remembered, a cycle of an unsampled batch that decided no sampled gang makes no span (6.5 µs a
-    cycle), and its attributes are counted only when it records."""
+    remembered, a cycle of an unsampled batch that decided no sampled gang makes no span (an
+    unsampled span still costs the SDK's bookkeeping), and its attributes are counted only when it
+    records."""
     parents: list[tuple[int, SpanContext]] = []
     remembered = gangs.found
     if remembered:

@@ -41,7 +41,8 @@ class GangNotes:
 
 
 # A `GangNotes` as a plain tuple of its fields in order: how `History` pickles the notes (a dict
-# of tuples is pickled and loaded in C; a slotted dataclass goes through Python per gang, ~3 µs),
+# of tuples is pickled and loaded in C; a slotted dataclass goes through Python per gang:
+# docs/performance.md, "What-if (issue 21)"),
 # and how it holds them after a load until a gang's notes are first read (`History._found`).
 Packed = tuple[str | None, str | None, str | None, str | None, float | None, str | None, float | None,
                float | None, str | None, float | None]
