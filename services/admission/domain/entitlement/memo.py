@@ -3,9 +3,10 @@
 An `EntitlementEngine` is computed again after every batch of events, with most of its inputs
 unchanged: the guarantees and limits (as shares of the capacity, with their alerts) depend on the
 configuration and the capacity only, and a leaf's jobs change only when `set_usage` gives it new
-ones. Reading 25k jobs' demands out of their mappings costs ~15 ms, and the guarantees of a
-10k-pool tree ~10 ms when many are scaled down (one alert each): both are kept here, on the
-tree's arrays, and reused while their inputs are the same.
+ones. Reading every job's demand out of its mapping, and the guarantees of a large tree when
+many are scaled down (one alert each), are each a sizeable part of a computation
+(docs/performance.md, "Entitlement engine and policy hdrf"): both are kept here, on the tree's
+arrays, and reused while their inputs are the same.
 
 Sameness is checked, not assumed: the guarantees' inputs are compared whole (a few array
 comparisons), and a leaf's jobs are the same when they are the same tuple object (`JobDemand`
@@ -66,8 +67,8 @@ def demands(jobs: Sequence[JobDemand], kinds: tuple[str, ...]) -> FloatArray:
         values = map(itemgetter(*kinds), map(_demand_of, jobs))
         flat: Iterable[float] = values if k == 1 else chain.from_iterable(values)
         m = np.fromiter(flat, dtype=np.float64, count=len(jobs) * k).reshape(-1, k)
-    except KeyError:  # some kind missing: one C pass per kind where the demands are dicts (3-4x
-        # faster than a Python row per job: 25k jobs x 4 kinds needing some, ~9 ms against ~34)
+    except KeyError:  # some kind missing: one C pass per kind where the demands are dicts (several
+        # times faster than a Python row per job: docs/performance.md, "Entitlement engine ...")
         found = list(map(_demand_of, jobs))
         if set(map(type, found)) == {dict}:
             m = np.empty((len(jobs), k))
