@@ -415,7 +415,7 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
             jk, fk, jnk = j[parent], f[parent], jn[parent]
             on_run = (fk <= 0.0) | (h_up.owner[jnk] >= 0) & (jnk > jk)
             q = keys.searchsorted(kid_rows.astype(np.int64) * big + jk, "right") - 1
-            qc = np.minimum(np.maximum(q, 0), rv.size - 1)  # np.clip costs 10x on ints
+            qc = np.minimum(np.maximum(q, 0), rv.size - 1)  # not np.clip: it builds an np.iinfo on ints
             same = (q >= 0) & (key_o[qc] == kid_rows) & (h_up.x[rv[qc]] == h_up.x[jk])
             q2 = np.minimum(np.maximum(q + 1, 0), rv.size - 1)
             later = (q + 1 < rv.size) & (key_o[q2] == kid_rows) & (h_up.x[rv[q2]] == h_up.x[jk])
