@@ -183,8 +183,5 @@ class WhenSettled(SnapshotPolicy):
     def of(cls, policy: SnapshotPolicy, settled: Callable[[], bool]) -> WhenSettled:
         return cls(**{f.name: getattr(policy, f.name) for f in fields(policy)}, settled=settled)
 
-    def due(self, folded: int, now: float) -> bool:
-        return super().due(folded, now) and self.settled()
-
-    def unsaved(self, folded: int) -> bool:
-        return super().unsaved(folded) and self.settled()
+    def fold_settled(self) -> bool:  # (asked by every save path: live, a rebuild's, a clean stop's)
+        return self.settled()

@@ -677,7 +677,14 @@ class SnapshotPolicy:
 
     def due(self, folded: int, now: float) -> bool:
         since = folded - self.last_seq
-        return since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)
+        return (since >= self.every or (since >= self.least and now - self.last_time >= self.seconds)) \
+            and self.fold_settled()
+
+    def fold_settled(self) -> bool:
+        """Whether the fold's state is the fold's through the position it stands at (every
+        predicate that lets a snapshot be saved, `due`, `due_folding_again` and `unsaved`, asks
+        it, so that a policy overriding it alone, `WhenSettled`, holds on every save path)."""
+        return True
 
     def started(self, folded: int, now: float, restored: int | None = None) -> None:
         """The service starts with its state at `folded`, made from a snapshot at `restored` (0: from
@@ -692,11 +699,11 @@ class SnapshotPolicy:
     def due_folding_again(self, folded: int) -> bool:
         """Whether a rebuild (the log folded again after a start) snapshots at `folded`: every
         `every` positions only (its log time runs far faster than the clock's)."""
-        return folded - self.last_seq >= self.every
+        return folded - self.last_seq >= self.every and self.fold_settled()
 
     def unsaved(self, folded: int) -> bool:
         """Whether a clean stop at `folded` has state to keep (not whether one was started there)."""
-        return folded > self.saved
+        return folded > self.saved and self.fold_settled()
 
 
 def policy_for(log: Any, service: str) -> SnapshotPolicy | None:
