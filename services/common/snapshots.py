@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from events import Envelope
 from services.common.id_runs import FileFilter, FileRun
@@ -549,23 +550,48 @@ class ObjectStoreSnapshots:
 
     async def save(self, service: str, seq: int, data: bytes, runs: Mapping[str, Run | IdFilter] | None = None) -> None:
         """The runs first (those not stored yet), then the snapshot naming them in its description
-        (what `_collect` reads, without fetching a snapshot), then the deletions."""
+        (what `_collect` reads, without fetching a snapshot), then those of its runs gone
+        meanwhile put again, then the deletions.
+
+        A run stored as it sealed (`store_runs_as_they_seal`) may be older than `RUN_GRACE` when
+        the snapshot naming it is saved: another process's `_collect` that listed the bucket
+        before the snapshot was there deletes it. So once the snapshot is put (from then on it
+        keeps its runs from every collection that lists after it) the bucket is listed again and
+        what it names and lacks is put again. Within the process, uploads and collections are
+        one at a time (`_uploads`): none runs between a save's listing and its snapshot."""
         from nats.js.api import ObjectMeta
 
         obs = await self.opened()
-        await self.store_runs(runs or {})
-        keys = sorted(runs or {})
-        await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
-        for old in to_delete(await self.candidates(service), seq):
-            try:
-                await obs.delete(self._name(service, old))
-            except Exception as exc:  # an old one left over is tidied up by the next save
-                log.debug("snapshot %s@%d not deleted: %s", service, old, exc)
-        await self._collect(set(keys))
+        runs = runs or {}
+        keys = sorted(runs)
+        async with _uploads(self.bucket):
+            await self._put_missing(runs)
+            await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
+            again = await self._put_missing(runs)
+            if again:
+                log.warning("%s@%d: id runs deleted while it was saved, stored again: %s", service, seq,
+                            " ".join(again))
+            for old in to_delete(await self.candidates(service), seq):
+                try:
+                    await obs.delete(self._name(service, old))
+                except Exception as exc:  # an old one left over is tidied up by the next save
+                    log.debug("snapshot %s@%d not deleted: %s", service, old, exc)
+            await self._collect(set(keys))
 
     async def store_runs(self, runs: Mapping[str, Run | IdFilter]) -> list[str]:
         """Those of `runs` not in the bucket, put there (a run no snapshot names yet is kept
-        `RUN_GRACE` by `_collect`, and put again by the save that names it if it was deleted)."""
+        `RUN_GRACE` by `_collect`, and put again by the save that names it if it was deleted).
+        One upload at a time per bucket in the process (`_uploads`): each service's look
+        (`store_runs_as_they_seal`) offers every run alive in the process, and two puts of one
+        object at once leave the loser's chunks in the bucket for good (nats-py purges only the
+        chunks of the object it found before its put)."""
+        if not runs:
+            return []
+        async with _uploads(self.bucket):
+            return await self._put_missing(runs)
+
+    async def _put_missing(self, runs: Mapping[str, Run | IdFilter]) -> list[str]:
+        """Those of `runs` not in the bucket, put there (under `_uploads`)."""
         if not runs:
             return []
         obs = await self.opened()
@@ -579,7 +605,9 @@ class ObjectStoreSnapshots:
 
     async def _collect(self, keep: set[str]) -> None:
         """Delete the run objects no snapshot of this stream names (nor `keep`), once older than
-        `RUN_GRACE` (another service may be between storing its runs and its snapshot)."""
+        `RUN_GRACE` (another service may be between storing its runs and its snapshot: in this
+        process it is not, `save` holds `_uploads`; in another, its save puts again what this
+        deleted once its snapshot is there)."""
         obs = await self.opened()
         infos = await self._infos()
         runs_prefix = f"{self.stream}.{RUNS}."
@@ -643,6 +671,20 @@ class ObjectStoreSnapshots:
         except NotFoundError:
             return None
         return buffer.getvalue()
+
+
+_UPLOADS: anyio.lowlevel.RunVar[dict[str, anyio.Lock]] = anyio.lowlevel.RunVar("snapshot_uploads")
+
+
+def _uploads(bucket: str) -> anyio.Lock:
+    """The process's one lock on `bucket`'s run uploads and collections (per event loop: a lock
+    belongs to one), shared by every service's store of it."""
+    try:
+        locks = _UPLOADS.get()
+    except LookupError:
+        locks = {}
+        _UPLOADS.set(locks)
+    return locks.setdefault(bucket, anyio.Lock())
 
 
 def _age(info: Any, now: datetime) -> float:
