@@ -427,8 +427,12 @@ class _Reading:
                         self._add(self.scalars, "max_running_jobs", view.max_running_jobs, labels)
                     if view.max_jobs is not None:
                         self._add(self.scalars, "max_jobs", view.max_jobs, labels)
+                # every leaf pool of the tree's configuration (a pool's queues exist only from its first
+                # gang, and its counters must be there at 0 before it: `increase()` counts its first)
+                parents = {path.rsplit("/", 1)[0] or "/" for path in views}
+                leaves = {path for path in views if path != "/" and path not in parents} | set(rt.queues)
+                self.leaves.setdefault("admission", []).extend((tree, pool) for pool in sorted(leaves))
                 for pool, queues in rt.queues.items():
-                    self.leaves.setdefault("admission", []).append((tree, pool))
                     for queue, gangs in queues.items():
                         labels = {"tree": tree, "pool": pool, "queue": queue}
                         self._add(self.scalars, "queue_gangs", len(gangs), labels)

@@ -151,3 +151,32 @@ async def test_pool_series_are_the_folds_numbers(jetstream_log: JetStreamLog, na
     assert 'poolwise_admission_wait_seconds_bucket{le="+Inf",pool="/B",tree="t"} 1.0' in page
     assert 'poolwise_cycle_duration_seconds_count{service="admission"}' in page
     assert 'poolwise_pool_allocation{kind="cpu",pool="/A",tree="t"} 20.0' in page
+
+
+def test_a_leaf_pool_without_gangs_has_its_counters_at_zero(recording: None) -> None:
+    """/B has never had a gang: its counters are there at 0 (as /A's are), so that the first gang
+    admitted there counts as an increase from 0 (docs/observability.md)."""
+    from events import encode
+    from services.common.log import Stored
+
+    inputs = [TreeConfigured(tree=TREE, options=TreeOptions()),
+              PoolConfigChanged(tree=TREE, path="/A", created=True, config=PoolConfig()),
+              PoolConfigChanged(tree=TREE, path="/B", created=True, config=PoolConfig()),
+              PoolConfigChanged(tree=TREE, path="/C", created=True, config=PoolConfig()),
+              PoolConfigChanged(tree=TREE, path="/C/D", created=True, config=PoolConfig()),
+              HostRegistered(host="h1", resources={"cpu": 100.0}),
+              gang("g1", "/A", 1, 1.0)]
+    folder = AdmissionFolder()
+    fold_batch(folder, [Stored(i + 1, f"poolwise.config.{TREE}", encode(envelope(e, f"e{i}", T0 + i, source="tree")))
+                        for i, e in enumerate(inputs)], 0)
+    metrics.status("admission").folder = folder
+    reader = InMemoryMetricReader()
+    installed = metrics.install("test", readers=[reader])
+    try:
+        got = points(reader)
+    finally:
+        installed.shutdown()
+    for name in ("poolwise_gangs_admitted", "poolwise_gangs_timed_out"):
+        assert {dict(key)["pool"] for key in got[name]} == {"/A", "/B", "/C/D"}, name  # leaves only
+        assert got[name][labels(tree=TREE, pool="/B")] == 0
+    assert got["poolwise_gangs_requeued"][labels(tree=TREE, pool="/B", cause="placement_timeout")] == 0
