@@ -120,9 +120,11 @@ async def first_word(url: str, gang: str, tree: str, wait: float) -> tuple[str, 
     """Poll `explain` for at most `wait` seconds until admission has read the gang and, if it
     fits, has run the cycle that admits it: (state, one line). No answerer is asked again until
     then: admission has none for a moment while its lease moves (after a NATS node of a cluster is
-    lost, its leader may lose the lease and take it again); ServiceAbsent if none came at all."""
+    lost, its leader may lose the lease and take it again); ServiceAbsent if none came at all. An
+    admission that answered and then went away had not read the gang in time: so it is said."""
     data: dict[str, Any] = {"state": UNKNOWN, "summary": "", "findings": []}
     absent: ServiceAbsent | None = None
+    answered = False
     with anyio.move_on_after(wait):
         while True:
             try:
@@ -131,13 +133,14 @@ async def first_word(url: str, gang: str, tree: str, wait: float) -> tuple[str, 
                 absent = exc
                 await anyio.sleep(0.2)
                 continue
-            absent = None
+            answered, absent = True, None
             checks = [f["check"] for f in data["findings"]]
             if data["state"] != UNKNOWN and checks[:1] != ["fits"]:
                 break
             await anyio.sleep(0.2)
     if data["state"] == UNKNOWN:
-        if absent is not None:
+        if absent is not None and not answered:
             raise absent
-        return UNKNOWN, f"gang {gang}: not read by admission within {wait:g} s"
+        gone = "" if absent is None else " (admission answered, then stopped answering)"
+        return UNKNOWN, f"gang {gang}: not read by admission within {wait:g} s{gone}"
     return str(data["state"]), f"gang {gang}: {str(data['state']).replace('_', ' ')}: {data['summary']}"
