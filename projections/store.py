@@ -325,7 +325,9 @@ class ProjectionStore:
         raises, its halves are applied in turn, down to the one message that raises; that message
         is applied to every projection that can, and for each that cannot, a row in
         `projection_errors` (its position, the projection, the error) is written in the same
-        transaction, its checkpoint moving past it with the others'. One log entry never stops
+        transaction, its checkpoint moving past it with the others'. A fault none of them raises
+        (a constraint checked at the commit) is pinned by applying the message to each projection
+        alone, in a transaction of its own with its checkpoint. One log entry never stops
         the read models, nor puts the tree service in a crash loop. The store's own failures
         (`ENVIRONMENT_ERRORS`: a disk, memory) skip nothing: they propagate, as from
         `apply_decoded`, and the batch is applied when it comes again."""
@@ -342,6 +344,7 @@ class ProjectionStore:
                 return self.apply_isolating([m for m in batch if m.seq >= middle], decoded)
         skip: dict[str, str] = {}
         unattributed = 0
+        at = ", ".join(map(str, sorted({m.seq for m in batch})))
         while True:  # one message: without each projection that raises on it, in turn
             try:
                 return self._apply(batch, decoded, skip)
@@ -351,28 +354,44 @@ class ProjectionStore:
                 failed = self._failed
                 if failed is None or failed in skip:
                     # Raised where no projection was applying (the commit, the error rows, the
-                    # checkpoints): once more as it is (a passing fault), then without every
-                    # projection, so that the message is recorded as left out and the read models
-                    # go on; if even that raises, the store itself is at fault.
+                    # checkpoints): once more as it is (a passing fault), then each projection
+                    # alone, so that only those whose own transaction fails leave it out; if even
+                    # the error rows alone raise, the store itself is at fault.
                     unattributed += 1
-                    left = [p.name for p in self._projections if p.name not in skip]
                     if unattributed == 1:
                         continue
-                    if unattributed > 2 or not left:
+                    if unattributed > 2:
                         raise
-                    text = f"not applied by any projection: {type(exc).__name__}: {exc}"[:ERROR_TEXT]
-                    skip.update(dict.fromkeys(left, text))
-                    _log.error("the message at %s cannot be applied, left out of every read model: %s",
-                               ", ".join(map(str, sorted({m.seq for m in batch}))), text)
+                    skip.update(self._alone(batch, decoded, skip, at))
                     continue
                 skip[failed] = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT]
-                _log.error("projection %s cannot apply the message at %s, left out: %s", failed,
-                           ", ".join(map(str, sorted({m.seq for m in batch}))), skip[failed])
+                _log.error("projection %s cannot apply the message at %s, left out: %s", failed, at, skip[failed])
+
+    def _alone(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Sequence[Envelope]],
+               skip: Mapping[str, str], at: str) -> dict[str, str]:
+        """Apply the message to each projection not in `skip` alone, each in a transaction of its
+        own with its checkpoint (the others' stay); returns those whose transaction raises, with
+        the error to record (`apply_isolating`: a fault none was blamed for)."""
+        failing: dict[str, str] = {}
+        for projection in self._projections:
+            name = projection.name
+            if name in skip:
+                continue
+            try:
+                self._apply(batch, decoded, skip, only=name)
+            except ENVIRONMENT_ERRORS:
+                raise
+            except Exception as exc:
+                failing[name] = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT]
+                _log.error("projection %s cannot apply the message at %s (alone: its transaction fails), left "
+                           "out: %s", name, at, failing[name])
+        return failing
 
     def _apply(self, batch: Sequence[StoredMessage], decoded: Mapping[int, Sequence[Envelope]],
-               skip: Mapping[str, str]) -> int:
+               skip: Mapping[str, str], only: str | None = None) -> int:
         """`apply_decoded`, leaving out the projections in `skip` (name -> error): their
-        checkpoints move with the others' and each gets a `projection_errors` row per message."""
+        checkpoints move with the others' and each gets a `projection_errors` row per message.
+        `only`: that projection alone (the others neither applied nor moved)."""
         self._failed = None
         if self.read_only:
             raise PermissionError("this store was opened read-only")
@@ -386,6 +405,7 @@ class ProjectionStore:
                 return low
             ordered = sorted(pending)
             top = ordered[-1]
+            projections = [p for p in self._projections if only is None or p.name == only]
             advanced: dict[str, int] = {}
             with _gc_paused(self.pause_gc), _transaction(self._conn, self._projections):
                 # Decoded events are many small objects: holding a whole large batch of them makes
@@ -397,7 +417,7 @@ class ProjectionStore:
                     items = [item for seq in ordered[start : start + self.chunk_size]
                              for item in _items(pending[seq], decoded.get(seq))]
                     seqs = [item.seq for item in items]
-                    for projection in self._projections:
+                    for projection in projections:
                         done = self._checkpoints[projection.name]
                         if seqs[-1] > done and projection.name not in skip:
                             todo = items[bisect_right(seqs, done) :]
@@ -407,10 +427,10 @@ class ProjectionStore:
                             else:
                                 projection.apply(self._conn, todo)
                             self._failed = None
-                advanced = {p.name: top for p in self._projections if top > self._checkpoints[p.name]}
-                if skip:
-                    errors = [[seq, name, error] for seq in ordered for name, error in sorted(skip.items())
-                              if seq > self._checkpoints[name]]
+                advanced = {p.name: top for p in projections if top > self._checkpoints[p.name]}
+                errors = [[seq, name, error] for seq in ordered for name, error in sorted(skip.items())
+                          if name in advanced and seq > self._checkpoints[name]]
+                if errors:
                     self._conn.executemany("INSERT INTO projection_errors VALUES (?, ?, ?)", errors)
                 if advanced:  # one statement: each costs about a millisecond, whatever it does
                     self._conn.execute(

@@ -465,22 +465,90 @@ class Tainting(Exploding):
             self.failing.poison = True
 
 
-def test_a_message_that_fails_at_commit_is_left_out_of_every_read_model_and_the_rest_goes_on() -> None:
+def test_a_message_that_fails_at_commit_is_left_out_of_the_projection_whose_rows_fail_alone() -> None:
     """An error raised where no projection was applying (here the commit, each time the message
-    at 3 is in the transaction) cannot be pinned on one projection: the message is recorded as
-    left out of every read model, the others and every checkpoint go on (a crash loop otherwise)."""
+    at 3 is applied by `exploding`) is pinned by applying the message to each projection alone,
+    each in its own transaction with its checkpoint: it is left out of the one whose commit still
+    fails (recorded), applied to the others, and every checkpoint goes on (a crash loop otherwise)."""
     failing = FailingCommits()
     with ProjectionStore(":memory:", [EventLogProjection(), Tainting(failing, 3)]) as store:
         failing.conn = store._conn
         store._conn = failing  # type: ignore[assignment]
         assert store.apply_isolating(gangs(1, 5), {}) == 5
-        assert count(store, "event_log") == 4
+        assert count(store, "event_log") == 5
         _, rows = store.query("SELECT seq FROM exploded ORDER BY seq")
         assert [r[0] for r in rows] == [1, 2, 4, 5]
         _, rows = store.query("SELECT seq, projection, error FROM projection_errors ORDER BY projection")
-        assert [(seq, name) for seq, name, _ in rows] == [(3, "event_log"), (3, "exploding")]
+        assert [(seq, name) for seq, name, _ in rows] == [(3, "exploding")]
         assert all("ConstraintException" in error for _, _, error in rows)
         assert store.checkpoints() == {"event_log": 5, "exploding": 5}
+
+
+class PoisonedToo(Poisoned):
+    """`Poisoned`, under a name and table of its own."""
+
+    name = "poisoned"
+    tables = ("poisoned",)
+
+    def create(self, conn: Connection) -> None:
+        conn.execute("CREATE TABLE poisoned (seq BIGINT)")
+
+    def apply(self, conn: Connection, items: Sequence[Item]) -> None:
+        conn.executemany("INSERT INTO poisoned VALUES (?)", [[item.seq] for item in items])
+        if {item.seq for item in items} & self.poison:
+            raise self.error("cannot take it")
+
+
+def test_a_message_one_projection_raises_on_and_another_fails_the_commit_with_is_left_out_of_those_two() -> None:
+    """The message at 3 raises in `poisoned` (left out of it, recorded) and fails the commit when
+    `exploding` applies it: each alone, `event_log` takes it and `exploding` is left out too."""
+    failing = FailingCommits()
+    projections = [EventLogProjection(), PoisonedToo({3}), Tainting(failing, 3)]
+    with ProjectionStore(":memory:", projections) as store:
+        failing.conn = store._conn
+        store._conn = failing  # type: ignore[assignment]
+        assert store.apply_isolating(gangs(1, 5), {}) == 5
+        assert count(store, "event_log") == 5
+        for table in ("exploded", "poisoned"):
+            _, rows = store.query(f"SELECT seq FROM {table} ORDER BY seq")
+            assert [r[0] for r in rows] == [1, 2, 4, 5], table
+        _, rows = store.query("SELECT seq, projection, error FROM projection_errors ORDER BY projection")
+        assert [(seq, name, error.split(":")[0]) for seq, name, error in rows] == [
+            (3, "exploding", "ConstraintException"), (3, "poisoned", "RuntimeError")]
+        assert store.checkpoints() == {"event_log": 5, "exploding": 5, "poisoned": 5}
+
+
+class FailingPastBad(FailingCommits):
+    """A connection whose commit raises whenever the transaction moves a checkpoint to `bad` or
+    past it, whatever was applied (the store's fault, not a projection's)."""
+
+    def __init__(self, bad: int) -> None:
+        super().__init__()
+        self.bad = bad
+
+    def execute(self, sql: str, parameters: object = None) -> object:
+        assert self.conn is not None
+        if sql.startswith("UPDATE checkpoints") and isinstance(parameters, list) and parameters[0] >= self.bad:
+            self.poison = True
+        return self.conn.execute(sql, parameters)
+
+    def rollback(self) -> None:
+        assert self.conn is not None
+        self.poison = False
+        self.conn.rollback()
+
+
+def test_a_message_whose_commit_fails_whatever_is_applied_stops_the_store() -> None:
+    """A commit that fails with every projection alone and with none (the store at fault) skips
+    nothing: the error propagates and every checkpoint stays before the message."""
+    failing = FailingPastBad(3)
+    with ProjectionStore(":memory:", [EventLogProjection(), Exploding()]) as store:
+        failing.conn = store._conn
+        store._conn = failing  # type: ignore[assignment]
+        with pytest.raises(duckdb.ConstraintException, match="a duplicate key"):
+            store.apply_isolating(gangs(1, 5), {})
+        assert store.checkpoints() == {"event_log": 2, "exploding": 2}
+        assert count(store, "projection_errors") == 0
 
 
 def test_the_stores_own_failures_skip_nothing() -> None:
