@@ -15,6 +15,7 @@ import pytest
 
 from events import CycleCompleted, GangEnqueued, InputRejected, decode_all
 from services.admission.domain import decide as admission_decide
+from services.admission.domain import fold_config, fold_gangs
 from services.admission.domain import state as admission_state
 from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog, Stored
@@ -52,18 +53,18 @@ steps:
 @pytest.fixture
 def poisoned_enqueue(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Admission's (and preemption's copy of its) fold raises on gang `poison`'s enqueue."""
-    real = admission_state._on_enqueued
+    real = fold_gangs.on_enqueued
 
     def raising(state: Any, event: Any, seq: int, out: Any) -> None:
         if event.gang == "poison":
             raise RuntimeError(f"poisoned gang {event.gang}")
         real(state, event, seq, out)
 
-    table = dict(admission_state._HANDLERS)
+    table = dict(admission_state.HANDLERS)
     for kind, handler in table.items():
         if handler is real:
             table[kind] = raising
-    monkeypatch.setattr(admission_state, "_HANDLERS", table)
+    monkeypatch.setattr(admission_state, "HANDLERS", table)
     yield
 
 
@@ -240,7 +241,7 @@ def test_a_poison_input_that_made_a_cycle_due_still_has_its_cycle_there(monkeypa
     """A tick whose fold raises after it made the tree's cycle due: admission runs that cycle at
     the tick's own message, where preemption's copy of the fold (`CycleOrder`) opens it too. Run
     one message later, preemption held the rest of the log for a cycle that never came."""
-    real = admission_state._on_tick
+    real = fold_config.on_tick
     raised: set[int] = set()  # once per fold (admission's, preemption's, the runner's views)
 
     def raising_after(state: Any, event: Any, seq: int, out: Any) -> None:
@@ -249,11 +250,11 @@ def test_a_poison_input_that_made_a_cycle_due_still_has_its_cycle_there(monkeypa
             raised.add(id(state))
             raise RuntimeError("a tick that breaks after making the cycle due")
 
-    table = dict(admission_state._HANDLERS)
+    table = dict(admission_state.HANDLERS)
     for kind, handler in table.items():
         if handler is real:
             table[kind] = raising_after
-    monkeypatch.setattr(admission_state, "_HANDLERS", table)
+    monkeypatch.setattr(admission_state, "HANDLERS", table)
     report, messages = run(MemoryLog(), tmp_path)
     found = refusals(messages, "internal_error")
     assert sorted(source for source, _ in found) == ["admission", "preemption"], found

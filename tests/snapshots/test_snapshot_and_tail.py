@@ -116,7 +116,7 @@ class Folders:
                       for g in rt.gangs]
             lines.append(f"{tree} waiters {sorted(rt.slot_waiters)} running {json.dumps(rt.running, sort_keys=True)} "
                          f"jobs {json.dumps(rt.jobs, sort_keys=True)} forgotten tasks {len(rt.forgotten_tasks)} "
-                         f"timers {sorted(state._timers)} forgets {sorted(state._forgets)}")
+                         f"timers {sorted(state.timers)} forgets {sorted(state.forgets)}")
             for pool_path in sorted(rt.queues):
                 for name, queue in rt.queues[pool_path].items():
                     lines.append(f"queue {tree} {pool_path} {name} {[g.id for g in queue.ordered()]}")

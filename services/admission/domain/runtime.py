@@ -37,8 +37,8 @@ class TreeRuntime:
     slot_waiters: set[str] = field(default_factory=set)  # gangs marked with a `slot_wait` (some may be stale)
     dirty: bool = False  # inputs since the last cycle (the clock ticks for them)
     fresh: int = 0  # gangs made pending since the last cycle
-    cycle_gangs: int = TreeOptions().cycle_gangs  # the tree's option (`_on_tree_configured`)
-    # The task ids of the gangs forgotten after the tree's `gang_retention` (`AdmissionState.
-    # _forget`): they stay used. (The gang ids stay in the tree's `seen_gangs`: a gang id seen there
-    # and not in `gangs` is a forgotten gang's, and what comes for it is refused: `gang_forgotten`.)
+    cycle_gangs: int = TreeOptions().cycle_gangs  # the tree's option (`fold_config.on_tree_configured`)
+    # The task ids of the gangs forgotten after the tree's `gang_retention` (`retention.py`): they
+    # stay used. (The gang ids stay in the tree's `seen_gangs`: a gang id seen there and not in
+    # `gangs` is a forgotten gang's, and what comes for it is refused: `gang_forgotten`.)
     forgotten_tasks: UsedIds = field(default_factory=UsedIds)
