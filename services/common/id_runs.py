@@ -169,9 +169,13 @@ def _closed(fd: int, path: Path, delete: bool) -> None:
 class FileRuns(RunRegistry):
     """Runs as files in `directory` (see the module doc)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, owned: bool = True) -> None:
+        """`owned`: a run let go deletes its file (False: another process's directory, read only
+        for the runs it names, a replay's child reading its parent's: the files are the owner's
+        to delete)."""
         super().__init__()
         self.directory = Path(directory)
+        self.owned = owned
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def _path(self, key: str) -> Path:
@@ -184,13 +188,13 @@ class FileRuns(RunRegistry):
         """The run in the file open as `fd` (which the run keeps: another process sharing the
         directory may delete `path` at any time)."""
         run = FileRun(key, path, fd, count, crc_count, index)
-        done = weakref.finalize(run, _closed, fd, path, True)
+        done = weakref.finalize(run, _closed, fd, path, self.owned)
         done.atexit = False  # at exit the files stay: the next start takes them
         return self.keep(run)
 
     def _open_filter(self, key: str, path: Path, fd: int, size: int, capacity: int, sealed: int) -> FileFilter:
         found = FileFilter(key, path, fd, size, capacity, sealed)
-        done = weakref.finalize(found, _closed, fd, path, True)
+        done = weakref.finalize(found, _closed, fd, path, self.owned)
         done.atexit = False
         return self.keep(found)
 

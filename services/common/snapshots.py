@@ -200,6 +200,34 @@ class Parts:
 _RUNS_LINE = b"runs:"
 
 
+def pickled_naming_files(value: object) -> bytes:
+    """`value` pickled whole (a plain pickle's way) but for its runs and filters in files
+    (`FileRun`, `FileFilter`): their keys, named on a first line, as a snapshot names them. For
+    another process that can read the same files (`unpickled_from_files`): a plain pickle would
+    carry every run's arrays, and that process would hold them in its heap."""
+    runs: set[str] = set()
+    filters: set[str] = set()
+    out = io.BytesIO()
+    _Pickler(out, runs, filters, (FileRun,), (FileFilter,)).dump(value)
+    named = [*sorted(runs), *(_OPTIONAL + key for key in sorted(filters))]
+    return _RUNS_LINE + " ".join(named).encode() + b"\n" + out.getvalue()
+
+
+def unpickled_from_files(data: bytes, store: used_ids.RunStore) -> Any:
+    """What `pickled_naming_files` made, its runs and filters taken from `store` (`local`: the
+    files of the directory they were in). Corrupt if a run is not there; a filter that is not is
+    left out (its record makes it again from the runs)."""
+    runs, optional, body = named_in(data)
+    found: dict[str, Run | IdFilter] = {}
+    for key in runs + optional:
+        run = store.local(key)
+        if run is None and key not in optional:
+            raise Corrupt(f"id run {key} not found")
+        if run is not None:
+            found[key] = run
+    return _loads(body, found)
+
+
 class _Pickler(pickle.Pickler):
     """A pickler that writes each id run (`used_ids.Run`) and stored filter (`used_ids.IdFilter`)
     as its key: a snapshot refers to them, stored apart once each (`SnapshotStore.save`), so that
@@ -207,13 +235,14 @@ class _Pickler(pickle.Pickler):
     `persistent_id` method would be a Python call for every object of the state, and pickling
     took up to twice as long.)"""
 
-    def __init__(self, file: IO[bytes], runs: set[str], filters: set[str]) -> None:
+    def __init__(self, file: IO[bytes], runs: set[str], filters: set[str],
+                 run_types: tuple[type, ...] | None = None, filter_types: tuple[type, ...] | None = None) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.runs, self.filters = runs, filters
         table = dict(copyreg.dispatch_table)
-        for kind in _RUN_TYPES:
+        for kind in _RUN_TYPES if run_types is None else run_types:
             table[kind] = self._reduce_run
-        for other in _FILTER_TYPES:
+        for other in _FILTER_TYPES if filter_types is None else filter_types:
             table[other] = self._reduce_filter
         self.dispatch_table = table
 
@@ -403,7 +432,8 @@ async def runs_for(store: SnapshotStore, keys: Sequence[str], optional: Sequence
     """The runs (and filters) named `keys`: from this process's run store (its files:
     `services.common.id_runs`, each checked against its key), else fetched from the snapshot store
     once and kept there. Corrupt if a run is in neither, or fetched does not match its key; an
-    `optional` one (a filter) is left out instead, with a warning."""
+    `optional` one (a filter) is left out instead, with a warning, whatever kept it from being
+    fetched (a network error too: the start makes it from the runs rather than fail)."""
     runs = used_ids.current_store()
     found: dict[str, Run | IdFilter] = {}
     for key in keys:
@@ -417,10 +447,10 @@ async def runs_for(store: SnapshotStore, keys: Sequence[str], optional: Sequence
                     run = runs.adopt(key, data)
                 except ValueError as exc:
                     raise Corrupt(f"id run {key}: {exc}") from None
-        except Corrupt as exc:
+        except Exception as exc:  # (a filter not fetched, for whatever reason: made again from the runs)
             if key not in optional:
                 raise
-            log.warning("id filter not used (made again from the runs): %s", exc)
+            log.warning("id filter not used (made again from the runs): %s: %s", type(exc).__name__, exc)
             continue
         found[key] = run
     return found
@@ -431,9 +461,10 @@ def runs_to_save(pickling: object, keys: Sequence[str]) -> dict[str, Run | IdFil
     (`Pickling.runs`), else those this process's store has; Corrupt if one is gone (merged away
     and deleted: the snapshot is not saved, the next one is)."""
     held = {run.key: run for run in getattr(pickling, "runs", ())}
+    stores = used_ids.stores_in_use()  # (a record may seal into a store of its own: a replay's)
     found: dict[str, Run | IdFilter] = {}
     for key in keys:
-        run = held.get(key) or used_ids.current_store().local(key)
+        run = held.get(key) or next((one for store in stores if (one := store.local(key)) is not None), None)
         if run is None:
             raise Corrupt(f"id run {key} is gone")
         found[key] = run

@@ -3,6 +3,7 @@ collects meanwhile; and a run is put once however many services' looks offer it 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -85,3 +86,35 @@ def test_a_run_offered_by_several_looks_at_once_is_put_once() -> None:
     assert not bucket.overlapped
     run_puts = [name for name in bucket.puts if ".id-runs." in name]
     assert sorted(run_puts) == sorted(f"S.id-runs.{key}" for key in runs)
+
+
+def test_a_filter_that_cannot_be_fetched_is_made_again_rather_than_failing_the_start() -> None:
+    bucket = FakeBucket()
+    store = _store(bucket)
+    record = UsedIds(f"g{i}" for i in range(300))
+    assert "g1" in record  # (its filter made)
+    used_ids.freeze_filters()
+    state = snapshots.pickled(record)
+    keys, optional, _ = snapshots.named_in(state)
+    assert keys and optional
+    get = bucket.get
+
+    async def flaky(name: str, writeinto: io.BytesIO) -> None:
+        if any(name.endswith(key) for key in optional):
+            raise ConnectionError("the server went away")
+        await get(name, writeinto)
+
+    async def run() -> Snapshot | None:
+        await store.save("admission", 7, Snapshot.encode_pickled("admission", 7, "fp", state),
+                         snapshots.runs_to_save(None, keys + optional))
+        bucket.get = flaky  # type: ignore[method-assign]
+        before = used_ids.use_store(MemoryRuns())  # a new process: everything fetched
+        try:
+            loaded, skipped = await snapshots.load_newest(store, "admission", "fp")
+        finally:
+            used_ids.use_store(before)
+        assert not skipped
+        return loaded
+
+    loaded = anyio.run(run, backend="asyncio")
+    assert loaded is not None and loaded.state == record

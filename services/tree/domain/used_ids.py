@@ -65,6 +65,8 @@ import logging
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 from typing import Any, Protocol, TypeVar
 from weakref import WeakValueDictionary
@@ -87,6 +89,7 @@ TRAILER = struct.Struct("<8sQQ")
 FILTER_MAGIC = b"PWIDFLT1"
 FILTER_TRAILER = struct.Struct("<QQQ8s")  # size in bits, capacity, sealed, FILTER_MAGIC
 CHUNK = 1 << 16  # digests or CRCs handled at a time when runs are merged or read whole
+MERGE_RETRY_SEALS = 64  # the most seals a merge that failed waits before it is tried again (`UsedIds._merge`)
 
 
 _M = (1 << 64) - 1
@@ -468,6 +471,9 @@ def _crcs_of(runs: Sequence[Run]) -> Iterator[np.ndarray]:
 
 
 _STORE: list[RunStore] = [MemoryRuns()]
+# A store for the records made (or restored) in one context: a replay's, in the task that runs it
+# (`storing_in`), while the process's own records go on sealing into `_STORE`.
+_SCOPED: ContextVar[RunStore | None] = ContextVar("used_ids_store", default=None)
 
 
 def use_store(store: RunStore) -> RunStore:
@@ -479,7 +485,37 @@ def use_store(store: RunStore) -> RunStore:
 
 
 def current_store() -> RunStore:
-    return _STORE[0]
+    """The store of this context (`storing_in`), else the process's (`use_store`)."""
+    scoped = _SCOPED.get()
+    return scoped if scoped is not None else _STORE[0]
+
+
+@contextmanager
+def storing_in(store: RunStore) -> Iterator[RunStore]:
+    """While it lasts, in this context (a task, and the threads and tasks it starts), `UsedIds`
+    made or restored seal their runs into `store` for good, and `current_store()` is `store`
+    (where a snapshot's runs are fetched to); records made elsewhere, and the process's store,
+    are left as they are. (The process's store swapped instead broke the records of everything
+    else in the process, and two replays whose lifetimes overlapped.)"""
+    token = _SCOPED.set(store)
+    try:
+        yield store
+    finally:
+        _SCOPED.reset(token)
+
+
+def stores_in_use() -> list[RunStore]:
+    """The process's store, this context's, and every other store a record alive seals into (a
+    snapshot of a record names runs of the store it holds)."""
+    found: dict[int, RunStore] = {id(_STORE[0]): _STORE[0]}
+    scoped = _SCOPED.get()
+    if scoped is not None:
+        found.setdefault(id(scoped), scoped)
+    for record in list(_RECORDS.values()):
+        store = record._store
+        if store is not None:
+            found.setdefault(id(store), store)
+    return list(found.values())
 
 
 # every record alive (`freeze_filters`), by `id` (a record is not hashable: it compares as a set)
@@ -559,10 +595,13 @@ def _passes(bits: bytes | bytearray, size: int, crcs: np.ndarray) -> np.ndarray:
 class UsedIds:
     """Ids added once, never removed; `in` says whether one was added (see the module doc)."""
 
-    __slots__ = ("__weakref__", "_bits", "_capacity", "_frozen", "_recent", "_runs", "_sealed", "_size", "_store")
+    __slots__ = ("__weakref__", "_bits", "_capacity", "_frozen", "_merge_failed", "_merge_skip", "_recent", "_runs",
+                 "_sealed", "_size", "_store")
 
     def __init__(self, ids: Iterable[str] = (), store: RunStore | None = None) -> None:
-        self._store = store  # None: the store in use when a run is sealed (`use_store`)
+        # None: the process's store when a run is sealed (`use_store`); made in a replay's context
+        # (`storing_in`), that one's
+        self._store = store if store is not None else _SCOPED.get()
         self._recent: set[str] = set()
         self._runs: list[Run] = []  # oldest (largest) first
         self._sealed = 0  # CRCs in the runs (ids sealed, repeats of a digest included)
@@ -572,6 +611,8 @@ class UsedIds:
         self._size = 0  # its bits
         self._capacity = 0  # the sealed ids it was made for
         self._frozen: IdFilter | None = None  # the stored filter `_bits` equal (None: changed since)
+        self._merge_failed = 0  # merges that failed in a row (`_merge`)
+        self._merge_skip = 0  # seals to go before a merge is tried again
         _RECORDS[id(self)] = self
         for id_ in ids:
             self.add(id_)
@@ -711,14 +752,26 @@ class UsedIds:
 
     def _merge(self) -> None:
         """Merge the newest runs while the one before the newest is at most twice its size (the
-        runs' ids and CRCs are the same merged or not: only where they are read changes)."""
+        runs' ids and CRCs are the same merged or not: only where they are read changes).
+
+        A merge the store cannot write (a disk full, a directory gone) is tried again after 1,
+        then 2, 4 ... up to `MERGE_RETRY_SEALS` seals, not at every seal: each try rewrites the
+        runs up to the failure, and warns."""
+        if self._merge_skip:
+            self._merge_skip -= 1
+            return
         store, runs = self._store_in_use(), self._runs
         try:
             while len(runs) >= 2 and runs[-2].count <= 2 * runs[-1].count:
                 pair = runs[-2:]
                 runs[-2:] = [store.write(merged(pair), _crcs_of(pair))]
         except OSError as exc:
-            log.warning("id runs not merged (%s: %s): kept as they are", type(exc).__name__, exc)
+            self._merge_skip = min(1 << self._merge_failed, MERGE_RETRY_SEALS)
+            self._merge_failed += 1
+            log.warning("id runs not merged (%s: %s): kept as they are, tried again in %d seals", type(exc).__name__,
+                        exc, self._merge_skip)
+        else:
+            self._merge_failed = 0
 
     def _filter(self) -> None:
         """Make the filter from the runs' CRCs, for the sealed ids' rung of the ladder
@@ -770,11 +823,12 @@ class UsedIds:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         recent, runs, sealed = state[:3]
         stored: IdFilter | None = state[3] if len(state) > 3 else None
-        self._store = None
+        self._store = _SCOPED.get()  # (restored in a replay's context: its store; else the process's)
         self._recent = set(recent)
         self._runs = list(runs)
         self._sealed = sealed
         self._bits, self._size, self._capacity, self._frozen = bytearray(), 0, 0, None
+        self._merge_failed = self._merge_skip = 0
         if stored is not None and self._runs and fits(stored, sealed):
             bits = stored.bits()
             if len(bits) == (stored.size + 7) // 8:
@@ -792,6 +846,7 @@ class UsedIds:
         copied._bits = self._bits if not isinstance(self._bits, bytearray) else bytearray(self._bits)
         copied._size, copied._capacity = self._size, self._capacity
         copied._frozen = self._frozen
+        copied._merge_failed, copied._merge_skip = self._merge_failed, self._merge_skip
         _RECORDS[id(copied)] = copied
         return copied
 
