@@ -25,7 +25,9 @@ import atexit
 import gc
 import logging
 import os
+import signal
 import tempfile
+import weakref
 import zlib
 from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -260,12 +262,18 @@ async def rebuild(log: EventLog, folder: Folder, subjects: Sequence[str],
         await start.catch_up(log, snapshots)
     else:
         failed: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            try:
-                await start.catch_up(log, snapshots, Saving(policy, log, tg, await log.last_seq()))
-            except Exception as exc:  # (raised as it was, not in the task group's ExceptionGroup)
-                failed = exc
-                tg.cancel_scope.cancel()
+        saving: Saving | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                try:
+                    saving = Saving(policy, log, tg, await log.last_seq())
+                    await start.catch_up(log, snapshots, saving)
+                except Exception as exc:  # (raised as it was, not in the task group's ExceptionGroup)
+                    failed = exc
+                    tg.cancel_scope.cancel()
+        finally:
+            if saving is not None:
+                saving.close()
         if failed is not None:
             raise failed
     if start.made:
@@ -340,6 +348,7 @@ class Saving:
     def __init__(self, policy: SnapshotPolicy, log: EventLog, tg: anyio.abc.TaskGroup, end: int) -> None:
         self.policy, self.log, self.tg, self.end = policy, log, tg, end
         self.busy = False
+        self.pickling: Pickling | None = None  # the save's being made (closed by `close` if it never ran)
 
     def if_due(self, folder: Folder, folded: int, made: dict[str, Envelope]) -> None:
         if self.busy or not self.policy.due_folding_again(folded) or self.end - folded < self.policy.every:
@@ -348,13 +357,21 @@ class Saving:
         # (the decisions not seen in the log yet, as they stand with the state: the fold after a
         # start from it drops those it then sees, and publishes the rest, as this one would)
         pending = list(made.values())
-        self.tg.start_soon(self._save, folder, folded, pending, take_snapshot(folder, folded))
+        self.pickling = take_snapshot(folder, folded)
+        self.tg.start_soon(self._save, folder, folded, pending, self.pickling)
 
     async def _save(self, folder: Folder, folded: int, pending: list[Envelope], pickling: Pickling) -> None:
         try:
             await save_snapshot(self.policy, self.log, folder.service, folded, folder.now, pickling, pending)
         finally:
             self.busy = False
+
+    def close(self) -> None:
+        """Once its task group is done: the save's pickling closed (its task may have been
+        cancelled before it took a step, so it never did)."""
+        if self.pickling is not None:
+            self.pickling.close()
+            self.pickling = None
 
 
 async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
@@ -397,14 +414,67 @@ def take_snapshot(folder: Folder, folded: int) -> Pickling:
 
 class Pickling:
     """A state being pickled (awaited: its bytes), and the id runs alive when it was started:
-    held until it is saved, so that none it names is merged away and deleted meanwhile."""
+    held until it is saved, so that none it names is merged away and deleted meanwhile.
 
-    def __init__(self, made: Awaitable[bytes]) -> None:
-        self.made = made
-        self.runs = used_ids.current_store().alive()
+    Pickled in a child process (`_pickled_later`), it owns the child and the file it writes:
+    awaiting it reaps the one and deletes the other, and so does `close` (the child killed), which
+    its owner calls when it will not await it (a save cancelled before its task took a step: a
+    task group's task cancelled so never runs its `finally`), and which runs at the latest when
+    it is let go (`weakref.finalize`)."""
+
+    def __init__(self, data: bytes | None = None, pid: int | None = None, path: str | None = None) -> None:
+        self.runs = [run for store in used_ids.stores_in_use() for run in store.alive()]
+        self._data = data
+        self._child = _Child(pid, path)
+        self._closing = weakref.finalize(self, self._child.close)
+
+    @property
+    def closed(self) -> bool:
+        return not self._closing.alive
 
     def __await__(self) -> Generator[Any, None, bytes]:
-        return self.made.__await__()
+        return self._made().__await__()
+
+    async def _made(self) -> bytes:
+        if self._data is not None:
+            return self._data
+        try:
+            return await anyio.to_thread.run_sync(self._child.result)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """The child killed and reaped if it is not yet, its file deleted (idempotent)."""
+        self._closing()
+
+
+class _Child:
+    """A pickling child process and its file (`Pickling`)."""
+
+    def __init__(self, pid: int | None, path: str | None) -> None:
+        self.pid, self.path = pid, path
+
+    def result(self) -> bytes:
+        """The pickle, once the child is done (blocks: in a thread)."""
+        assert self.pid is not None and self.path is not None
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None  # (reaped: its number may be another process's from now on)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            raise RuntimeError(f"the snapshot's child process ended with {code}")
+        return Path(self.path).read_bytes()
+
+    def close(self) -> None:
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        if self.path is not None:
+            with suppress(OSError):
+                os.unlink(self.path)
+            self.path = None
 
 
 def pickled_later(state: object) -> Pickling:
@@ -416,25 +486,25 @@ def pickled_later(state: object) -> Pickling:
         used_ids.freeze_filters()
     except OSError as exc:
         logger.warning("id filters not stored for a snapshot: %s", exc)
-    return Pickling(_pickled_later(state))
+    return _pickled_later(state)
 
 
-def _pickled_later(state: object) -> Awaitable[bytes]:
+def _pickled_later(state: object) -> Pickling:
     """`snapshots.pickled(state)`, without holding the service up: the process forks, and the child
     pickles the state as it stood at the fork (the parent's pages are shared copy-on-write) into a
     file and exits, while the parent goes on folding; the awaitable reads the file once the child
     is done. (Pickling in the process held its event loop for seconds at 100k live gangs, and a
     lease renewal waits for the GIL.) Where there is no fork, the state is pickled at once."""
     if not hasattr(os, "fork") or os.environ.get("POOLWISE_SNAPSHOT_FORK", "1") == "0":
-        data = pickled(state)
-
-        async def ready() -> bytes:
-            return data
-
-        return ready()
+        return Pickling(pickled(state))
     handle, name = tempfile.mkstemp(prefix="poolwise-snapshot-")
     os.close(handle)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(name)
+        raise
     if pid == 0:  # the child: pickle, write, and leave at once (no cleanup of the parent's things)
         code = 1
         try:
@@ -443,18 +513,7 @@ def _pickled_later(state: object) -> Awaitable[bytes]:
             code = 0
         finally:
             os._exit(code)
-
-    async def collect() -> bytes:
-        try:
-            _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0)
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise RuntimeError(f"the snapshot's child process ended with {os.waitstatus_to_exitcode(status)}")
-            return Path(name).read_bytes()
-        finally:
-            with suppress(OSError):
-                os.unlink(name)
-
-    return collect()
+    return Pickling(pid=pid, path=name)
 
 
 async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, folded: int, now: float,
@@ -462,9 +521,9 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
     """Save the snapshot being pickled: `made`, the decisions made and not in the log yet (a
     rebuild's), and those the log keeps back (`policy.kept`) as its pending."""
     policy.last_seq, policy.last_time = folded, now
-    kept = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
-    pending = tuple({decision.id: decision for decision in (*made, *kept)}.values())
     try:
+        kept = tuple(policy.kept()) if policy.kept is not None else ()  # as the state was pickled
+        pending = tuple({decision.id: decision for decision in (*made, *kept)}.values())
         state_bytes = await pickling
         runs = runs_to_save(pickling, split_pickled(state_bytes)[0])
         id_runs.touch(runs.values())
@@ -479,6 +538,10 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
     except BaseException:  # cancelled with the service: a clean stop saves again (`unsaved`)
         logger.debug("%s: snapshot at %d cut short by the service's stop", service, folded)
         raise
+    finally:
+        close = getattr(pickling, "close", None)  # (a `Pickling`: its child and file, if not awaited)
+        if close is not None:
+            close()
 
 
 async def store_runs_as_they_seal(policy: SnapshotPolicy, every: float | None = None) -> None:
@@ -551,6 +614,7 @@ async def run_folder(
     # (a batch's decisions, the batch, the position folded, when the batch arrived: `perf_counter`)
     send, receive = anyio.create_memory_object_stream[tuple[list[Envelope], Sequence[Stored], int, float]](
         OUTBOX_BATCHES)
+    started: list[Pickling] = []  # the live snapshots' picklings (a save cancelled unstarted closes none)
 
     async def handle(batch: Sequence[Stored]) -> None:
         nonlocal folded, idle
@@ -560,6 +624,7 @@ async def run_folder(
             # folded before wait to be published first (a moment, once per `every` positions).
             await idle.wait()
             pickled = take_snapshot(folder, folded)
+            started[:] = [*(one for one in started if not one.closed), pickled]  # (closed by the end)
             tg.start_soon(save_snapshot, snapshots, log, folder.service, folded, folder.now, pickled)
         with tracing.live(folder.service, len(batch)) as current, gc_paused():  # (its span: while a provider records)
             result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
@@ -609,6 +674,8 @@ async def run_folder(
                 await log.consume(durable, subjects, start, handle, max_batch=max_batch, linger=linger)
     finally:
         gc.unfreeze()
+        for pickling in started:
+            pickling.close()
         if snapshots is not None and published == folded and snapshots.unsaved(folded):
             # a clean stop: everything decided is in the log; keep the state for the next start
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):

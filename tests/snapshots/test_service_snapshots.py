@@ -405,7 +405,7 @@ def test_a_rebuild_starts_no_snapshot_in_its_last_every_positions(monkeypatch: p
     class Recording:
         def start_soon(self, save: object, folder: object, folded: int, pending: object, pickling: Any) -> None:
             started.append(folded)
-            pickling.made.close()  # (not saved here)
+            pickling.close()  # (not saved here)
 
     policy = SnapshotPolicy(MemorySnapshots(), every=10, least=1)
     saving = Saving(policy, MemoryLog(), Recording(), end=50)  # type: ignore[arg-type]

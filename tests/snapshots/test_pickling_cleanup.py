@@ -1,0 +1,136 @@
+"""A snapshot's state is pickled by a forked child into a temporary file (`folding.Pickling`): the
+child is reaped and the file deleted whatever becomes of the save, one cancelled before its task
+took a step included (a task cancelled so never runs its `finally`)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+
+from events import Envelope
+from services.admission.folder import SUBJECTS, AdmissionFolder
+from services.common import log as log_module
+from services.common.folding import Folder, Pickling, Saving, pickled_later, rebuild
+from services.common.memlog import MemoryLog
+from services.common.snapshots import MemorySnapshots, SnapshotPolicy
+from tests.replay.biglog import build
+
+
+@pytest.fixture
+def temp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Where the picklings' files go (this test's own directory: others' are not counted)."""
+    monkeypatch.setenv("POOLWISE_SNAPSHOT_FORK", "1")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def _child_of(pickling: Pickling) -> int:
+    pid = pickling._child.pid
+    assert pid is not None, "the state was not pickled by a child"
+    return pid
+
+
+def _children() -> set[int]:
+    """This process's child processes (zombies included)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            found.add(int(stat.parent.name))
+    return found
+
+
+def test_a_rebuild_save_cancelled_before_its_first_step_leaves_no_file_nor_child(
+        temp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = MemoryLog()
+    anyio.run(lambda: build(log, 300, per_round=50, leaves=3), backend="asyncio")
+    monkeypatch.setattr(log_module, "READ_CHUNK", 100)  # (a rebuild looks where a piece ends)
+    before = _children()
+    started: list[int] = []
+    due = Saving.if_due
+
+    def stopped_once_due(self: Saving, folder: Folder, folded: int, made: dict[str, Envelope]) -> None:
+        due(self, folder, folded, made)
+        if self.busy:  # a save started (its child forked): the service is stopped at the next checkpoint
+            started.append(folded)
+            scopes[0].cancel()
+
+    monkeypatch.setattr(Saving, "if_due", stopped_once_due)
+    policy = SnapshotPolicy(MemorySnapshots(), every=200)
+
+    scopes: list[anyio.CancelScope] = []
+
+    async def run() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            await rebuild(log, AdmissionFolder(), SUBJECTS, policy.store, policy=policy)
+
+    anyio.run(run, backend="asyncio")
+    assert started, "no save was started"
+    assert list(temp.iterdir()) == []
+    assert _children() - before == set()
+
+
+def test_a_save_whose_task_never_ran_is_closed_by_its_saving(temp: Path) -> None:
+    """The save's task cancelled before its first step (its `finally` never runs): what `rebuild`
+    does once its task group is done, `Saving.close`, reaps the child and deletes the file."""
+    before = _children()
+
+    async def run() -> None:
+        policy = SnapshotPolicy(MemorySnapshots(), every=10)
+        saving: Saving | None = None
+        with anyio.CancelScope() as service:
+            try:
+                async with anyio.create_task_group() as tg:
+                    saving = Saving(policy, MemoryLog(), tg, end=1000)
+                    policy.started(0, 0.0, restored=0)
+                    saving.if_due(AdmissionFolder(), 100, {})  # due: the child forked
+                    service.cancel()  # the service is stopped ...
+                    await anyio.sleep(0)  # ... at the fold's checkpoint
+            finally:
+                if saving is not None:
+                    close = getattr(saving, "close", None)
+                    if close is not None:
+                        close()
+
+    anyio.run(run, backend="asyncio")
+    assert list(temp.iterdir()) == []
+    assert _children() - before == set()
+
+
+def test_a_pickling_let_go_unawaited_reaps_its_child_and_deletes_its_file(temp: Path) -> None:
+    pickling = pickled_later({"state": list(range(1000))})
+    pid = _child_of(pickling)
+    assert list(temp.iterdir())
+    del pickling
+    gc.collect()
+    assert list(temp.iterdir()) == []
+    assert _reaped(pid)
+
+
+def test_an_awaited_pickling_reads_the_state_and_leaves_nothing(temp: Path) -> None:
+    pickling = pickled_later({"state": [1, 2, 3]})
+    pid = _child_of(pickling)
+    data = anyio.run(_awaited, pickling, backend="asyncio")
+    assert data
+    assert list(temp.iterdir()) == [] and _reaped(pid) and pickling.closed
+
+
+async def _awaited(pickling: Pickling) -> bytes:
+    return await pickling
