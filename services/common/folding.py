@@ -499,6 +499,7 @@ def _pickled_later(state: object) -> Pickling:
         return Pickling(pickled(state))
     handle, name = tempfile.mkstemp(prefix="poolwise-snapshot-")
     os.close(handle)
+    parent = os.getpid()
     try:
         pid = os.fork()
     except BaseException:
@@ -511,6 +512,8 @@ def _pickled_later(state: object) -> Pickling:
             with open(name, "wb") as out:
                 out.write(pickled(state))
             code = 0
+            if os.getppid() != parent:  # the parent is gone (killed): no one will read or delete it
+                os.unlink(name)
         finally:
             os._exit(code)
     return Pickling(pid=pid, path=name)

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
@@ -134,3 +138,34 @@ def test_an_awaited_pickling_reads_the_state_and_leaves_nothing(temp: Path) -> N
 
 async def _awaited(pickling: Pickling) -> bytes:
     return await pickling
+
+
+_KILLED_PARENT = """
+import os, signal, sys, tempfile
+tempfile.tempdir = sys.argv[1]
+os.environ["POOLWISE_SNAPSHOT_FORK"] = "1"
+from services.common.folding import pickled_later
+pickling = pickled_later({"state": list(range(300_000))})
+print(pickling._child.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_child_whose_parent_was_killed_deletes_its_file(temp: Path) -> None:
+    """A service killed (kill -9) while its snapshot's child pickles: the child, done, finds its
+    parent gone and deletes the file no one will read."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_PARENT, str(temp)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    child = int(done.stdout.split()[0])
+    while _alive(child):  # (the orphan finishes its pickle on its own)
+        time.sleep(0.05)
+    assert list(temp.iterdir()) == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
