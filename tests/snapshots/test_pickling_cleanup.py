@@ -22,6 +22,7 @@ from services.common import log as log_module
 from services.common.folding import Folder, Pickling, Saving, pickled_later, rebuild
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, SnapshotPolicy
+from tests.bench.test_pipeline_children import alive
 from tests.replay.biglog import build
 
 
@@ -158,14 +159,7 @@ def test_a_child_whose_parent_was_killed_deletes_its_file(temp: Path) -> None:
                           cwd=Path(__file__).resolve().parents[2], check=False)
     assert done.returncode == -signal.SIGKILL, done.stderr
     child = int(done.stdout.split()[0])
-    while _alive(child):  # (the orphan finishes its pickle on its own)
+    while alive(child):  # (the orphan finishes its pickle on its own)
         time.sleep(0.05)
     assert list(temp.iterdir()) == []
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
