@@ -4,12 +4,20 @@ hdrf_runs.py) give exactly what the calls they replace give: the same permutatio
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from services.admission.domain.entitlement.hdrf_curves import _concat, _Events, _job_events, nones, sum_runs
 from services.admission.domain.entitlement.hdrf_runs import _first_kind
-from services.admission.domain.entitlement.polylines import Polylines, argument_at, evaluate, stable_argsort
+from services.admission.domain.entitlement.polylines import (
+    Polylines,
+    _kinks,
+    argument_at,
+    evaluate,
+    sorted_minor,
+    stable_argsort,
+)
 
 # few distinct values, so that ties are common; signed zeros, infinities and NaN among them
 _VALUES = st.sampled_from([0.0, -0.0, 1.0, 2.5, 2.5 + 2**-51, 1e-300, 7.0, np.inf, -np.inf, np.nan, -3.0])
@@ -70,3 +78,107 @@ def test_argument_at_is_evaluates_argument_bit_for_bit(case: tuple[Polylines, np
 def test_first_kind_is_the_first_true_column(hit: np.ndarray) -> None:
     expected = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
     assert _first_kind(hit).tolist() == expected.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**32 - 1), st.integers(1, 5000))
+def test_sorted_minor_is_the_sort_of_major_times_n_plus_minor(n: int, seed: int, groups: int) -> None:
+    rng = np.random.default_rng(seed)
+    major = rng.integers(0, groups, n)
+    minor = rng.permutation(n)
+    key = major.astype(np.int64) * n + minor
+    key.sort()
+    assert sorted_minor(major, minor, n).tolist() == (key % n).tolist()
+
+
+def _kinks_one_column_at_a_time(c: np.ndarray, m: np.ndarray, smax: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`polylines._kinks` column by column, line by line, in numpy scalars (IEEE arithmetic, as
+    the arrays): from the top line at 0 (the steepest among equals, then the first), the
+    earliest crossing before `smax` by a steeper line (the steepest, then the first, among
+    equals) is the next line, and a kink where it is past the last one; until the top line is
+    the steepest of all."""
+    lines, n = c.shape
+    out = np.full((lines, n), np.nan)
+    cnt = np.zeros(n, dtype=np.intp)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for j in range(n):
+            cj, mj, sa = c[:, j], m[:, j], smax[j]
+            top = [i for i in range(lines) if cj[i] == cj.max()]
+            cur = next(i for i in top if mj[i] == max(mj[t] for t in top))
+            s = np.float64(0.0)
+            for _ in range(lines):
+                cross = [(sj, i) for i in range(lines) if mj[i] - mj[cur] > 0.0
+                         for sj in [(cj[cur] - cj[i]) / (mj[i] - mj[cur])] if sj < sa]
+                if not cross:
+                    break
+                first = min(sj for sj, _ in cross)
+                tied = [i for sj, i in cross if sj == first]
+                cur = next(i for i in tied if mj[i] == max(mj[t] for t in tied))
+                if first > s:
+                    out[cnt[j], j] = first
+                    cnt[j] += 1
+                    s = first
+                if not mj.max() > mj[cur]:
+                    break
+    return out, cnt
+
+
+# few distinct values, so that lines tie and cross at the same `s`; infinities among them
+_LINE_VALUES = st.sampled_from([0.0, -0.0, 0.25, 0.5, 1.0, 2.0, -1.0, 1e-300, 3.0, 1e308, np.inf, -np.inf])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(2, 5).flatmap(lambda lines: st.tuples(
+    hnp.arrays(np.float64, (lines, 7), elements=_LINE_VALUES),
+    hnp.arrays(np.float64, (lines, 7), elements=_LINE_VALUES | st.floats(-3.0, 3.0)),
+    hnp.arrays(np.float64, 7, elements=st.sampled_from([0.0, 1e-9, 0.3, 0.5, 1.0])))))
+def test_kinks_are_the_column_by_column_search_bit_for_bit(case: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    c, m, smax = case
+    c[0] = 0.0  # line 0 is the floor, as `compose` gives it
+    m[0] = 0.0
+    got, want = _kinks(c, m, smax), _kinks_one_column_at_a_time(c, m, smax)
+    assert got[0].tobytes() == want[0].tobytes()
+    assert got[1].tolist() == want[1].tolist()
+
+
+@st.composite
+def _job_levels(draw: st.DrawFn) -> tuple[int, np.ndarray, _Events, np.ndarray]:
+    """A level of jobs as `hdrf_curves.curves` gives it to `sum_runs`: rows of 0-5 jobs (in row
+    order), shares and weights from few values (ramps ending together), each row's start 0 or
+    part-way up some ramps, and what the rows hold there."""
+    rows = draw(st.integers(2, 8))
+    counts = [draw(st.integers(0, 5)) for _ in range(rows)]
+    group = np.repeat(np.arange(rows), counts)
+    m = group.size
+    share = st.sampled_from([0.0, 0.0, 0.001, 0.01, 0.01, 0.125, 0.2])
+    job_share = np.array([[draw(share) for _ in range(m)] for _ in range(3)]).reshape(3, m)
+    weight = np.array([draw(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0])) for _ in range(m)])
+    start = np.array([draw(st.sampled_from([0.0, 0.0, 0.005, 0.01, 0.05])) for _ in range(rows)])
+    init = np.array([[draw(st.sampled_from([0.0, -0.0, 0.003, 0.25])) for _ in range(rows)] for _ in range(3)])
+    growing = np.array([draw(st.sampled_from([True, True, False])) for _ in range(m)], dtype=bool)
+    return rows, init, _job_events(job_share, weight, group, start[group], growing), start
+
+
+@settings(max_examples=300, deadline=None)
+@given(_job_levels())
+def test_sum_runs_without_a_run_is_the_general_path_bit_for_bit(case: tuple[int, np.ndarray, _Events,
+                                                                          np.ndarray]) -> None:
+    """`sum_runs`' path for events without a run (a level of jobs) against its general path, made
+    to run by one run segment of nothing in one more row, last (the rows before it are summed as
+    before it: every sum runs in order of row). With events in one row only, the extra row would
+    change how the sums are taken (`segmented_cumsum` rebases each row's sums when there are
+    several), so at least two rows have some."""
+    rows, init, ev, start = case
+    assume(np.unique(ev.group).size >= 2)
+    one = nones(1)
+    extra = _Events(np.array([1.0]), np.zeros((3, 1)), np.ones(1, dtype=bool), np.array([rows]), one + 1, one + 1,
+                    np.zeros((3, 0)), np.zeros(0, dtype=np.intp))
+    got = sum_runs(rows, init, ev, start)
+    want = sum_runs(rows + 1, np.concatenate([init, np.zeros((3, 1))], axis=1), _concat([ev, extra]),
+                    np.append(start, 0.0))
+    assert got.off.tolist() == want.off[: rows + 1].tolist()
+    n = int(got.off[-1])
+    assert got.x.tobytes() == want.x[:n].tobytes()
+    assert got.v.tobytes() == np.ascontiguousarray(want.v[:, :n]).tobytes()
+    assert got.owner.tolist() == want.owner[:n].tolist()
+    assert got.end.tolist() == want.end[:n].tolist()

@@ -56,6 +56,7 @@ from services.admission.domain.entitlement.polylines import (
     segmented_cumsum,
     segmented_cumsum_at,
     shifted,
+    sorted_minor,
     stable_argsort,
     start_slopes,
     trues,
@@ -201,9 +202,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     by_x = stable_argsort(ev.x)
     rank = np.empty(n, dtype=np.int64)
     rank[by_x] = np.arange(n, dtype=np.int64)
-    key = ev.group.astype(np.int64) * n + rank
-    key.sort()
-    first = by_x[key % n]
+    first = by_x[sorted_minor(ev.group, rank, n)]
     gs0 = ev.group[first]
     gnew0 = trues(n)
     gnew0[1:] = gs0[1:] != gs0[:-1]
@@ -240,8 +239,23 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     slope_before = shifted(slope_after, gfirst, start_slope)
     xprev = shifted(dx, gfirst, start[dg[gfirst]])
     inc = slope_before * (dx - xprev)
-    point = new.cumsum() - 1  # the distinct argument of each event
     ji = js.nonzero()[0]
+    emit_foot = dx > xprev
+    if ji.size == 0:  # no run here (a level of jobs): every vertex a foot, as below with no jump
+        # (`inc + 0.0` is `inc + dj` with `dj` all zeros: a -0.0 made +0.0; `top - 0.0` is `top`)
+        foot = init.take(dg, axis=1) + segmented_cumsum(inc + 0.0, gfirst, rebase=True)
+        off = offsets_of(row_sums(dg, emit_foot, rows) + 1)
+        total = int(off[-1])
+        x = np.zeros(total)
+        x[off[:-1]] = start
+        v = np.empty((dims, total))
+        scatter(v, off[:-1], init)
+        pos = emit_foot.cumsum() - emit_foot + dg + 1
+        fi = emit_foot.nonzero()[0]
+        x[pos[fi]] = dx[fi]
+        scatter(v, pos[fi], foot.take(fi, axis=1))
+        return Inner(off, x, v, nones(total), nones(total))
+    point = new.cumsum() - 1  # the distinct argument of each event
     jv = vs.take(ji, axis=1)
     dj = np.zeros((dims, nd))
     for k in range(dims):
@@ -252,7 +266,6 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     rstart = trues(ji.size)
     rstart[1:] = point[ji][1:] != point[ji][:-1]
     run_v = foot.take(point[ji], axis=1) + segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
-    emit_foot = dx > xprev
     nj = np.bincount(point[ji], minlength=nd)
     cnt = emit_foot.astype(np.intp) + nj
     off = offsets_of(row_sums(dg, cnt, rows) + 1)

@@ -116,10 +116,20 @@ def stable_argsort(x: FloatArray | IntArray) -> IntArray:
     np.greater(xs[1:], xs[:-1], out=new[1:])
     if np.count_nonzero(new) == n:
         return order
-    key = (new.cumsum() - 1).astype(np.int64) * n + order
+    return sorted_minor(new.cumsum() - 1, order, n)
+
+
+def sorted_minor(major: IntArray, minor: IntArray, n: int) -> IntArray:
+    """`minor` (distinct integers in `[0, n)`, `major` non-negative) put in order of `(major,
+    minor)`: one sort of the unique int64 keys `major << bits | minor`, read back with a mask
+    (`major * n + minor` orders them the same, but reading it back is a `% n`, an integer
+    division per key)."""
+    bits = max(1, (n - 1).bit_length())
+    key = major.astype(np.int64) << bits
+    key |= minor
     key.sort()
-    fixed: IntArray = key % n
-    return fixed
+    key &= (1 << bits) - 1
+    return key
 
 
 def int_diff(a: IntArray) -> IntArray:
@@ -275,9 +285,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     by_x = stable_argsort(ev.x)
     rank = np.empty(n, dtype=np.int64)
     rank[by_x] = np.arange(n, dtype=np.int64)
-    key = ev.group.astype(np.int64) * n + rank
-    key.sort()
-    order = by_x[key % n]
+    order = by_x[sorted_minor(ev.group, rank, n)]
     xs, gs, js = ev.x[order], ev.group[order], ev.jump[order]
     vs = ev.vec.take(order, axis=1)
     gnew = trues(n)
@@ -384,6 +392,7 @@ def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, 
     cnt = np.zeros(n, dtype=np.intp)
     alive = np.arange(n)
     ca, ma, sa = c, m, smax
+    top_m = ma.max(axis=0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(lines):
             if alive.size == 0:
@@ -391,14 +400,15 @@ def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, 
             cu = cur[alive]
             k = np.arange(alive.size)
             dm = ma - ma[cu, k]
-            valid = dm > 0.0
-            sj = np.where(valid, (ca[cu, k] - ca) / dm, np.inf)
-            ok = valid & (sj < sa)
-            has = ok.any(axis=0)
-            sj = np.where(ok, sj, np.inf)
+            sj = np.where(dm > 0.0, (ca[cu, k] - ca) / dm, np.inf)
+            # a crossing before `sa` (where no line rises above the current one `sj` is inf, and
+            # inf < sa is false whatever `sa`); a column has one when its least is below inf
+            sj = np.where(sj < sa, sj, np.inf)
             best_s = sj.min(axis=0)
-            tie = ok & (sj == best_s)
-            best = _first_true(tie & (ma == np.where(tie, ma, -np.inf).max(axis=0)))
+            has = best_s < np.inf
+            # the columns without one take no `best` below: their ties need no mask
+            tie = sj == best_s
+            best = (tie & (ma == np.where(tie, ma, -np.inf).max(axis=0))).argmax(axis=0)
             app = has & (best_s > s[alive])
             done = alive[app]
             out[cnt[done], done] = best_s[app]
@@ -406,9 +416,9 @@ def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, 
             s[done] = best_s[app]
             cur[alive[has]] = best[has]
             # from the steepest line, nothing crosses above any more
-            has &= ma.max(axis=0) > ma[np.minimum(best, lines - 1), k]
+            has &= top_m > ma[best, k]
             alive = alive[has]
-            ca, ma, sa = ca.compress(has, axis=1), ma.compress(has, axis=1), sa[has]
+            ca, ma, sa, top_m = ca.compress(has, axis=1), ma.compress(has, axis=1), sa[has], top_m[has]
     return out, cnt
 
 
