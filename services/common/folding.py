@@ -348,7 +348,8 @@ class Saving:
     def __init__(self, policy: SnapshotPolicy, log: EventLog, tg: anyio.abc.TaskGroup, end: int) -> None:
         self.policy, self.log, self.tg, self.end = policy, log, tg, end
         self.busy = False
-        self.pickling: Pickling | None = None  # the save's being made (closed by `close` if it never ran)
+        # the save's being made (closed by `close` if its task never ran; weakly: let go, it closes itself)
+        self.pickling: weakref.ref[Pickling] | None = None
 
     def if_due(self, folder: Folder, folded: int, made: dict[str, Envelope]) -> None:
         if self.busy or not self.policy.due_folding_again(folded) or self.end - folded < self.policy.every:
@@ -357,8 +358,9 @@ class Saving:
         # (the decisions not seen in the log yet, as they stand with the state: the fold after a
         # start from it drops those it then sees, and publishes the rest, as this one would)
         pending = list(made.values())
-        self.pickling = take_snapshot(folder, folded)
-        self.tg.start_soon(self._save, folder, folded, pending, self.pickling)
+        pickling = take_snapshot(folder, folded)
+        self.pickling = weakref.ref(pickling)
+        self.tg.start_soon(self._save, folder, folded, pending, pickling)
 
     async def _save(self, folder: Folder, folded: int, pending: list[Envelope], pickling: Pickling) -> None:
         try:
@@ -369,9 +371,10 @@ class Saving:
     def close(self) -> None:
         """Once its task group is done: the save's pickling closed (its task may have been
         cancelled before it took a step, so it never did)."""
-        if self.pickling is not None:
-            self.pickling.close()
-            self.pickling = None
+        pickling = self.pickling() if self.pickling is not None else None
+        if pickling is not None:
+            pickling.close()
+        self.pickling = None
 
 
 async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
