@@ -588,8 +588,10 @@ class ObjectStoreSnapshots:
         the snapshot naming it is saved: another process's `_collect` that listed the bucket
         before the snapshot was there deletes it. So once the snapshot is put (from then on it
         keeps its runs from every collection that lists after it) the bucket is listed again and
-        what it names and lacks is put again. Within the process, uploads and collections are
-        one at a time (`_uploads`): none runs between a save's listing and its snapshot."""
+        what it names and lacks is put again. Within the process, run uploads and collections are
+        one at a time (`_uploads`; not the snapshot's put, so that the services' clean stops do not
+        wait for one another's): a collection there runs wholly before that second look (which
+        then puts again what it deleted) or after it (and sees the snapshot)."""
         from nats.js.api import ObjectMeta
 
         obs = await self.opened()
@@ -597,7 +599,8 @@ class ObjectStoreSnapshots:
         keys = sorted(runs)
         async with _uploads(self.bucket):
             await self._put_missing(runs)
-            await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
+        await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
+        async with _uploads(self.bucket):
             again = await self._put_missing(runs)
             if again:
                 log.warning("%s@%d: id runs deleted while it was saved, stored again: %s", service, seq,
@@ -636,9 +639,8 @@ class ObjectStoreSnapshots:
 
     async def _collect(self, keep: set[str]) -> None:
         """Delete the run objects no snapshot of this stream names (nor `keep`), once older than
-        `RUN_GRACE` (another service may be between storing its runs and its snapshot: in this
-        process it is not, `save` holds `_uploads`; in another, its save puts again what this
-        deleted once its snapshot is there)."""
+        `RUN_GRACE` (another service may be between storing its runs and its snapshot: its save
+        puts again what this deleted once its snapshot is there). Under `_uploads`."""
         obs = await self.opened()
         infos = await self._infos()
         runs_prefix = f"{self.stream}.{RUNS}."

@@ -31,10 +31,12 @@ def _store(bucket: FakeBucket, name: str = snapshots.BUCKET) -> ObjectStoreSnaps
     return store
 
 
-def test_a_run_stored_ahead_and_collected_while_its_snapshot_is_saved_is_put_again() -> None:
+@pytest.mark.parametrize("tree_in", ["this process", "another process"])
+def test_a_run_stored_ahead_and_collected_while_its_snapshot_is_saved_is_put_again(tree_in: str) -> None:
     bucket = FakeBucket()
-    # another process (its own lock on the bucket's uploads: another name for it here)
-    admission, tree = _store(bucket), _store(bucket, "another process")
+    # in another process the tree's store has its own lock on the bucket's uploads (another name here)
+    admission = _store(bucket)
+    tree = _store(bucket) if tree_in == "this process" else _store(bucket, "another process")
     record = UsedIds(f"g{i}" for i in range(300))
     state = snapshots.pickled(record)
     runs = snapshots.runs_to_save(None, snapshots.split_pickled(state)[0])
