@@ -39,11 +39,9 @@ from services.replay.decoding import (
     step_message,
 )
 from services.replay.shared import SharedFolds
-from services.tree.service import SUBJECTS as TREE_SUBJECTS
 
 FOLDED = (ADMISSION, PREEMPTION)  # the services whose folds a `Derivation` runs
 admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))  # (preemption's are the same)
-tree_wants = subject_filter(TREE_SUBJECTS)  # what the tree folds: the verifier decodes it whatever it holds
 
 
 def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot]) -> bool:
@@ -56,9 +54,8 @@ def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot
 @dataclass(frozen=True, slots=True)
 class Derived:
     """What `Derivation.feed` made of a piece: the decisions, in the order made; the positions of
-    the messages it decoded that record an event of a decision type (but those on the tree's
-    subjects, which the verifier decodes anyway); the events and the malformed messages among
-    those it decoded (every message on admission's subjects)."""
+    the messages it decoded that record an event of a decision type; the events and the
+    malformed messages among those it decoded (every message on admission's subjects)."""
 
     decisions: list[Envelope]
     recording: frozenset[int]
@@ -132,7 +129,7 @@ class Derivation:
                     malformed += 1
                     continue
                 events += len(result)
-                if not tree_wants(stored.subject) and records_decisions(result):  # (the verifier decodes those)
+                if records_decisions(result):
                     recording.append(stored.seq)
         decisions = self.fold(piece, decoded, self.position)
         self.position = piece[-1].seq
@@ -183,11 +180,10 @@ class Derivation:
                         self._made(out, len(out) - 1, made)
                     continue
             events += len(envelopes)
-            if kind & _FLAGS:  # (the verifier decodes what the tree folds anyway)
-                for envelope in envelopes:
-                    if envelope.event.type in decisions:
-                        recording.append(seq)
-                        break
+            for envelope in envelopes:
+                if envelope.event.type in decisions:
+                    recording.append(seq)
+                    break
             before = len(out)
             if len(envelopes) == 1:  # (`step_message` of one event, without its call and loop)
                 try:
@@ -243,10 +239,9 @@ class Derivation:
 
 
 # What a subject is to `Derivation.feed_rows`: folded (one of admission's), owned (a malformed
-# message there is refused), flagged (a decision recorded there is the verifier's to decode: not
-# on the tree's subjects, which it decodes anyway), decided (admission's or preemption's
-# decisions: maybe made here, `_recall`)
-_FOLDS, _OWNS, _FLAGS, _DECIDED = 1, 2, 4, 8
+# message there is refused), decided (admission's or preemption's decisions: maybe made here,
+# `_recall`)
+_FOLDS, _OWNS, _DECIDED = 1, 2, 4
 _DECISION_SUBJECT = f"{PREFIX}.decision."
 
 # The decisions `_recall` finds by their bytes: an admission cycle's (its fold passes over them),
@@ -261,5 +256,4 @@ _REMEMBERED = 4096
 def _subject_kind(subject: str, shared: SharedFolds) -> int:
     if not admission_wants(subject):
         return 0
-    return (_FOLDS | (_OWNS if shared.owns(subject) else 0) | (0 if tree_wants(subject) else _FLAGS)
-            | (_DECIDED if subject.startswith(_DECISION_SUBJECT) else 0))
+    return _FOLDS | (_OWNS if shared.owns(subject) else 0) | (_DECIDED if subject.startswith(_DECISION_SUBJECT) else 0)

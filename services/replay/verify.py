@@ -84,7 +84,7 @@ import json
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from events import (
     DecodeError,
@@ -108,18 +108,23 @@ from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
 from services.replay.decoding import DECISION_TYPES, IGNORED_ENVELOPE_FIELDS, Decoded, Made
-from services.replay.derive import Derivation, admission_wants, shares, tree_wants
+from services.replay.derive import Derivation, admission_wants, shares
 from services.replay.entitlements import CURRENT, TreeMaps, version_of
 from services.replay.entitlements import differences as map_differences
 from services.tree.domain.decide import Refused
 from services.tree.domain.used_ids import UsedIds
-from services.tree.service import INPUT_LIMIT, MODELS, TreeView, judge, parse_command, rejection
-from services.tree.service import SERVICE as TREE
+
+if TYPE_CHECKING:
+    from services.tree.service import TreeView
 
 __all__ = ["DECISION_TYPES", "Elsewhere", "Finding", "Made", "Report", "TypeCount", "Verifier", "verify"]
 REFUSAL_SUBJECTS: tuple[str, ...] = (f"{PREFIX}.rejected.*",)  # where the tree records refused commands
 
 Kind = Literal["differs", "unexpected", "missing", "duplicate"]
+# The tree service's name (`services.tree.service.SERVICE`). That module is imported where the
+# tree is folded or judged, not here: it brings the projections (DuckDB, pyarrow), which the
+# replay's child process, importing this package, never uses.
+TREE = "tree"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +179,10 @@ class Report:
         return not self.findings
 
     def count(self, event_type: str) -> TypeCount:
-        return self.counts.setdefault(event_type, TypeCount())
+        found = self.counts.get(event_type)  # (not `setdefault`: it made a TypeCount per call, a few per decision)
+        if found is None:
+            found = self.counts[event_type] = TypeCount()
+        return found
 
     def ids(self, kind: Kind | None = None) -> set[str]:
         return {f.id for f in self.findings if kind is None or f.kind == kind}
@@ -323,6 +331,8 @@ def command_refusals(messages: Iterable[Stored]) -> list[Refusal]:
 
 def _judge_again(view: TreeView, recorded: Envelope) -> Envelope | None:
     """The record the tree would write for this refused input on `view` (None: it would not refuse)."""
+    from services.tree.service import INPUT_LIMIT, MODELS, judge, parse_command, rejection
+
     event = recorded.event
     assert isinstance(event, InputRejected)
     basis = recorded.basis or 0
@@ -409,7 +419,10 @@ class Verifier:
         self.report = Report(tree=tree, to_seq=to_seq, from_seq=from_seq)
         self.tree = tree
         self.to_seq = to_seq
+        from services.tree.service import SUBJECTS, TreeView
+
         self.view = TreeView()
+        self.tree_wants = subject_filter(SUBJECTS)  # what the tree folds: decoded here whatever else is
         self.starts: dict[str, int] = {}  # service -> the position its fold starts after
         pending: list[Envelope] = []
         snapshots = list(snapshots)
@@ -449,6 +462,8 @@ class Verifier:
         """Where a service's fold starts (its snapshot's position); the tree's fold from its
         snapshot (the tree service's `TreeView`), admission's and preemption's in `Derivation`."""
         if snapshot.service == TREE:
+            from services.tree.service import TreeView
+
             state = snapshot.state
             assert isinstance(state, TreeView), type(state)
             self.view = state
@@ -515,7 +530,7 @@ class Verifier:
         else:  # the derivation decoded (and counted) every message on admission's subjects
             report.events += elsewhere.events
             report.malformed += elsewhere.malformed
-            recording = elsewhere.recording
+            recording, tree_wants = elsewhere.recording, self.tree_wants
             for stored in piece:
                 subject = stored.subject
                 if not admission_wants(subject):
