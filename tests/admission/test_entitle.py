@@ -12,7 +12,7 @@ import pytest
 
 from events import EntitlementsComputed, GangAdmitted, PoolEntitlement, at_seconds, encode
 from events.envelope import Envelope
-from services.admission.domain import entitle
+from services.admission.domain import entitle, entitle_engine
 from services.admission.domain.entitlement import EntitlementEngine, LeafUsage, compute_entitlements
 from services.admission.domain.model import Gang, Ledger
 from tests.admission.builders import TREE, Log, cancel, gang, pool, preempt, task, world
@@ -21,7 +21,7 @@ from tests.admission.builders import TREE, Log, cancel, gang, pool, preempt, tas
 def reference(log: Log, tree: str) -> EntitlementsComputed:
     """The computation as first written: a fresh engine from the state, `round` on every number,
     every model validated."""
-    given = entitle.tree_input(log.state, tree)
+    given = entitle_engine.tree_input(log.state, tree)
     result = compute_entitlements(given)
 
     def per_kind(values: list[float]) -> dict[str, float]:
@@ -128,7 +128,7 @@ def test_every_change_of_a_ledger_counts() -> None:
 
 
 def test_set_usages_is_set_usage_of_each() -> None:
-    given = entitle.tree_input(_world("per_resource", False).state, TREE)
+    given = entitle_engine.tree_input(_world("per_resource", False).state, TREE)
     one, many = EntitlementEngine(given), EntitlementEngine(given)
     rows = {"/a/x": ([3.0, 10.0], [1.5, 0.0], [0.0, 0.0], [2.0, 4.0]), "/c/f": ([0.0, 0.0], [9.0, 1.0], [1.0, 0.0],
                                                                               [0.0, 0.0])}

@@ -44,7 +44,7 @@ from events import (
 from events.config import GangTimeoutOptions
 from events.entitlement_map import fold_entitlements
 from events.views import read_envelope
-from services.admission.domain import entitle
+from services.admission.domain import entitle, entitle_parts
 from services.admission.domain.decide import run_cycles
 from services.admission.domain.state import AdmissionState
 
@@ -53,12 +53,12 @@ TREE = "t"
 
 @contextmanager
 def written(whole: int, part: int) -> Iterator[None]:
-    before = entitle.WHOLE_POOLS, entitle.PART_POOLS
-    entitle.WHOLE_POOLS, entitle.PART_POOLS = whole, part
+    before = entitle.WHOLE_POOLS, entitle_parts.PART_POOLS
+    entitle.WHOLE_POOLS, entitle_parts.PART_POOLS = whole, part
     try:
         yield
     finally:
-        entitle.WHOLE_POOLS, entitle.PART_POOLS = before
+        entitle.WHOLE_POOLS, entitle_parts.PART_POOLS = before
 
 
 class Twin:

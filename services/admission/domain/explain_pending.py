@@ -20,7 +20,7 @@ from services.admission.domain.cycle import (
     judge,
     take_waiting_jobs,
 )
-from services.admission.domain.entitle import tree_input
+from services.admission.domain.entitle_engine import tree_input
 from services.admission.domain.entitlement import compute_entitlements
 from services.admission.domain.explain_history import GangNotes, preempted_findings, refused_findings
 from services.admission.domain.explain_text import at_text, count_text
