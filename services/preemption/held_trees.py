@@ -22,11 +22,16 @@ skipped), and it publishes nothing of it; whoever holds the tree decides the pas
   fold for good: a message on the tree's preemption subject that does not decode came after its
   point (`unreadable`: it may be that close, corrupt or a newer version's), or its close has not
   come within `give_up_seconds` of log time or `give_up_events` events read since it parked. It
-  is then decided here as a takeover would decide it (the tree gate keeps its decisions until
-  the holder's copy is seen, or sends them when the tree comes here), and the fold goes on.
+  is then decided here as a takeover would decide it, and the fold goes on. Its decisions are
+  kept by the tree gate until the holder's copy is seen, or sent when the tree comes here; but
+  those of a pass given up on for a message that does not decode are dropped (`dropped`): that
+  message may be the holder's copy, and the gate cannot see ids in it.
+- A pass whose close was read before the fold reached it is read, even if its tree came here
+  meanwhile (its decisions are in the log): such a tree's pass parks too (`_fold`).
 - A pass whose holder's run raised (a bug) remembers only what it had set before it raised: the
   holder's refusal, on `poolwise.rejected.<tree>` (`subjects`: a per-tree instance reads it; it
-  is never folded), makes this fold run it whole too and drop its decisions.
+  is never folded), makes this fold run it whole too and drop its decisions. A refusal read
+  after its pass's close (late) is of a pass run already: it is not kept (`_closed_up_to`).
 
 So the fold goes through the very states of a service-wide fold, in the same order, and what it
 decides is what one instance decides. The price, as admission's (`services.admission.held_trees`):
@@ -73,9 +78,11 @@ GIVE_UP_SECONDS = 60.0
 GIVE_UP_EVENTS = 50_000
 
 # How a parked pass is run: decided here (its tree held), read (its holder's close read: only what
-# it remembers), or given up on (its close unreadable or too late: decided, and kept by the tree
-# gate until the holder's copy is seen or the tree comes here)
-DECIDE, READ, GIVE_UP = "decided", "read", "given up"
+# it remembers), given up on (its close too late: decided, and kept by the tree gate until the
+# holder's copy is seen or the tree comes here), or given up on for a message on its subject that
+# does not decode (decided, its decisions dropped: that message may be the holder's copy, which
+# the gate cannot look into, so they would be kept for good, and sent again if the tree came here)
+DECIDE, READ, GIVE_UP, UNREADABLE = "decided", "read", "given up", "given up, unreadable"
 
 
 class _PassOrder(CycleOrder[Envelope]):
@@ -90,7 +97,8 @@ class _PassOrder(CycleOrder[Envelope]):
 class HeldTreesPreemption(PreemptionFolder):
     """`PreemptionFolder` deciding the passes of the trees in `held` only (module doc).
     `decided`/`read`/`given_up`: passes decided here, read from the log, and given up on
-    (decided here for a tree held elsewhere), per tree."""
+    (decided here for a tree held elsewhere), per tree; `dropped`: the decisions of passes given
+    up on for a message that does not decode, left out, per tree."""
 
     subjects = (*SUBJECTS, REFUSALS)
     give_up_seconds = GIVE_UP_SECONDS
@@ -103,6 +111,7 @@ class HeldTreesPreemption(PreemptionFolder):
         self.decided: Counter[str] = Counter()
         self.read: Counter[str] = Counter()
         self.given_up: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
         # told the tree of each pass it parks: a tree no subject names would be learnt by no lease
         # (nobody would hold it, and every instance would wait for its pass for good)
         self.on_waiting: Callable[[list[str]], None] | None = None
@@ -115,6 +124,7 @@ class HeldTreesPreemption(PreemptionFolder):
         self._cause: Envelope | None = None  # that event (a pass that raises is refused as its fold would be)
         self._ahead: Counter[tuple[str, int]] = Counter()  # preemption's closes read, not folded yet
         self._failed: set[tuple[str, int]] = set()  # passes whose holder's run raised (its refusal read)
+        self._closed: dict[str, int] = {}  # tree -> the trigger of its latest pass whose close was folded
         self._lost: dict[str, int] = {}  # tree -> the last message on its preemption subject that did not decode
         self._waited = 0  # events read since the pass parked
         self._since = self._latest = 0.0  # the fold's time at the park, and the latest event time read since
@@ -185,6 +195,10 @@ class HeldTreesPreemption(PreemptionFolder):
             self._queued.append((envelope, seq))
             return []
         self._see(envelope, -1)
+        # A held tree with a close read ahead (its pass may be the one published already: a tree
+        # that came here after its old holder's close was read) parks too: `_how` reads it if so.
+        ahead = self._ahead
+        self.state.held = self._held if not ahead else self._held - {tree for tree, _ in ahead}
         out = super()._fold(envelope, seq)
         parked = self.state.parked
         if parked is not None:
@@ -213,12 +227,22 @@ class HeldTreesPreemption(PreemptionFolder):
             if self._ahead[key] <= 0:
                 del self._ahead[key]
             if sign < 0:
-                self._failed.discard(key)  # (its pass has run: parked ones run before their close is folded)
+                self._closed_up_to(*key)
         elif kind is InputRejected and sign > 0:
             refusal = cast(InputRejected, event)
             if refusal.rule == "internal_error" and refusal.ref.startswith(PASS_REF) and refusal.tree is not None:
                 with suppress(ValueError):
-                    self._failed.add((refusal.tree, int(refusal.ref[len(PASS_REF):])))
+                    failed = (refusal.tree, int(refusal.ref[len(PASS_REF):]))
+                    if failed[1] > self._closed.get(failed[0], -1):  # (a late one's pass has run: nothing to do)
+                        self._failed.add(failed)
+
+    def _closed_up_to(self, tree: str, trigger: int) -> None:
+        """The close of `tree`'s pass at `trigger` was folded: that pass has run (parked ones run
+        before their close is folded), and so have its tree's earlier ones (a tree's passes run in
+        the order of their triggers), or they never will: what `_failed` holds of them goes."""
+        self._closed[tree] = max(trigger, self._closed.get(tree, -1))
+        if self._failed:
+            self._failed = {(of, at) for of, at in self._failed if of != tree or at > trigger}
 
     def take_over(self) -> list[Envelope]:
         """Run the parked pass if it can run now (decided here if its tree is held, remembered if
@@ -238,26 +262,23 @@ class HeldTreesPreemption(PreemptionFolder):
             how = self._how(parked)
             if how is None:
                 return out
-            out += self._run_parked(parked, how)
+            out += self._run_parked(parked, *how)
 
-    def _how(self, parked: tuple[str, int]) -> str | None:
-        """How the parked pass runs now (`DECIDE`, `READ`, `GIVE_UP`), or None: it waits."""
-        tree, trigger = parked
+    def _how(self, parked: tuple[str, int]) -> tuple[str, str] | None:
+        """How the parked pass runs now (`DECIDE`, `READ`, `GIVE_UP`, `UNREADABLE`) and why it is
+        given up on, or None: it waits."""
+        tree, _ = parked
+        if parked in self._ahead:  # (its close is read: its decisions are in the log, whoever holds it now)
+            return READ, ""
         if tree in self._held:
-            return DECIDE
-        if parked in self._ahead:
-            return READ
+            return DECIDE, ""
         if self._lost.get(tree, 0) > self._at[0]:  # (its close lands after its point: earlier ones are others')
-            why = f"a message on its subject that does not decode (seq {self._lost[tree]})"
-        elif self._waited >= self.give_up_events or self._latest - self._since >= self.give_up_seconds:
-            why = f"no close after {self._waited} events and {self._latest - self._since:.1f} s of log time"
-        else:
-            return None
-        logger.error("preemption: the pass of tree %s after seq %d is given up on: %s; decided here (kept until "
-                     "its holder's copy is seen or the tree comes here), and the fold goes on", tree, trigger, why)
-        return GIVE_UP
+            return UNREADABLE, f"a message on its subject that does not decode (seq {self._lost[tree]})"
+        if self._waited >= self.give_up_events or self._latest - self._since >= self.give_up_seconds:
+            return GIVE_UP, f"no close after {self._waited} events and {self._latest - self._since:.1f} s of log time"
+        return None
 
-    def _run_parked(self, parked: tuple[str, int], how: str) -> list[Envelope]:
+    def _run_parked(self, parked: tuple[str, int], how: str, why: str) -> list[Envelope]:
         state = self.state
         state.parked = None
         tree, trigger = parked
@@ -274,7 +295,16 @@ class HeldTreesPreemption(PreemptionFolder):
             logger.exception("preemption: the pass of tree %s after seq %d raised", tree, trigger)
             if how != READ and self._cause is not None:
                 out.append(rejection_of_fault(SERVICE, self._cause, self._at[0], 0, error, state.now))
-        {DECIDE: self.decided, READ: self.read, GIVE_UP: self.given_up}[how][tree] += 1
+        {DECIDE: self.decided, READ: self.read, GIVE_UP: self.given_up, UNREADABLE: self.given_up}[how][tree] += 1
+        if how == GIVE_UP:
+            logger.error("preemption: the pass of tree %s after seq %d is given up on: %s; decided here (kept until "
+                         "its holder's copy is seen or the tree comes here), and the fold goes on", tree, trigger, why)
+        elif how == UNREADABLE:
+            self.dropped[tree] += len(out)
+            logger.error("preemption: the pass of tree %s after seq %d is given up on: %s; decided here, its %d "
+                         "decisions dropped (that message may be its holder's copy, which cannot be looked into), "
+                         "and the fold goes on", tree, trigger, why, len(out))
+            out = []
         return out + self._go_on()
 
     def _go_on(self) -> list[Envelope]:

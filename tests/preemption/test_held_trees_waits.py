@@ -88,8 +88,31 @@ def test_an_unreadable_close_is_given_up_on_and_every_other_tree_still_gets_its_
         for other in folder.held:  # every pass a service-wide fold of this log runs, decided here
             assert folder.decided[other] == passes(fold_batch(PreemptionFolder(), broken, 0).decisions)[other] > 1
         found = recorded(messages)
-        for decision in decisions:  # (the given-up pass's too: its holder's, as recorded)
+        for decision in decisions:  # (the given-up pass's are dropped: the next test)
             assert decision.id in found and same(decision, found[decision.id]), seed
+
+
+def test_the_decisions_of_a_pass_given_up_on_for_a_message_that_does_not_decode_are_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """That message may be the holder's copy of them (a newer version's pack): the tree gate
+    could never see it and would keep them for good, and send them again, maybe past the
+    duplicate window, if the tree came here. They are dropped, counted, and said once."""
+    for seed in range(3):
+        messages = contended_log(seed).messages
+        index, tree = first_close(messages)
+        broken = list(messages)
+        broken[index] = replace(messages[index], data=b'{"broken"')
+        folder = HeldTreesPreemption()
+        folder.held = frozenset(TREES) - {tree}
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="services.preemption.held_trees"):
+            decisions, _ = per_tree(folder, broken)
+        assert folder.given_up == Counter({tree: 1}), seed
+        assert not [d for d in decisions if getattr(d.event, "tree", None) == tree], seed  # (nothing of it)
+        closing = decode_all(messages[index].data, read_envelope)  # (what the holder published of it)
+        assert folder.dropped == Counter({tree: len(closing)}), seed
+        said = [r.getMessage() for r in caplog.records if "given up on" in r.getMessage()]
+        assert len(said) == 1 and f"its {len(closing)} decisions dropped" in said[0], (seed, said)
 
 
 @pytest.mark.parametrize("bound", ["events", "seconds"])
