@@ -38,6 +38,7 @@ from hypothesis import settings
 from nats.js.api import StorageType, StreamConfig
 
 from events.subjects import STREAM
+from services.common import metrics
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
 from services.tree.domain import used_ids
@@ -55,13 +56,19 @@ def _external_server() -> bool:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def id_runs_in_memory_again() -> Iterator[None]:
-    """Each test module ends with the id record's runs kept in memory again: a system run in this
-    process with a data dir (a demo, `start_services`) leaves the process's store pointing at files
-    of that data dir (as a service's process should), and a later module on the same worker
-    (`-n 2 --dist loadfile`) would otherwise start with it."""
+def no_process_state_left_by_the_module() -> Iterator[None]:
+    """Each test module ends with the id record's runs kept in memory again, and with no service's
+    status: a module on the same worker (`-n 2 --dist loadfile`) starts with neither.
+
+    - `start_services` with a data dir leaves the process's store pointing at files of that data
+      dir (as a service's process should; `run_system`, a demo's, puts the store back when it
+      stops);
+    - every service run in this process (a scenario, `start_services`) leaves its status in
+      `metrics.STATUS` (its role, position, and its folder: the whole fold, its id records alive,
+      which `used_ids.freeze_filters` then writes to the store of whatever snapshot comes next)."""
     yield
     used_ids.use_store(used_ids.MemoryRuns())
+    metrics.reset()
 
 
 def pytest_configure(config: pytest.Config) -> None:

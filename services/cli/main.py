@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer import _click as click
@@ -20,6 +20,9 @@ from typer.main import get_group
 
 from services.cli import credentials, serve_cmd
 from services.cli.errors import guarded
+
+if TYPE_CHECKING:
+    import logging
 
 # (command names, module, what registers them: "register" (its `register(app)`) or "app" (a
 # sub-app added under the one name)), in the order help lists them: the commands the modules'
@@ -122,13 +125,19 @@ def main() -> None:
     guarded(app)
 
 
+def _not_eof_received(record: logging.LogRecord) -> bool:
+    return "eof_received()" not in record.getMessage()
+
+
 def _quiet_tls_close() -> None:
     """asyncio logs `returning true from eof_received() has no effect when using ssl` whenever a
     server closes a TLS connection of nats-py's (its protocol returns true there): harmless, and
-    printed before every command's own lines over TLS (and by the services). Not shown."""
+    printed before every command's own lines over TLS (and by the services). Not shown. The filter
+    is one function, added once however often `main()` runs in a process (a logger keeps one of
+    each; a new lambda per call was one more filter per command run in-process)."""
     import logging
 
-    logging.getLogger("asyncio").addFilter(lambda record: "eof_received()" not in record.getMessage())
+    logging.getLogger("asyncio").addFilter(_not_eof_received)
 
 
 def _log_level() -> None:

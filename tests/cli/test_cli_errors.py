@@ -109,6 +109,19 @@ def test_help_is_not_an_error(tmp_path: Path, capfd: pytest.CaptureFixture[str],
     no_traceback(result)
 
 
+def test_commands_run_in_one_process_add_no_log_filter_each(capfd: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main()` quiets asyncio's TLS-close line with a filter on its logger: one filter, however many
+    commands a process runs (the tests run hundreds in theirs; each used to add one more)."""
+    import logging
+
+    asyncio_log = logging.getLogger("asyncio")
+    assert run_here(capfd, monkeypatch, "pool", "create", "--help").code == 0
+    filters = list(asyncio_log.filters)
+    assert run_here(capfd, monkeypatch, "pool", "create", "--help").code == 0
+    assert asyncio_log.filters == filters
+
+
 def test_serve_names_the_launchers_services() -> None:
     from services.cli.serve_cmd import SERVICES as NAMES
     from services.launcher import SERVICES

@@ -20,6 +20,7 @@ from services.demo.kueue import kueue_baseline
 from services.demo.live import PlainLines
 from services.demo.summary import print_summary, result_document
 from services.demo.teams import teams
+from services.tree.domain import used_ids
 
 pytestmark = pytest.mark.nats
 
@@ -35,7 +36,13 @@ def teams_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def teams_run(teams_dir: Path) -> Iterator[tuple[DemoResult, list[str]]]:
+def store_before() -> used_ids.RunStore:
+    """Where the process's id record kept its runs before the module's demos ran."""
+    return used_ids.current_store()
+
+
+@pytest.fixture(scope="module")
+def teams_run(teams_dir: Path, store_before: used_ids.RunStore) -> Iterator[tuple[DemoResult, list[str]]]:
     lines: list[str] = []
     fast = dataclasses.replace(teams(10), speed=10_000.0)  # 75 s of log time, 92 jobs, unpaced
     # as `poolwise demo --data-dir` runs it: the SQL tables made whole before the system stops
@@ -43,7 +50,7 @@ def teams_run(teams_dir: Path) -> Iterator[tuple[DemoResult, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def kueue_run(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
+def kueue_run(tmp_path_factory: pytest.TempPathFactory, store_before: used_ids.RunStore) -> DemoResult:
     return _run(kueue_baseline(0.02), tmp_path_factory.mktemp("kueue"), [])
 
 
@@ -56,6 +63,15 @@ def test_teams_demo_ends_with_replay_verified(teams_run: tuple[DemoResult, list[
     # tenth of the 75 s (7.5 s: the next step at or after it)
     assert lines[0].startswith("applied ") and lines[0].endswith(": 18 change(s) in 18 command(s) (poolwise apply)")
     assert [line.split(" |")[0] for line in lines[1:]][:3] == ["log time 0.0 s", "log time 8.0 s", "log time 16.0 s"]
+
+
+def test_stopped_demos_leave_the_id_record_in_the_store_they_found(teams_run: tuple[DemoResult, list[str]],
+                                                                   kueue_run: DemoResult,
+                                                                   store_before: used_ids.RunStore) -> None:
+    """A demo's services keep their id runs in its data dir's files while they run; stopped, the
+    process keeps its runs where it did before (a demo run in-process, then anything else sealing
+    runs in that process, a scenario, another demo, wrote them among the stopped demo's files)."""
+    assert used_ids.current_store() is store_before
 
 
 def test_a_kept_data_dirs_sql_tables_hold_the_whole_log(teams_run: tuple[DemoResult, list[str]],
