@@ -27,6 +27,7 @@ and giving up after `ATTEMPTS` concurrent writes (`stale`: nothing was decided) 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -407,6 +408,7 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
             task_status.started(svc)
     finally:
         svc.tg = None
+        gc.unfreeze()  # what the folds froze (`gc_paused`), back to the collector (as `run_folder`)
         policy = svc.snapshots
         # a clean stop: keep the view (also when a snapshot started at this position was cancelled
         # with the service before it was stored)

@@ -4,6 +4,7 @@ messages, and the projection."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from events.commands import (
     TreeConfigure,
 )
 from events.config import TreeOptions
+from services.common import metrics
 from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog
 from services.common.memlog import MemoryLog
@@ -322,6 +324,27 @@ async def test_projection_matches_the_log(log: EventLog, tmp_path: Path) -> None
         _, hosts = store.query("SELECT host FROM hosts")
         assert hosts == [("h",)]
         tg.cancel_scope.cancel()
+
+
+async def test_a_stopped_tree_service_leaves_nothing_frozen() -> None:
+    """The tree service folds its batches with the collector paused and what it keeps frozen out of
+    its sight (`folding.gc_paused`); stopped, it hands that back, as `run_folder` does: a process
+    that goes on (a demo's, the tests') never collected the cycles frozen with it."""
+    gc.unfreeze()
+    metrics.reset()  # (a service served earlier in this module left its position there)
+    log = MemoryLog()
+    async with anyio.create_task_group() as tg:
+        service = await served_tree(log, None, tg)
+        assert (await service.handle(upsert("/a", "new"))).ok
+        last = await log.last_seq()
+
+        async def consumed() -> bool:
+            return metrics.status("tree").folded >= last  # (the batch consumed: folded under gc_paused)
+
+        await wait_until(consumed, "the tree service to consume its own event")
+        assert gc.get_freeze_count() > 0  # (what the test is about: the fold froze what it keeps)
+        tg.cancel_scope.cancel()
+    assert gc.get_freeze_count() == 0
 
 
 async def _checkpointed(service: TreeService, last: int) -> bool:
