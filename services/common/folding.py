@@ -33,9 +33,8 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 
@@ -425,10 +424,10 @@ class Pickling:
     task group's task cancelled so never runs its `finally`), and which runs at the latest when
     it is let go (`weakref.finalize`)."""
 
-    def __init__(self, data: bytes | None = None, pid: int | None = None, path: str | None = None) -> None:
+    def __init__(self, data: bytes | None = None, pid: int | None = None, file: IO[bytes] | None = None) -> None:
         self.runs = [run for store in used_ids.stores_in_use() for run in store.alive()]
         self._data = data
-        self._child = _Child(pid, path)
+        self._child = _Child(pid, file)
         self._closing = weakref.finalize(self, self._child.close)
 
     @property
@@ -452,20 +451,21 @@ class Pickling:
 
 
 class _Child:
-    """A pickling child process and its file (`Pickling`)."""
+    """A pickling child process and the nameless file it writes (`Pickling`)."""
 
-    def __init__(self, pid: int | None, path: str | None) -> None:
-        self.pid, self.path = pid, path
+    def __init__(self, pid: int | None, file: IO[bytes] | None) -> None:
+        self.pid, self.file = pid, file
 
     def result(self) -> bytes:
         """The pickle, once the child is done (blocks: in a thread)."""
-        assert self.pid is not None and self.path is not None
+        assert self.pid is not None and self.file is not None
         _, status = os.waitpid(self.pid, 0)
         self.pid = None  # (reaped: its number may be another process's from now on)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             raise RuntimeError(f"the snapshot's child process ended with {code}")
-        return Path(self.path).read_bytes()
+        fd = self.file.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0)
 
     def close(self) -> None:
         if self.pid is not None:
@@ -474,10 +474,9 @@ class _Child:
                 os.kill(pid, signal.SIGKILL)
             with suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        if self.path is not None:
-            with suppress(OSError):
-                os.unlink(self.path)
-            self.path = None
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def pickled_later(state: object) -> Pickling:
@@ -500,26 +499,26 @@ def _pickled_later(state: object) -> Pickling:
     lease renewal waits for the GIL.) Where there is no fork, the state is pickled at once."""
     if not hasattr(os, "fork") or os.environ.get("POOLWISE_SNAPSHOT_FORK", "1") == "0":
         return Pickling(pickled(state))
-    handle, name = tempfile.mkstemp(prefix="poolwise-snapshot-")
-    os.close(handle)
-    parent = os.getpid()
+    # A file with no name (unlinked at once, or never linked): the child writes it through the
+    # descriptor it inherits, the parent reads it there; whoever is killed when, nothing is left
+    # in the temporary directory (a file named there stayed when a service was killed meanwhile).
+    file = tempfile.TemporaryFile(prefix="poolwise-snapshot-")  # noqa: SIM115 (owned by the `Pickling`)
     try:
         pid = os.fork()
     except BaseException:
-        with suppress(OSError):
-            os.unlink(name)
+        file.close()
         raise
     if pid == 0:  # the child: pickle, write, and leave at once (no cleanup of the parent's things)
         code = 1
         try:
-            with open(name, "wb") as out:
-                out.write(pickled(state))
+            data = memoryview(pickled(state))
+            written = 0
+            while written < len(data):
+                written += os.pwrite(file.fileno(), data[written:], written)
             code = 0
-            if os.getppid() != parent:  # the parent is gone (killed): no one will read or delete it
-                os.unlink(name)
         finally:
             os._exit(code)
-    return Pickling(pid=pid, path=name)
+    return Pickling(pid=pid, file=file)
 
 
 async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, folded: int, now: float,
