@@ -31,7 +31,9 @@ one part of a fold that grows with the whole history) are kept in files of a tem
 made for the replay and removed when it ends (`runs_on_disk`), as the services keep theirs in
 their data dir (`services.common.id_runs`), not in the heap: the child process keeps its own in a
 subdirectory of it. A process whose runs are in files already (a service's, e.g. the demo's
-replay in the services' process) keeps using its store.
+replay in the services' process) keeps them in its store. Only the replay's own records (made or
+restored in its task: `used_ids.storing_in`) use that store: the process's store is left as it
+is, for its other records and for replays that overlap this one.
 """
 
 from __future__ import annotations
@@ -94,22 +96,29 @@ async def snapshots_at(log: EventLog, store: SnapshotStore | None, from_seq: int
 @contextmanager
 def runs_on_disk() -> Iterator[Path | None]:
     """A temporary directory for the id record's runs, removed at the end (None where runs cannot
-    be files: a big-endian machine, `id_runs.install`); while it lasts, this process's new runs
-    are sealed into its `id-runs` (unless the process keeps them in files already), and the
-    child's into its `child` (`worker.child`)."""
+    be files: a big-endian machine, `id_runs.install`): the replay's in its `id-runs`
+    (`replay_runs`), the child's in its `child` (`worker.child`). No store is changed here."""
     if sys.byteorder != "little":
         yield None
         return
     from services.common import id_runs
 
     with tempfile.TemporaryDirectory(prefix="poolwise-replay-") as directory:
-        before = used_ids.current_store()
-        if isinstance(before, used_ids.MemoryRuns):
-            id_runs.install(Path(directory))
-        try:
-            yield Path(directory)
-        finally:
-            used_ids.use_store(before)
+        (Path(directory) / id_runs.DIRECTORY).mkdir()
+        yield Path(directory)
+
+
+def replay_runs(directory: Path | None) -> used_ids.RunStore:
+    """The store the replay's records keep their runs in: this process's if it keeps them in
+    files already (a service's), else the files of `directory`'s `id-runs` (None: this process's,
+    in memory)."""
+    from services.common import id_runs
+
+    current = used_ids.current_store()
+    if directory is None or isinstance(current, id_runs.FileRuns):
+        return current
+    id_runs.more_descriptors()  # (a run held keeps its file open)
+    return id_runs.FileRuns(directory / id_runs.DIRECTORY)
 
 
 async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,
@@ -118,8 +127,9 @@ async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | No
     """Verify `log`: with admission's state folded once for both services where the verifier can
     (`Verifier(shared=True)`), and when that finds anything, once more with each service's own
     fold (the log read again; no progress reported meanwhile): the report of a log with findings
-    is always the latter's. The id record's runs in files meanwhile (`runs_on_disk`)."""
-    with runs_on_disk() as runs:
+    is always the latter's. The id record's runs in files meanwhile (`runs_on_disk`), those of the
+    records made or restored here (in this task: `used_ids.storing_in`)."""
+    with runs_on_disk() as runs, used_ids.storing_in(replay_runs(runs)):
         report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
                                    process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=True,
                                    runs=runs)

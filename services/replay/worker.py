@@ -34,10 +34,11 @@ import anyio
 from services.common import id_runs
 from services.common.folding import gc_paused
 from services.common.log import EventLog, Stored, read_in_chunks
-from services.common.snapshots import Snapshot
+from services.common.snapshots import Snapshot, pickled_naming_files, split_pickled, unpickled_from_files
 from services.replay.derive import Derivation
 from services.replay.progress import Progress
 from services.replay.verify import Elsewhere, Made, Report, Verifier
+from services.tree.domain import used_ids
 
 # A Stored as sent: plain values pickle fastest; the subject interned (a piece's few subjects are
 # then pickled once each), and no message id (the folds do not read it)
@@ -49,14 +50,18 @@ def _rows(piece: Sequence[Stored]) -> list[Row]:
 
 
 def child(inbox: Connection, outbox: Connection) -> None:
-    """The child's whole life: ("start", tree, to_seq, snapshots, shared, runs), then ("piece",
-    rows)..., then ("finish",). Answers ("made", made rows, recording, events, malformed) per
-    piece, or ("error", text). `runs`: the directory its id record's runs are kept in (None: in
-    memory; the parent removes it, whatever becomes of the child)."""
+    """The child's whole life: ("start", tree, to_seq, snapshots, source, shared, runs), then
+    ("piece", rows)..., then ("finish",). Answers ("made", made rows, recording, events,
+    malformed) per piece, or ("error", text). `runs`: the directory its id record's runs are kept
+    in (None: in memory; the parent removes it, whatever becomes of the child). `source`: the
+    parent's directory of run files, which the snapshots (pickled naming them: `_started`) are
+    read from (None: they came whole)."""
     try:
-        _, tree, to_seq, snapshots, shared, runs = inbox.recv()
+        _, tree, to_seq, snapshots, source, shared, runs = inbox.recv()
         if runs is not None:
             id_runs.install(runs)
+        if source is not None:  # (read from the parent's files, which stay the parent's: never in the heap)
+            snapshots = unpickled_from_files(snapshots, id_runs.FileRuns(source, owned=False))
         derivation = Derivation(tree=tree, to_seq=to_seq, snapshots=snapshots, shared=shared)
         del snapshots
         while True:
@@ -121,6 +126,21 @@ class _Child:
         return Elsewhere(list(map(Made._make, rows)), recording, events, malformed)
 
 
+def _started(tree: str | None, to_seq: int | None, snapshots: list[Snapshot], shared: bool,
+             runs: Path | None) -> tuple[tuple[Any, ...], list[Any]]:
+    """The child's "start": the snapshots' states with their runs as keys of the files of this
+    process's store (`pickled_naming_files`) where it keeps them in files, so that the child
+    reads them there (a plain pickle would send every run's arrays, and the child would hold the
+    whole history's ids in its heap); and those runs, to be held while the child may read them
+    (a run let go deletes its file)."""
+    store = used_ids.current_store()
+    if not isinstance(store, id_runs.FileRuns):
+        return ("start", tree, to_seq, snapshots, None, shared, runs), []
+    data = pickled_naming_files(snapshots)
+    held = [store.local(key) for key in split_pickled(data)[0]]
+    return ("start", tree, to_seq, data, store.directory, shared, runs), held
+
+
 @contextmanager
 def _one_failure() -> Iterator[None]:
     """A child that died breaks the sender and the taker at once: say it once (`ChildFailed`,
@@ -148,8 +168,11 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     worker = _Child()
     await anyio.to_thread.run_sync(worker.start)
+    held: list[Any] = []  # the runs the child may be reading from this process's files
     try:
-        await anyio.to_thread.run_sync(worker.send, ("start", tree, to_seq, list(snapshots), shared, runs))
+        start, held = _started(tree, to_seq, list(snapshots), shared, runs)
+        await anyio.to_thread.run_sync(worker.send, start)
+        del start
         snapshots.clear()
         # Three tasks: the reader; the sender, piece after piece to the child (a pipe holds less
         # than a piece: sending and taking the child's answers go on in threads of their own, or
@@ -194,3 +217,4 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(worker.stop)
+        held.clear()  # (the child is gone: its runs' files may go)

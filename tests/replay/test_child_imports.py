@@ -36,7 +36,7 @@ def test_the_child_maps_no_projection_library() -> None:
     child = worker._Child()
     child.start()
     try:
-        child.send(("start", None, None, [], True, None))
+        child.send(("start", None, None, [], None, True, None))  # (snapshots sent whole: no source)
         child.send(("piece", piece))
         done = child.take()  # the piece folded: every module of the fold imported
         assert done.events > len(piece) and any(made.type == "GangFinished" for made in done.made)
