@@ -13,7 +13,7 @@ test:
 # Lint and type-check (mypy --strict on the pure domain code).
 check:
     {{venv}}/bin/ruff check events projections services tests bench
-    {{venv}}/bin/mypy --strict services/tree/domain services/admission/domain events
+    {{venv}}/bin/mypy --strict services/tree/domain services/admission/domain services/entitlement events
 
 # Property tests drawing new examples each run (the suite itself is derandomized).
 fuzz:

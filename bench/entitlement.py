@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from services.admission.domain.entitlement import (
+from services.entitlement import (
     EntitlementEngine,
     JobDemand,
     LeafUsage,
@@ -36,7 +36,7 @@ from services.admission.domain.entitlement import (
     TreeInput,
     compute_entitlements,
 )
-from services.admission.domain.entitlement.model import JOB_POLICIES, Policy
+from services.entitlement.model import JOB_POLICIES, Policy
 
 KINDS = ("cpu", "memory", "disk", "gpu")
 

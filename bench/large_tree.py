@@ -122,7 +122,7 @@ class LiveRun:
 def live_run(parents: int, leaves: int, shape: str = "shared", nats_url: str | None = None,
              timeout: float = 120.0) -> LiveRun:
     """The tree on JetStream (an embedded nats-server, or `nats_url`), the real tree, admission and
-    preemption services in this process (`services.scenario.runner.run_on`'s way, admission
+    preemption services in this process (`services.tools.scenario.runner.run_on`'s way, admission
     without its clock): the configuration appended as events (a scenario file would send each
     pool to the tree service as a command, one round trip each), a gang enqueued on the first
     leaf, a tick; done when the gang's `GangAdmitted` is read back. Then every message of the

@@ -130,7 +130,7 @@ async def serve_process(name: str, url: str, data_dir: Path, timeout: float) -> 
     """`poolwise serve NAME` in a child process, as `poolwise up` runs it (supervised: the same CPU
     priorities, and it dies with this process): yields once it leads (its pid), stops it (SIGTERM,
     then kill) on the way out."""
-    command = [sys.executable, "-m", "services.cli.main", "serve", name, "--nats-url", url,
+    command = [sys.executable, "-m", "services.tools.cli.main", "serve", name, "--nats-url", url,
                "--data-dir", str(data_dir)]
     env = {**_child_env(), PARENT_ENV: str(os.getpid())}  # supervised, as `up`'s children: the same priorities
     process = await anyio.open_process(command, env=env, stdout=subprocess.DEVNULL)

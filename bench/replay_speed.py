@@ -44,7 +44,7 @@ def run_once(url: str, code: str, name: str) -> dict[str, Any]:
     env["PYTHONPATH"] = code
     loads = [os.getloadavg()[0]]
     began = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "services.cli.main", "replay", "--verify", "--json",
+    process = subprocess.Popen([sys.executable, "-m", "services.tools.cli.main", "replay", "--verify", "--json",
                                 "--nats-url", url], cwd=code, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     cpu: dict[int, float] = {}

@@ -9,7 +9,7 @@
 2. one tree of `leaves` leaf pools over one host, its options with a small `gang_retention`
    (seconds of log time after which a finished gang is forgotten) and gang timeout;
 3. the whole life of `gangs` gangs of two tasks, through the submitter SDK
-   (`services.submitter.Submitter.publish`, events built by its `enqueue_event`/`task_state_event`):
+   (`services.sdk.Submitter.publish`, events built by its `enqueue_event`/`task_state_event`):
    rounds of `per_round` gangs enqueued as one pack, and, once admission has admitted a round,
    each of its tasks reported `running` then `succeeded` (admission then finishes the gang),
    `window` rounds in flight. Events are stamped with a log time that advances `log_rate` gangs
@@ -85,8 +85,8 @@ from services.common.jetstream import JetStreamLog
 from services.common.nats_client import new_client
 from services.common.natsserver import EmbeddedNats
 from services.common.supervisor import PARENT_ENV
-from services.submitter import PublishError, Submitter
-from services.submitter.build import enqueue_event, envelope, task_state_event
+from services.sdk import PublishError, Submitter
+from services.sdk.build import enqueue_event, envelope, task_state_event
 
 TREE = "soak"
 SERVICES: tuple[str, ...] = ("tree", "admission", "preemption")
@@ -159,7 +159,7 @@ def _child_env() -> dict[str, str]:
 
 
 def _poolwise(*args: str) -> list[str]:
-    return [sys.executable, "-m", "services.cli.main", *args]
+    return [sys.executable, "-m", "services.tools.cli.main", *args]
 
 
 def rss_bytes(pid: int) -> int:

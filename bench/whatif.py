@@ -101,8 +101,8 @@ async def measure(gangs: int, on_progress: Callable[[str], None] | None = None,
 async def _measure_on(url: str, gangs: int, last: int, snapshot: int, say: Callable[[str], None]) -> WhatIfResult:
     from services.admission.folder import AdmissionFolder
     from services.admission.queries import ExplainingFolder
-    from services.cli.dry_run import live_state, what_if
-    from services.cli.folds import fold_admission
+    from services.tools.cli.dry_run import live_state, what_if
+    from services.tools.cli.folds import fold_admission
     from services.tree.domain.cluster import config_of
 
     say("whatif: the snapshot alone, then the what-if (fold from the snapshot, then predict)")
@@ -134,8 +134,8 @@ async def _measure_on(url: str, gangs: int, last: int, snapshot: int, say: Calla
 async def _load_snapshot(url: str, last: int, folder: Any) -> int:
     """Admission's newest snapshot fetched and loaded into `folder`, nothing folded (the fold's
     first part; an `ExplainingFolder` loads explain's notes too, an `AdmissionFolder` the state alone)."""
-    from services.cli.folds import restore
     from services.common.jetstream import JetStreamLog
+    from services.tools.cli.folds import restore
 
     log = await JetStreamLog.connect(url, name="bench-whatif")
     try:

@@ -308,7 +308,7 @@ async def nats_server(data_dir: Path, nats_url: str | None) -> AsyncIterator[Ser
 
 def service_process(name: str, nats_url: str, data_dir: Path, args: Sequence[str] = ()) -> Child:
     """Service `name` as a process of its own: `poolwise serve NAME [ARGS]` with this interpreter."""
-    return Child(name, (sys.executable, "-m", "services.cli.main", "serve", name,
+    return Child(name, (sys.executable, "-m", "services.tools.cli.main", "serve", name,
                         "--nats-url", nats_url, "--data-dir", str(data_dir), *args))
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from services.demo.story import scenario
-from services.scenario.runner import run_file
+from services.tools.demo.story import scenario
+from services.tools.scenario.runner import run_file
 from tests.cli.helpers import POOLWISE, clean_env, one_error_line, run_here
 
 

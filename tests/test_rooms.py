@@ -73,7 +73,7 @@ def _ours() -> dict[str, str]:
 
 def test_every_import_between_rooms_is_one_the_table_allows() -> None:
     table = rooms_table((REPO / "docs" / "architecture.md").read_text())
-    assert {"events/", "services/cli/", "bench/"} <= set(table)
+    assert {"events/", "services/tools/cli/", "bench/"} <= set(table)
     assert all((REPO / room).is_dir() for room in table), [room for room in table if not (REPO / room).is_dir()]
     files = _ours()
     assert len(files) > 200
@@ -104,12 +104,12 @@ After the table.
     files = {
         "events/codec.py": "import json\nfrom events.base import Event\n",
         "services/tree/domain/state.py": "def f():\n    from services.common import log\n",
-        "services/cli/main.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import bench.soak\n",
-        "bench/soak.py": "from services.cli import main\nimport events\n",
+        "services/tools/cli/main.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import bench.soak\n",
+        "bench/soak.py": "from services.tools.cli import main\nimport events\n",
         "projections/gangs.py": "import events\n",
     }
     assert trespasses(files, table) == [
         "projections/gangs.py is in no room",
-        "services/cli/main.py (services/) imports bench/soak (bench/)",
+        "services/tools/cli/main.py (services/) imports bench/soak (bench/)",
         "services/tree/domain/state.py (services/tree/domain/) imports services/common/log (services/)",
     ]

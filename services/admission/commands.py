@@ -37,7 +37,7 @@ class PoolsQuery(Frozen):
     """Every pool of `tree` (every tree: None) with its numbers per kind (entitlements,
     allocation, demand, reservation, limit: `pool_numbers`), and each leaf's four queues: their
     lengths and their first `heads` gangs in queue order, at most `rows` gangs in all (the
-    dashboard's view: services/dashboard).
+    dashboard's view: services/tools/dashboard).
 
     A page (`limit` set, or `after`): of each tree, the first `limit` pools in path order after
     the path `after` (None: from the first), with the queues of the leaves among them (the gangs

@@ -2,7 +2,7 @@
 
 No framework: GET (and HEAD) of a handful of paths, one request per connection, answered and
 closed. A path none of them is goes to the `handler`, if given (the dashboard:
-services/dashboard), with its query read (`Request`; a malformed query is a 400 before any
+services/tools/dashboard), with its query read (`Request`; a malformed query is a 400 before any
 handler sees it). Each connection is a task of its own, its request read within `READ_WITHIN`
 seconds, so a slow or stuck client holds nothing but its own task. Unknown paths answer 404, other methods 405,
 a request that is not HTTP 400, a route that raises 500: always a JSON body naming the error, never

@@ -13,8 +13,8 @@ import pytest
 from events import EntitlementsComputed, GangAdmitted, PoolEntitlement, at_seconds, encode
 from events.envelope import Envelope
 from services.admission.domain import entitle, entitle_engine
-from services.admission.domain.entitlement import EntitlementEngine, LeafUsage, compute_entitlements
 from services.admission.domain.model import Gang, Ledger
+from services.entitlement import EntitlementEngine, LeafUsage, compute_entitlements
 from tests.admission.builders import TREE, Log, cancel, gang, pool, preempt, task, world
 
 

@@ -47,7 +47,7 @@ from services.admission.folder import AdmissionFolder
 from services.common.folding import fold_batch
 from services.common.log import Stored
 from services.preemption.folder import PreemptionFolder
-from services.replay import verify
+from services.tools.replay import verify
 from tests.admission.builders import host, pool, tree, without_slot_waits
 
 TREES = ("default", "t2", "t3")

@@ -11,7 +11,7 @@ from pathlib import Path
 from projections import EventLogProjection, PoolTreeProjection, ProjectionStore
 from projections.read_models import read_models
 from services.common.log import Stored
-from services.scenario.report import ScenarioReport
+from services.tools.scenario.report import ScenarioReport
 from tests.projections.test_read_models_scenarios import run
 
 SCENARIO = Path(__file__).with_name("recorded.yaml")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from projections import EventLogProjection, PoolTreeProjection, ProjectionStore
 from projections.answers import INTERNAL
 from projections.read_models import read_models
-from services.cli.main import app
+from services.tools.cli.main import app
 from tests.analytics.recorded import Recorded
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "analytics.md"

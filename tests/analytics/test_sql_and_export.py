@@ -21,9 +21,9 @@ import pytest
 from events.subjects import command
 from projections import ProjectionStore
 from projections.answers import from_ipc, unb64
-from services.cli.answers import Service
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import write_url_file
+from services.tools.cli.answers import Service
 from services.tree.projection import answer_sql
 from services.tree.service import serve_tree
 from tests.analytics.recorded import Recorded
@@ -172,7 +172,7 @@ async def test_a_running_system_answers_and_exports_over_nats(recorded: Recorded
         assert counts["gangs"] == 117 and counts["event_log"] == sum(1 for _ in _events(recorded))
 
         # pages of 50 rows: keyset order over a composite key, and over a table with no primary key
-        from services.cli import export_cmd
+        from services.tools.cli import export_cmd
 
         monkeypatch.setattr(export_cmd, "PAGE_ROWS", 50)
         for table in ("gangs", "event_log", "pools"):

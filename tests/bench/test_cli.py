@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from services.cli.main import app
+from services.tools.cli.main import app
 
 
 def test_an_unknown_benchmark_is_refused() -> None:

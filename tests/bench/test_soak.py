@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from bench.soak import FAILOVER_GOAL_S, RATIO_GOAL, RESTART_GOAL_S, Shape, SizeResult, set_niceness, soak
 from bench.suite import EXTRA, NAMES, soak_figures, soak_rows
-from services.cli.main import app
+from services.tools.cli.main import app
 
 MB = 1024 * 1024
 

@@ -57,7 +57,7 @@ def run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float
 
 def run_here(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> Result:
     """`poolwise ARGS` in this process, through the same entry point as the script (`main()`)."""
-    from services.cli.main import main
+    from services.tools.cli.main import main
 
     for name in ("NATS_URL", "POOLWISE_DATA_DIR", "POOLWISE_DEBUG"):
         monkeypatch.delenv(name, raising=False)
@@ -199,14 +199,14 @@ def _stat(pid: int) -> list[str]:
 
 
 def service_processes() -> dict[int, str]:
-    """Every live `python -m services.cli.main serve NAME` on this machine (pid: NAME) (Linux /proc)."""
+    """Every live `python -m services.tools.cli.main serve NAME` on this machine (pid: NAME) (Linux /proc)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             args = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"services.cli.main" in args and b"serve" in args:
+            if b"services.tools.cli.main" in args and b"serve" in args:
                 index = args.index(b"serve") + 1
                 if index < len(args) and alive(int(entry.name)):
                     found[int(entry.name)] = os.fsdecode(args[index])

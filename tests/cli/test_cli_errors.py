@@ -123,8 +123,8 @@ def test_commands_run_in_one_process_add_no_log_filter_each(capfd: pytest.Captur
 
 
 def test_serve_names_the_launchers_services() -> None:
-    from services.cli.serve_cmd import SERVICES as NAMES
     from services.launcher import SERVICES
+    from services.tools.cli.serve_cmd import SERVICES as NAMES
 
     assert tuple(SERVICES) == NAMES
 

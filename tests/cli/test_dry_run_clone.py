@@ -13,9 +13,9 @@ from services.admission.domain.model import FINISHED
 from services.admission.domain.state import AdmissionState
 from services.admission.folder import SUBJECTS
 from services.admission.queries import ExplainingFolder
-from services.cli.dry_run import clone, entitlements, outlook
 from services.common.folding import fold_batch
 from services.common.memlog import MemoryLog, subject_filter
+from services.tools.cli.dry_run import clone, entitlements, outlook
 from tests.replay.biglog import TREE, build
 
 

@@ -1,4 +1,4 @@
-"""`apply --dry-run`'s fold of the live log (`services.cli.dry_run.live_state`) starts from
+"""`apply --dry-run`'s fold of the live log (`services.tools.cli.dry_run.live_state`) starts from
 admission's own snapshot, the one the service leaves (its state with explain's notes), and holds
 what the service held; on it, the what-if plans and computes. In one process, on the test
 nats-server: snapshots are made and read by the same code (their fingerprint)."""
@@ -16,9 +16,9 @@ from events.subjects import STREAM
 from services.admission.domain.gang_rows import gang_rows
 from services.admission.folder import AdmissionFolder
 from services.admission.queries import ExplainingFolder
-from services.cli.dry_run import live_state, what_if
 from services.common.jetstream import JetStreamLog
 from services.common.snapshots import ObjectStoreSnapshots
+from services.tools.cli.dry_run import live_state, what_if
 from services.tree.domain.cluster import ClusterConfig
 from tests.conftest import reset_stream
 from tests.snapshots.test_service_snapshots import fold_until_quiet, inputs
@@ -40,7 +40,7 @@ async def test_the_dry_runs_fold_starts_from_admissions_snapshot(nats_url: str,
         await fold_until_quiet(log, ObjectStoreSnapshots(JetStreamContext(log.nc), log.stream), service)
         await log.append(inputs(1))  # a tail after the snapshot
         await anyio.sleep(0.2)
-        caplog.set_level(logging.INFO, logger="services.cli.folds")
+        caplog.set_level(logging.INFO, logger="services.tools.cli.folds")
         state = await live_state(nats_url)
     finally:
         await log.close()

@@ -9,8 +9,8 @@ from pydantic import BaseModel
 
 from events.commands import Reply
 from services.admission.domain.model import UNKNOWN
-from services.cli import gangs_cmd
-from services.cli.client import ServiceAbsent
+from services.tools.cli import gangs_cmd
+from services.tools.cli.client import ServiceAbsent
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import pytest
 
 from events import subjects
 from events.commands import PoolList, Reply
-from services.cli.args import InputError
-from services.cli.client import NO_RESPONDER_PATIENCE, request
+from services.tools.cli.args import InputError
+from services.tools.cli.client import NO_RESPONDER_PATIENCE, request
 
 
 @pytest.mark.anyio

@@ -11,8 +11,8 @@ import pytest
 
 from events import DecodeError, Envelope, GangAdmitted, decode_all
 from services.common.jetstream import JetStreamLog
-from services.scenario.format import load_scenario
-from services.scenario.runner import run_on
+from services.tools.scenario.format import load_scenario
+from services.tools.scenario.runner import run_on
 from tests.cli.helpers import POOLWISE, clean_env
 from tests.service.test_replay import TIMEOUTS
 

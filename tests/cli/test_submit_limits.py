@@ -59,7 +59,7 @@ async def test_serve_and_replay_take_a_list_too(fresh_stream: str, tmp_path: Pat
 
 
 def test_the_ready_line_shows_the_servers_without_passwords() -> None:
-    from services.cli.serve_cmd import ready_line
+    from services.tools.cli.serve_cmd import ready_line
 
     line = ready_line(["tree"], "nats://svc:s3cret@n1:4222,nats://n2:4222", Path("data"))
     assert line.startswith("poolwise: tree ready on nats://svc:***@n1:4222,nats://n2:4222 (data dir data)"), line

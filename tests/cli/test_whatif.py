@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from services.submitter import SyncSubmitter
+from services.sdk import SyncSubmitter
 from tests.cli.helpers import Result, Up, last_seq, no_traceback, one_error_line, quiet_seq, run_here, wait_for
 
 CLUSTER = """\

@@ -67,11 +67,11 @@ async def _write_history(port: int) -> int:
 
 
 def test_the_operator_folds_the_log_from_admissions_snapshot(server: int, caplog: pytest.LogCaptureFixture) -> None:
-    from services.cli.folds import fold_admission
+    from services.tools.cli.folds import fold_admission
 
     async def main() -> None:
         last = await _write_history(server)
-        caplog.set_level(logging.INFO, logger="services.cli.folds")
+        caplog.set_level(logging.INFO, logger="services.tools.cli.folds")
         with anyio.fail_after(30):
             folder, _ = await fold_admission(_url(server, "OPERATOR"))
             assert folder.state.last_seq == last

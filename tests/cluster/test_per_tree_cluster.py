@@ -22,9 +22,9 @@ import yaml
 
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, TreeOptions
-from services.cli.args import InputError
-from services.cli.client import request
-from services.submitter import Submitter
+from services.sdk import Submitter
+from services.tools.cli.args import InputError
+from services.tools.cli.client import request
 from tests.cluster.nodes import started_cluster
 from tests.cluster.test_replicated_log import Serve, System, admissions_of, until, verify_system
 from tests.leadership.test_per_tree import held, work

@@ -26,14 +26,14 @@ import pytest
 from events import GangAdmitted, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, TreeOptions
-from services.cli.args import InputError
-from services.cli.client import request
 from services.common.connection import connect_nats
 from services.common.jetstream import JetStreamLog
 from services.common.lease_bucket import open_leases
 from services.common.replicas import ReplicasError, prepare, stream_replicas
-from services.submitter import Submitter
-from services.submitter.client import PublishError
+from services.sdk import Submitter
+from services.sdk.client import PublishError
+from services.tools.cli.args import InputError
+from services.tools.cli.client import request
 from tests.cli.helpers import POOLWISE, clean_env, run
 from tests.cluster.nodes import WAIT, Cluster, Node, started_cluster
 

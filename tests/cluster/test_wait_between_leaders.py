@@ -16,8 +16,8 @@ from pydantic import BaseModel
 from events import subjects
 from events.commands import Reply
 from services.admission.commands import SERVICE, ExplainQuery
-from services.cli import client, gangs_cmd
-from services.cli.client import ServiceAbsent
+from services.tools.cli import client, gangs_cmd
+from services.tools.cli.client import ServiceAbsent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats]
 

@@ -107,7 +107,7 @@ BAD = [
     ("/api/trees?x=%ff", 400, "malformed query"),
     ("/api/trees?&&", 400, "malformed query"),
     ("/api/trees/%ff", 400, "malformed path: not UTF-8 once percent-decoded"),
-    ("/static/../services/cli/main.py", 404, "not found"),
+    ("/static/../services/tools/cli/main.py", 404, "not found"),
 ]
 
 

@@ -14,8 +14,8 @@ import pytest
 from events.commands import Reply
 from services.admission.queries import answer
 from services.common.requests import error_reply
-from services.dashboard import source as source_module
-from services.dashboard.source import Source, Unanswered, View
+from services.tools.dashboard import source as source_module
+from services.tools.dashboard.source import Source, Unanswered, View
 from tests.admission.builders import TREE, gang
 from tests.dashboard.test_pools_query import ask, folder_of
 

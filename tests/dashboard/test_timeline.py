@@ -10,7 +10,7 @@ import pytest
 
 from events import EntitlementsComputed, Envelope, GangMovedToQueue, encode, encode_pack, subjects
 from services.common.jetstream import JetStreamLog
-from services.dashboard.timeline import TIMELINE, Timeline
+from services.tools.dashboard.timeline import TIMELINE, Timeline
 
 pytestmark = pytest.mark.anyio
 AT = datetime(2026, 1, 1, tzinfo=UTC)

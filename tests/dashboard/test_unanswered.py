@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from services.common.health_http import Request
-from services.dashboard import Dashboard
+from services.tools.dashboard import Dashboard
 
 pytestmark = pytest.mark.anyio
 

@@ -13,13 +13,13 @@ import anyio
 import pytest
 
 from projections.store import ProjectionStore
-from services.cli.answers import store_files
-from services.cli.demo_cmd import apply_file, read_models_settled
-from services.demo.driver import DemoResult, Settle, run_demo
-from services.demo.kueue import kueue_baseline
-from services.demo.live import PlainLines
-from services.demo.summary import print_summary, result_document
-from services.demo.teams import teams
+from services.tools.cli.answers import store_files
+from services.tools.cli.demo_cmd import apply_file, read_models_settled
+from services.tools.demo.driver import DemoResult, Settle, run_demo
+from services.tools.demo.kueue import kueue_baseline
+from services.tools.demo.live import PlainLines
+from services.tools.demo.summary import print_summary, result_document
+from services.tools.demo.teams import teams
 from services.tree.domain import used_ids
 
 pytestmark = pytest.mark.nats

@@ -13,8 +13,8 @@ import pytest
 
 from events import ClockTicked, Envelope, at_seconds, subjects
 from events.commands import Reply
-from services.cli.demo_cmd import CHECKPOINTS, read_models_settled
 from services.common.jetstream import JetStreamLog
+from services.tools.cli.demo_cmd import CHECKPOINTS, read_models_settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.nats]
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from events import GangAdmitted, GangEnqueued, TaskSpec
-from services.demo.kueue import kueue_baseline
-from services.demo.record import Recorder, percentile
-from services.demo.teams import teams
-from services.demo.workload import Workload
-from services.scenario.cluster_file import load_cluster
-from services.scenario.errors import ScenarioError
+from services.tools.demo.kueue import kueue_baseline
+from services.tools.demo.record import Recorder, percentile
+from services.tools.demo.teams import teams
+from services.tools.demo.workload import Workload
+from services.tools.scenario.cluster_file import load_cluster
+from services.tools.scenario.errors import ScenarioError
 from services.tree.domain.change_plan import plan_changes
 from services.tree.domain.state import TreeState
 

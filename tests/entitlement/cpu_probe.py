@@ -17,8 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from bench.entitlement import random_tree, with_some_kinds
-from services.admission.domain.entitlement import EntitlementEngine, PoolInput, TreeInput
-from services.admission.domain.entitlement.model import Policy, TreeEntitlements
+from services.entitlement import EntitlementEngine, PoolInput, TreeInput
+from services.entitlement.model import Policy, TreeEntitlements
 from tests.entitlement.test_hdrf_runs import _below_the_guarantees, _seeded
 
 POLICIES: tuple[Policy, ...] = ("per_resource", "dominant", "hdrf")

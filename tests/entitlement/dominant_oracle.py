@@ -46,8 +46,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from services.admission.domain.entitlement.arrays import TreeArrays
-from services.admission.domain.entitlement.model import CPU, TOLERANCE
+from services.entitlement.arrays import TreeArrays
+from services.entitlement.model import CPU, TOLERANCE
 
 FITS = 1e-9
 """A jump's top fits a bound it passes by no more than this (shares: of the capacity): sums of

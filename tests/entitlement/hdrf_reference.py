@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from services.admission.domain.entitlement.model import JobDemand, PoolInput, TreeInput
+from services.entitlement.model import JobDemand, PoolInput, TreeInput
 
 STEP = 1e-3
 """The step of a job's key: the oracle agrees with the exact computation to about this."""

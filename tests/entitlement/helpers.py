@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from services.admission.domain.entitlement import LeafUsage, PoolInput, TreeEntitlements
+from services.entitlement import LeafUsage, PoolInput, TreeEntitlements
 
 TOL = 0.0009
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from services.admission.domain.entitlement.model import CPU, PoolInput, TreeInput
-from services.admission.domain.entitlement.waterfill import waterfill
+from services.entitlement.model import CPU, PoolInput, TreeInput
+from services.entitlement.waterfill import waterfill
 
 
 def _parent(p: PoolInput) -> str:

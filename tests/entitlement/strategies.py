@@ -7,7 +7,7 @@ import math
 
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement.model import JobDemand, LeafUsage, Policy, PoolInput, TreeInput
+from services.entitlement.model import JobDemand, LeafUsage, Policy, PoolInput, TreeInput
 
 KIND_SETS: list[tuple[str, ...]] = [
     ("cpu",),

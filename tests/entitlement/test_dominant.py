@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
+from services.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
 from tests.entitlement.helpers import check, leaf
 
 CM = ("cpu", "memory")

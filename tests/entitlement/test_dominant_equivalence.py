@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement.arrays import build_arrays
-from services.admission.domain.entitlement.dominant import dominant_entitlements
-from services.admission.domain.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
-from services.admission.domain.entitlement.polylines import TINY, snap
+from services.entitlement.arrays import build_arrays
+from services.entitlement.dominant import dominant_entitlements
+from services.entitlement.model import JobDemand, LeafUsage, PoolInput, TreeInput
+from services.entitlement.polylines import TINY, snap
 from tests.entitlement import dominant_oracle
 from tests.entitlement.strategies import trees
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement import (
+from services.entitlement import (
     EntitlementEngine,
     LeafUsage,
     PoolInput,

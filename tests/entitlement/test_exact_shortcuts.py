@@ -8,9 +8,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from services.admission.domain.entitlement.hdrf_curves import _concat, _Events, _job_events, nones, sum_runs
-from services.admission.domain.entitlement.hdrf_runs import _first_kind
-from services.admission.domain.entitlement.polylines import (
+from services.entitlement.hdrf_curves import _concat, _Events, _job_events, nones, sum_runs
+from services.entitlement.hdrf_runs import _first_kind
+from services.entitlement.polylines import (
     Polylines,
     _kinks,
     argument_at,

@@ -14,22 +14,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events import TreeOptions
-from services.admission.domain.entitlement import (
+from services.entitlement import (
     JobDemand,
     LeafUsage,
     PoolInput,
     TreeInput,
     compute_entitlements,
 )
-from services.admission.domain.entitlement import hdrf as hdrf_module
-from services.admission.domain.entitlement.arrays import build_arrays
-from services.admission.domain.entitlement.dominant import drf_inputs
-from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
-from services.admission.domain.entitlement.model import TOLERANCE
-from services.cli.args import InputError
-from services.cli.tree_cmd import options_from
-from services.scenario.errors import ScenarioError
-from services.scenario.format import parse_scenario
+from services.entitlement import hdrf as hdrf_module
+from services.entitlement.arrays import build_arrays
+from services.entitlement.dominant import drf_inputs
+from services.entitlement.hdrf import Stop, hdrf_entitlements
+from services.entitlement.model import TOLERANCE
+from services.tools.cli.args import InputError
+from services.tools.cli.tree_cmd import options_from
+from services.tools.scenario.errors import ScenarioError
+from services.tools.scenario.format import parse_scenario
 from tests.entitlement.strategies import contended_trees, trees
 from tests.entitlement.test_hdrf_equivalence import gpu_example
 

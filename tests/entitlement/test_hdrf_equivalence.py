@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
-from services.admission.domain.entitlement.arrays import build_arrays
-from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
+from services.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
+from services.entitlement.arrays import build_arrays
+from services.entitlement.hdrf import Stop, hdrf_entitlements
 from tests.entitlement.hdrf_reference import hdrf_reference
 from tests.entitlement.strategies import contended_trees, trees
 

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput
-from services.admission.domain.entitlement import hdrf as hdrf_module
-from services.admission.domain.entitlement.arrays import build_arrays
-from services.admission.domain.entitlement.dominant import drf_inputs
-from services.admission.domain.entitlement.hdrf import Stop, hdrf_entitlements
+from services.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput
+from services.entitlement import hdrf as hdrf_module
+from services.entitlement.arrays import build_arrays
+from services.entitlement.dominant import drf_inputs
+from services.entitlement.hdrf import Stop, hdrf_entitlements
 from tests.entitlement.strategies import ALL_KINDS, contended_trees
 from tests.entitlement.test_hdrf_equivalence import assert_agree
 
@@ -170,7 +170,7 @@ def test_later_epochs_on_the_rows_still_growing_give_the_whole_trees_numbers(
     them (`hdrf_runs.Live`), the others' shares folded into their parents' sums: the same numbers
     (to the last bits) and stops as the epochs on the whole tree, with fewer rows each time."""
     from bench.entitlement import random_tree, with_some_kinds
-    from services.admission.domain.entitlement import hdrf_runs
+    from services.entitlement import hdrf_runs
 
     base = random_tree(400, seed=4, policy="dominant")
     cap = {k: v * factor for k, v in base.capacity.items()}
@@ -254,7 +254,7 @@ def test_later_epochs_sum_only_what_moved_and_give_the_same_bits(
     (`hdrf_runs._sum_moved`: the live leaves' jobs, every level's groups): the very same bits as
     summing every job (`sum_up`), so the same entitlements, job by job, and the same stops."""
     from bench.entitlement import random_tree, with_some_kinds
-    from services.admission.domain.entitlement import hdrf_runs
+    from services.entitlement import hdrf_runs
 
     base = random_tree(pools, seed=seed, policy="dominant")
     cap = {k: v * factor for k, v in base.capacity.items()}

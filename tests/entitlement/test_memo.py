@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bench.entitlement import random_tree
-from services.admission.domain.entitlement import EntitlementEngine, JobDemand, LeafUsage, compute_entitlements
-from services.admission.domain.entitlement.model import FloatArray, Policy, TreeEntitlements, TreeInput
+from services.entitlement import EntitlementEngine, JobDemand, LeafUsage, compute_entitlements
+from services.entitlement.model import FloatArray, Policy, TreeEntitlements, TreeInput
 
 
 def _identical(a: TreeEntitlements, b: TreeEntitlements) -> None:
@@ -54,8 +54,8 @@ def test_new_jobs_on_some_leaves_and_a_new_capacity_give_a_fresh_computation(pol
 
 
 def test_the_kept_guarantees_cannot_be_written() -> None:
-    from services.admission.domain.entitlement.arrays import build_arrays
-    from services.admission.domain.entitlement.dominant import drf_inputs
+    from services.entitlement.arrays import build_arrays
+    from services.entitlement.dominant import drf_inputs
 
     arr = build_arrays(random_tree(20, seed=1, policy="dominant"))
     drf = drf_inputs(arr)
@@ -65,7 +65,7 @@ def test_the_kept_guarantees_cannot_be_written() -> None:
 
 
 def test_leaf_jobs_read_again_only_where_they_changed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.admission.domain.entitlement import memo
+    from services.entitlement import memo
 
     tree: TreeInput = random_tree(30, seed=2, policy="dominant")
     engine = EntitlementEngine(tree)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from services.admission.domain.entitlement import PoolInput, TreeEntitlements, TreeInput, compute_entitlements
+from services.entitlement import PoolInput, TreeEntitlements, TreeInput, compute_entitlements
 from tests.entitlement.helpers import check, leaf
 
 CPU1 = ("cpu",)

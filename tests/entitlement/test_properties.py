@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement import LeafUsage, TreeInput, compute_entitlements
-from services.admission.domain.entitlement.model import CPU, TOLERANCE
+from services.entitlement import LeafUsage, TreeInput, compute_entitlements
+from services.entitlement.model import CPU, TOLERANCE
 from tests.entitlement.reference import reference
 from tests.entitlement.strategies import trees
 
@@ -140,7 +140,7 @@ def test_dominant_more_demand_can_lower_a_pools_share_one_common_argument() -> N
     job (15 cpu) and a small memory job (0.5 memory), /p1 a memory job (15). Memory binds:
     0.05 + y = 1 -> y = 0.95: /p0 gets 9.5 cpu. Scale /p0's demand by 1.5: 0.075 + y = 1 ->
     y = 0.925: /p0 gets 9.25 cpu. More demand, less entitlement (and a dominant share 0.925 < 0.95)."""
-    from services.admission.domain.entitlement import JobDemand, PoolInput
+    from services.entitlement import JobDemand, PoolInput
 
     def run(factor: float) -> float:
         jobs = (JobDemand("m", {"memory": 0.5 * factor}), JobDemand("c", {"cpu": 15.0 * factor}))
@@ -165,7 +165,7 @@ def test_dominant_a_pool_limit_stops_all_its_jobs() -> None:
     limit, every job of the pool stops, even one that uses none of that kind. Here the disk job
     (0.5 disk -> 5 disk) outgrows the pool's 1-disk limit and the gpu job stays at 1 gpu instead
     of 3: ten times the demand, a third of the entitlement."""
-    from services.admission.domain.entitlement import JobDemand, PoolInput
+    from services.entitlement import JobDemand, PoolInput
 
     def run(factor: float) -> float:
         jobs = (JobDemand("g", {"gpu": 3.0 * factor}), JobDemand("d", {"disk": 0.5 * factor}))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.admission.domain.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
+from services.entitlement import JobDemand, LeafUsage, PoolInput, TreeInput, compute_entitlements
 from tests.entitlement.helpers import check, leaf
 
 SCENARIO_TOLERANCE = 0.01  # SCENARIOS.md: "each listed number matches within 0.01"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.admission.domain.entitlement.waterfill import level_waterfill, segmented_waterfill, waterfill
+from services.entitlement.waterfill import level_waterfill, segmented_waterfill, waterfill
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.admission.domain.entitlement import TreeInput, compute_entitlements
+from services.entitlement import TreeInput, compute_entitlements
 from tests.entitlement.helpers import check, leaf
 
 

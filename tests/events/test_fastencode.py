@@ -56,8 +56,8 @@ from services.admission.domain.trusted import entitlements_computed, gang_admitt
 from services.admission.envelopes import envelope as trusted_envelope
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
-from services.scenario.format import load_scenario
-from services.scenario.runner import run_on
+from services.tools.scenario.format import load_scenario
+from services.tools.scenario.runner import run_on
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml")) if SCENARIOS.is_dir() else []

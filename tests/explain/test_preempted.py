@@ -8,8 +8,8 @@ from events import decode_all
 from services.admission.domain.explain import explain
 from services.admission.queries import ExplainingFolder
 from services.common.memlog import MemoryLog
-from services.demo.story import scenario
-from services.scenario.runner import run_on
+from services.tools.demo.story import scenario
+from services.tools.scenario.runner import run_on
 
 
 def _folded_after(steps: int) -> ExplainingFolder:

@@ -20,8 +20,8 @@ async def test_a_tree_of_10100_pools_runs_on_jetstream(fresh_stream: str) -> Non
     # no bound on run.seconds: run_live's own 60 s budget is the only limit (tests never fail on timing)
     # every decision re-derived from the log, the parts of the entitlements included
     from services.common.jetstream import JetStreamLog
-    from services.replay.reader import read_log
-    from services.replay.verify import verify
+    from services.tools.replay.reader import read_log
+    from services.tools.replay.verify import verify
 
     log = await JetStreamLog.connect(fresh_stream)
     try:

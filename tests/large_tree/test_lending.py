@@ -245,9 +245,9 @@ def test_a_log_of_lent_pools_verifies_clean(tmp_path: Path) -> None:
 
     from bench.large_tree import leaf_path, scenario_text
     from services.common.memlog import MemoryLog
-    from services.replay import verify
-    from services.scenario.format import load_scenario
-    from services.scenario.runner import run_on
+    from services.tools.replay import verify
+    from services.tools.scenario.format import load_scenario
+    from services.tools.scenario.runner import run_on
 
     doc = json.loads(scenario_text(4, 6, "shared"))
     doc["steps"] = [{"at": 5 * i, "do": [{"enqueue": {"gang": f"g{i}", "pool": leaf_path(i % 4, i % 6), "tasks": 1,

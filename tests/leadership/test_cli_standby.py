@@ -21,10 +21,10 @@ import pytest
 from events import GangAdmitted, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure, TreeList
 from events.config import GangTimeoutOptions, TreeOptions
-from services.cli.args import InputError
-from services.cli.client import request
 from services.common.jetstream import JetStreamLog
-from services.submitter import Submitter
+from services.sdk import Submitter
+from services.tools.cli.args import InputError
+from services.tools.cli.client import request
 from tests.cli.helpers import POOLWISE, WAIT, Up, clean_env
 from tests.leadership.helpers import eventually, until
 

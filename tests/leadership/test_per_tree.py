@@ -27,9 +27,9 @@ import pytest
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, TreeOptions
 from services.admission.commands import ExplainQuery
-from services.cli.client import request
 from services.common.jetstream import JetStreamLog
-from services.submitter import Submitter
+from services.sdk import Submitter
+from services.tools.cli.client import request
 from tests.cli.helpers import Up, clean_env
 from tests.leadership.helpers import eventually, until
 from tests.leadership.test_cli_standby import Serve, admissions

@@ -27,10 +27,10 @@ from nats.js.kv import KeyValue
 from events import PreemptionRequested, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, PreemptionOptions, TreeOptions
-from services.cli.client import request
 from services.common.jetstream import JetStreamLog
 from services.common.lease_bucket import BUCKET, lease_key
-from services.submitter import Submitter
+from services.sdk import Submitter
+from services.tools.cli.client import request
 from tests.cli.helpers import Up
 from tests.leadership.helpers import eventually, until
 from tests.leadership.test_cli_standby import Serve, admissions

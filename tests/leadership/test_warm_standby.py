@@ -21,7 +21,7 @@ from services.common.jetstream import JetStreamLog
 from services.common.leadership import StandingBy, run_as_leader
 from services.common.lease_bucket import lease_key
 from services.launcher import STANDBYS
-from services.replay import verify
+from services.tools.replay import verify
 from tests.admission.builders import host, pool, tree
 from tests.leadership.helpers import WAIT, lease_bucket, now_envelopes, until
 from tests.leadership.test_standby import NO_TIMEOUTS, Instance, RecordingLog, all_admitted, contents, enqueue

@@ -36,8 +36,8 @@ from events.subjects import STREAM
 from services.common import metrics, tracing
 from services.common.jetstream import JetStreamLog
 from services.launcher import start_services
-from services.replay.reader import verify_log
-from services.submitter import Submitter
+from services.sdk import Submitter
+from services.tools.replay.reader import verify_log
 from tests.conftest import reset_stream
 
 pytestmark = pytest.mark.anyio
@@ -251,7 +251,7 @@ async def test_cli_submit_starts_the_gangs_trace(fresh_stream: str) -> None:
     """`poolwise submit` with `POOLWISE_TRACE=console`: its process prints the enqueue span, and the
     stored gang carries that span's context (a child interpreter: a process sets its provider once)."""
     env = {**os.environ, "NATS_URL": fresh_stream, "POOLWISE_TRACE": "console"}
-    done = await anyio.run_process([sys.executable, "-m", "services.cli.main", "submit", "--gang", "cli-g",
+    done = await anyio.run_process([sys.executable, "-m", "services.tools.cli.main", "submit", "--gang", "cli-g",
                                     "--pool", "/a", "--resources", "cpu=1"], env=env, check=False)
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()

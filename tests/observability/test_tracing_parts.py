@@ -39,8 +39,8 @@ from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.common.trace_recovery import ranges, recover
 from services.preemption.folder import PreemptionFolder
-from services.submitter.build import enqueue_event
-from services.submitter.build import envelope as sdk_envelope
+from services.sdk.build import enqueue_event
+from services.sdk.build import envelope as sdk_envelope
 from services.tree.service import TreeService
 
 T0 = 1_767_225_600.0

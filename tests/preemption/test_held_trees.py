@@ -40,7 +40,7 @@ from services.preemption.domain import passes as passes_module
 from services.preemption.domain.state import PreemptionState
 from services.preemption.folder import SUBJECTS, PreemptionFolder
 from services.preemption.held_trees import HeldTreesPreemption
-from services.replay import verify
+from services.tools.replay import verify
 from tests.admission.builders import host, pool, tree, without_slot_waits
 from tests.admission.test_interleavings import TREES, Log, random_log
 from tests.held_trees import fold_in_random_cuts, recorded

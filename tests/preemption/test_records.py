@@ -9,9 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from events import PreemptionRequested
-from services.cli.main import app
 from services.preemption.folder import PreemptionFolder
 from services.preemption.service import answer
+from services.tools.cli.main import app
 from tests.preemption.harness import TREE, System, gang, gangs, host, pool, task, tree
 
 

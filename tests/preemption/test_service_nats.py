@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 from events import Envelope, Event, GangEnqueued, TaskSpec, TaskStateChanged, TreeOptions, at_seconds, derived_id
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, PoolConfig, PreemptionOptions
-from services.cli.client import ServiceError, request
-from services.cli.main import app
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import write_url_file
 from services.launcher import start_services
 from services.preemption.commands import PreemptionList
+from services.tools.cli.client import ServiceError, request
+from services.tools.cli.main import app
 
 T = TypeVar("T")
 WAIT = 30.0  # an upper bound for the system to settle, never a measurement

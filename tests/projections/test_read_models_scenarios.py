@@ -16,9 +16,9 @@ from projections import EventLogProjection, PoolTreeProjection, ProjectionStore
 from projections.read_models import TABLES, read_models
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
-from services.scenario.format import Scenario, load_scenario
-from services.scenario.report import ScenarioReport, StepReport
-from services.scenario.runner import run_on
+from services.tools.scenario.format import Scenario, load_scenario
+from services.tools.scenario.report import ScenarioReport, StepReport
+from services.tools.scenario.runner import run_on
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 SHARED_FILES = sorted(SHARED.glob("*.yaml")) if SHARED.is_dir() else []

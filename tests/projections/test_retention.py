@@ -18,10 +18,10 @@ from events import Envelope, Event, GangCancelled, PreemptionRequested, TreeConf
 from events.subjects import for_event
 from projections import EventLogProjection, ProjectionStore
 from projections.read_models import read_models
-from services.cli.args import InputError, parse_duration
-from services.cli.serve_cmd import tree_args, tree_options
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
+from services.tools.cli.args import InputError, parse_duration
+from services.tools.cli.serve_cmd import tree_args, tree_options
 from services.tree.service import TreeService, serve_tree
 from tests.projections.make import T0
 from tests.projections.test_gangs import POOL, History, admitted, enqueue, finished, report

@@ -7,8 +7,8 @@ import anyio
 import pytest
 
 from services.common.memlog import MemoryLog
-from services.replay import worker
-from services.replay.reader import verify_log
+from services.tools.replay import worker
+from services.tools.replay.reader import verify_log
 from tests.replay.biglog import build
 
 

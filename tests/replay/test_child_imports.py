@@ -1,6 +1,6 @@
 """The replay's child process (worker.py) holds what its fold needs, not the tree service's
 projections (DuckDB, pyarrow), which only the reading process's tree fold brings: the child
-imports `services.replay` and its worker module, so neither may import `services.tree.service`
+imports `services.tools.replay` and its worker module, so neither may import `services.tree.service`
 at module level (before 2026-11-28 `verify.py` and `derive.py` did, and each child mapped both
 libraries: ~40 MB of its RSS)."""
 
@@ -12,8 +12,8 @@ import anyio
 
 import services.tree.service  # (this process holds the projections, as the replay's parent does)
 from services.common.memlog import MemoryLog
-from services.replay import worker
-from services.replay.verify import TREE
+from services.tools.replay import worker
+from services.tools.replay.verify import TREE
 from tests.replay.biglog import build
 
 LIBRARIES = ("duckdb", "pyarrow", "libarrow")

@@ -15,8 +15,8 @@ from events import Envelope, decode_all, encode
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.common.snapshots import Snapshot, code_fingerprint
-from services.replay import DECISION_TYPES, Finding, Report, verify
-from services.replay.verify import Verifier, command_refusals
+from services.tools.replay import DECISION_TYPES, Finding, Report, verify
+from services.tools.replay.verify import Verifier, command_refusals
 from tests.replay.biglog import build
 from tests.replay.test_streaming import VARIANTS, admission_pair, logs, removed  # noqa: F401 (a fixture)
 from tests.service.test_replay import holding

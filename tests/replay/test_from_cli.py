@@ -19,7 +19,7 @@ from services.common.jetstream import JetStreamLog
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot, code_fingerprint
-from services.replay.verify import Verifier, command_refusals
+from services.tools.replay.verify import Verifier, command_refusals
 from tests.replay.biglog import build, copy
 from tests.replay.test_replay_cli import replay
 from tests.service.test_replay import holding, rewritten

@@ -1,4 +1,4 @@
-"""A log written before `EntitlementsComputed` v3 verifies clean (services/replay/entitlements.py).
+"""A log written before `EntitlementsComputed` v3 verifies clean (services/tools/replay/entitlements.py).
 
 The log: a share-lending tree of 1,101 pools (50 parents of 21 leaves, most of each reserved, the
 rest of the host lent by share) through rounds of demand changes, made by the services' own
@@ -42,7 +42,7 @@ from services.admission.domain import decide, entitle
 from services.admission.domain.state import AdmissionState
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
-from services.replay import verify
+from services.tools.replay import verify
 from tests.replay.biglog import TREE, Builder
 
 PARENTS, LEAVES = 50, 21

@@ -12,8 +12,8 @@ import pytest
 
 from events import encode_pack
 from services.common.memlog import MemoryLog
-from services.replay.decoding import Made
-from services.replay.derive import Derivation, Derived
+from services.tools.replay.decoding import Made
+from services.tools.replay.derive import Derivation, Derived
 from tests.replay.biglog import build
 
 

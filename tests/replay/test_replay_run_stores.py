@@ -17,9 +17,9 @@ from services.common.folding import anchor_of
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, Snapshot, code_fingerprint
-from services.replay import worker
-from services.replay.reader import runs_on_disk, verify_log
-from services.replay.verify import Verifier, command_refusals
+from services.tools.replay import worker
+from services.tools.replay.reader import runs_on_disk, verify_log
+from services.tools.replay.verify import Verifier, command_refusals
 from services.tree.domain import used_ids
 from services.tree.domain.used_ids import MemoryRun, MemoryRuns, UsedIds
 from tests.replay.biglog import build

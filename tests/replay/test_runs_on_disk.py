@@ -12,8 +12,8 @@ import pytest
 
 from services.common import id_runs
 from services.common.memlog import MemoryLog
-from services.replay import reader, worker
-from services.replay.reader import verify_log
+from services.tools.replay import reader, worker
+from services.tools.replay.reader import verify_log
 from services.tree.domain import used_ids
 from tests.replay.biglog import build
 

@@ -13,8 +13,8 @@ from services.common.folding import anchor_of
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, Snapshot, code_fingerprint
-from services.replay.reader import snapshots_at, verify_log
-from services.replay.verify import Verifier, command_refusals
+from services.tools.replay.reader import snapshots_at, verify_log
+from services.tools.replay.verify import Verifier, command_refusals
 from tests.replay.biglog import build
 
 

@@ -16,9 +16,9 @@ from events import CycleCompleted, Envelope, GangAdmitted, decode_all, encode
 from events.commands import PoolUpsert
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
-from services.replay import DECISION_TYPES, Report, verify
-from services.replay.reader import verify_log
-from services.replay.verify import Verifier, about, command_refusals
+from services.tools.replay import DECISION_TYPES, Report, verify
+from services.tools.replay.reader import verify_log
+from services.tools.replay.verify import Verifier, about, command_refusals
 from services.tree.service import TreeService
 from tests.replay import reference
 from tests.replay.biglog import build
@@ -393,7 +393,7 @@ def test_the_shared_oracle_is_the_old_module() -> None:
     assert "def verify(messages: Sequence[Stored]) -> Report:" in text
 
 
-# --- admission's state folded once for both services (`services/replay/shared.py`) ------------------------
+# --- admission's state folded once for both services (`services/tools/replay/shared.py`) ------------------------
 
 
 def _preemption_decisions(messages: list[Stored]) -> list[Envelope]:

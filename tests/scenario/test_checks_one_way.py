@@ -1,4 +1,4 @@
-"""The file rules (services/scenario/checks.py) and the format that calls them depend one way:
+"""The file rules (services/tools/scenario/checks.py) and the format that calls them depend one way:
 format -> checks. The rules read a file through `checks.ScenarioFile`, never the format's models
 (issue 22: the two imported each other, one side behind TYPE_CHECKING)."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from services.scenario.checks import check_setup
-from services.scenario.errors import Problem
-from services.scenario.format import Step, parse_scenario
+from services.tools.scenario.checks import check_setup
+from services.tools.scenario.errors import Problem
+from services.tools.scenario.format import Step, parse_scenario
 
-CHECKS = Path(__file__).resolve().parents[2] / "services" / "scenario" / "checks.py"
+CHECKS = Path(__file__).resolve().parents[2] / "services" / "tools" / "scenario" / "checks.py"
 
 
 def _imported(path: Path) -> set[str]:
@@ -27,8 +27,8 @@ def _imported(path: Path) -> set[str]:
 
 
 def test_the_rules_import_nothing_of_the_scenario_package_but_its_errors() -> None:
-    ours = {name for name in _imported(CHECKS) if name.startswith("services.scenario")}
-    assert ours == {"services.scenario.errors"}
+    ours = {name for name in _imported(CHECKS) if name.startswith("services.tools.scenario")}
+    assert ours == {"services.tools.scenario.errors"}
 
 
 def test_the_rules_read_the_formats_scenario() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from events import PoolConfig, TreeConfigured, TreeOptions
-from services.scenario import ScenarioError
-from services.scenario.cluster_file import load_cluster, render_cluster
+from services.tools.scenario import ScenarioError
+from services.tools.scenario.cluster_file import load_cluster, render_cluster
 from services.tree.domain import TreeState
 from services.tree.domain.change_plan import plan_changes
 from services.tree.domain.cluster import ClusterConfig, config_of, same

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.scenario import Expectations, StepReport, check
+from services.tools.scenario import Expectations, StepReport, check
 
 EMPTY = {"cpu": 0.0}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.scenario import ScenarioError, load_scenario, parse_scenario
+from services.tools.scenario import ScenarioError, load_scenario, parse_scenario
 
 SHARED = Path(__file__).parents[2].parent / "shared" / "scenarios"
 SHARED_FILES = sorted(SHARED.glob("*.yaml")) + sorted(SHARED.glob("*.yml")) + sorted(SHARED.glob("*.json"))

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from events import GangCancelled, TaskStateChanged, at_seconds, decode
 from events.commands import HostAdd, HostRemove, PoolDelete, PoolUpsert, TreeConfigure
-from services.scenario import (
+from services.tools.scenario import (
     AckPreemptions,
     EnqueueInput,
     Expander,

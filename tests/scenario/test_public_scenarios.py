@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from services.common.natsserver import EmbeddedNats
-from services.scenario.format import load_scenario
-from services.scenario.report import ScenarioReport
-from services.scenario.runner import run_file
+from services.tools.scenario.format import load_scenario
+from services.tools.scenario.report import ScenarioReport
+from services.tools.scenario.runner import run_file
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 SHARED = sorted(SCENARIOS.glob("*.yaml")) if SCENARIOS.is_dir() else []

@@ -20,7 +20,7 @@ from events import (
     PreemptionRequested,
     TaskSpec,
 )
-from services.scenario import (
+from services.tools.scenario import (
     Expectations,
     ScenarioReport,
     StepReport,

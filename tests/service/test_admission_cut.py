@@ -19,7 +19,7 @@ from bench.workload import Workload, config_events, envelope, gang_event
 from events import CycleCompleted, Envelope, GangCancelled, TreeOptions, decode_all
 from services.common.jetstream import JetStreamLog
 from services.launcher import start_services
-from services.replay import verify
+from services.tools.replay import verify
 from tests.cutting_proxy import CuttingProxy
 from tests.service.test_cycles_in_a_burst import T0, WAIT, projected_as_admission_folds, quiet_log
 

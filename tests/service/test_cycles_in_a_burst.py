@@ -24,7 +24,7 @@ from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.packs import PACK_EVENTS
 from services.launcher import start_services
-from services.replay import verify
+from services.tools.replay import verify
 
 pytestmark = pytest.mark.anyio
 

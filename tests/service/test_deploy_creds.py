@@ -15,7 +15,7 @@ import pytest
 
 from services.common.connection import Auth, connect_nats, connect_options
 from services.common.jetstream import JetStreamLog
-from services.submitter.client import PublishError, Submitter
+from services.sdk.client import PublishError, Submitter
 from tests.service.jwt_mode import Operator
 from tests.service.natsconf import nats_server, refusals
 
@@ -58,7 +58,7 @@ def test_creds_sign_in_and_their_permissions_hold(jwt_server: tuple[int, Path, P
     anyio.run(main)
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("NATS_")}, "NATS_URL": url}
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "--creds", str(team_creds), "submit",
+    done = subprocess.run([sys.executable, "-m", "services.tools.cli.main", "--creds", str(team_creds), "submit",
                            "--tree", "c", "--gang", "c3", "--pool", "/x", "--tasks", "1", "--resources", "cpu=1"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from services.common.jetstream import JetStreamLog
-from services.submitter.client import Submitter
+from services.sdk.client import Submitter
 from tests.service.natsconf import nats_server
 
 PASSWORDS = {"SERVICE": "svc-pw", "SUBMITTER": "sub-pw", "OPERATOR": "op-pw"}

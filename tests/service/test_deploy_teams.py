@@ -23,7 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from services.common.connection import Auth, connect_options
 from services.common.jetstream import JetStreamLog
-from services.submitter.client import PublishError, Submitter
+from services.sdk.client import PublishError, Submitter
 from tests.service.natsconf import nats_server, refusals
 
 PASSWORDS = {"SERVICE": "svc-pw", "OPERATOR": "op-pw", "AUDITOR": "audit-pw", "TEAM_A": "team-a-pw"}
@@ -190,7 +190,7 @@ def test_replay_verify_runs_as_the_auditor(teams: tuple[int, Path]) -> None:
             return await service.last_seq()
 
     last = anyio.run(fill)
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "replay", "--verify", "--json",
+    done = subprocess.run([sys.executable, "-m", "services.tools.cli.main", "replay", "--verify", "--json",
                            "--nats-url", url(port, "auditor")], capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 1), done.stderr
     assert "ermission" not in done.stderr
@@ -204,10 +204,10 @@ def test_the_auditors_commands_against_the_services(teams: tuple[int, Path], tmp
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NATS_") and k != "POOLWISE_DEBUG"}
 
     def poolwise(user: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "services.cli.main", *args], cwd=tmp_path, text=True,
+        return subprocess.run([sys.executable, "-m", "services.tools.cli.main", *args], cwd=tmp_path, text=True,
                               capture_output=True, timeout=timeout, env={**clean, "NATS_URL": url(port, user)})
 
-    services = [subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", name, "--data-dir",
+    services = [subprocess.Popen([sys.executable, "-m", "services.tools.cli.main", "serve", name, "--data-dir",
                                   str(tmp_path / name)], cwd=tmp_path, env={**clean, "NATS_URL": url(port, "service")},
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for name in ("tree", "admission", "preemption")]

@@ -21,12 +21,12 @@ import pytest
 
 from services.common.connection import Auth, Tls, connect_nats
 from services.common.jetstream import JetStreamLog
-from services.submitter.client import Submitter
+from services.sdk.client import Submitter
 from tests.service.natsconf import free_port, nats_server
 from tests.service.throwaway_ca import Pki, make_pki
 
 PASSWORDS = {"SERVICE": "svc-pw", "SUBMITTER": "sub-pw", "OPERATOR": "op-pw"}
-POOLWISE = [sys.executable, "-m", "services.cli.main"]
+POOLWISE = [sys.executable, "-m", "services.tools.cli.main"]
 
 pytestmark = pytest.mark.nats
 

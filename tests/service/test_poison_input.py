@@ -21,10 +21,10 @@ from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog, Stored
 from services.common.memlog import MemoryLog
 from services.preemption.domain import state as preemption_state
-from services.replay import verify
-from services.scenario.format import load_scenario
-from services.scenario.report import ScenarioReport
-from services.scenario.runner import run_on
+from services.tools.replay import verify
+from services.tools.scenario.format import load_scenario
+from services.tools.scenario.report import ScenarioReport
+from services.tools.scenario.runner import run_on
 
 SCENARIO = """
 name: poison

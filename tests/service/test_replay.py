@@ -1,4 +1,4 @@
-"""`services.replay.verify`: a log made by the real services verifies clean; a tampered one is
+"""`services.tools.replay.verify`: a log made by the real services verifies clean; a tampered one is
 reported with the exact ids that differ."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from events import Envelope, GangAdmitted, decode, decode_all, encode, encode_pack
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
-from services.replay import DECISION_TYPES, Report, verify
-from services.replay.verify import differences
-from services.scenario.format import load_scenario
-from services.scenario.runner import run_on
+from services.tools.replay import DECISION_TYPES, Report, verify
+from services.tools.replay.verify import differences
+from services.tools.scenario.format import load_scenario
+from services.tools.scenario.runner import run_on
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 SHARED_FILES = sorted(SHARED.glob("*.yaml")) if SHARED.is_dir() else []

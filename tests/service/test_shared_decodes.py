@@ -12,8 +12,8 @@ import pytest
 from events import Envelope, GangEnqueued, TaskSpec, as_model, at_seconds, decode, encode
 from services.common import decodes
 from services.common.decodes import SharedDecodes
-from services.scenario.format import load_scenario
-from services.scenario.runner import run_file
+from services.tools.scenario.format import load_scenario
+from services.tools.scenario.runner import run_file
 
 SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml")) if SCENARIOS.is_dir() else []

@@ -40,7 +40,7 @@ def poolwise(port: int, pki: Pki, where: Path, *args: str) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "POOLWISE_"))}
     env.update(NATS_URL=f"tls://submitter:{PASSWORDS['SUBMITTER']}@127.0.0.1:{port}", NATS_CA=str(pki.ca),
                NATS_CERT=str(pki.client.cert), NATS_KEY=str(pki.client.key))
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], env=env, cwd=where,
+    return subprocess.run([sys.executable, "-m", "services.tools.cli.main", *args], env=env, cwd=where,
                           capture_output=True, text=True, timeout=60)
 
 

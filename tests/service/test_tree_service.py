@@ -39,7 +39,7 @@ from services.common import metrics
 from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog
 from services.common.memlog import MemoryLog
-from services.replay import verify
+from services.tools.replay import verify
 from services.tree.domain.state import TreeState
 from services.tree.service import TreeService, serve_tree
 from tests.service.helpers import WAIT, Gate, RacingLog, envelopes, types_after, wait_until

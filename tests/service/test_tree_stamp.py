@@ -12,7 +12,7 @@ import pytest
 from events import Envelope, HostRegistered, InputRejected, PoolConfig, at_seconds
 from events.commands import PoolUpsert
 from services.common.memlog import MemoryLog
-from services.replay import verify
+from services.tools.replay import verify
 from services.tree.service import TreeService
 from tests.service.helpers import envelopes
 

@@ -23,7 +23,7 @@ from services.common.jetstream import JetStreamLog
 from services.common.log import EventLog
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, ObjectStoreSnapshots, SnapshotPolicy, SnapshotStore
-from services.replay import verify
+from services.tools.replay import verify
 from services.tree.domain.used_ids import IdFilter, MemoryRuns, Run
 from tests.admission.builders import gang, host, pool, task, tree
 from tests.conftest import reset_stream

@@ -12,9 +12,9 @@ from anyio.abc import TaskStatus
 from events import DecodeError, Envelope, decode_all
 from events.commands import HostAdd, PoolUpsert, TreeConfigure
 from events.config import GangTimeoutOptions, PoolConfig, TreeOptions
-from services.cli.client import request
 from services.common.jetstream import JetStreamLog
 from services.launcher import SERVICES, start_services
+from services.tools.cli.client import request
 
 WAIT = 30.0
 

@@ -11,7 +11,7 @@ import pytest
 
 from events import GangEnqueued, TaskSpec
 from services.common.memlog import MemoryLog
-from services.submitter import (
+from services.sdk import (
     PublishError,
     SubmitError,
     Submitter,

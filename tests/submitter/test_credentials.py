@@ -11,7 +11,7 @@ import nkeys
 import pytest
 
 from services.common.connection import Auth, Tls, connect_options
-from services.submitter.client import Submitter
+from services.sdk.client import Submitter
 
 
 def seed_file(where: Path) -> Path:

@@ -15,7 +15,7 @@ import pytest
 from services.common.connection import connect_nats
 from services.common.jetstream import JetStreamLog
 from services.common.natsserver import EmbeddedNats
-from services.submitter import PublishError, Submitter, SyncSubmitter
+from services.sdk import PublishError, Submitter, SyncSubmitter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 

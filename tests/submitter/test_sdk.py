@@ -7,7 +7,7 @@ import anyio
 import pytest
 
 from events import GangCancelled, GangEnqueued, TaskStateChanged
-from services.submitter import Submitter, SyncSubmitter
+from services.sdk import Submitter, SyncSubmitter
 from tests.submitter.system import events
 
 pytestmark = pytest.mark.anyio

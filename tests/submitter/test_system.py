@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from events import GangAdmitted, InputRejected
 from services.admission.commands import ExplainQuery, GangsQuery
-from services.cli.gangs_cmd import ask
-from services.cli.main import app
-from services.submitter import Submitter
+from services.sdk import Submitter
+from services.tools.cli.gangs_cmd import ask
+from services.tools.cli.main import app
 from tests.submitter.system import events, serve_system, setup_cluster, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -119,7 +119,7 @@ async def cli(url: str, data_dir: Path, *args: str) -> tuple[int, str]:
 
 async def poolwise(url: str, data_dir: Path, *args: str) -> tuple[int, str, str]:
     """`poolwise ARGS` as a person runs it (a process): exit code, stdout, stderr."""
-    done = await anyio.run_process([sys.executable, "-m", "services.cli.main", *args], check=False,
+    done = await anyio.run_process([sys.executable, "-m", "services.tools.cli.main", *args], check=False,
                                    env=_env(url, data_dir))
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 

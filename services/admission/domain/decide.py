@@ -36,7 +36,7 @@ def run_cycles(state: AdmissionState, trigger_seq: int,
     """Decide the cycle of every tree due at `trigger_seq` (`state.take_due`), one tree after the
     other, each applied to the state (at the trigger's position and time) before the next is
     decided. Returns their decisions, in order. `applied(decision, announced)`: called as each
-    is applied (a replay folds preemption's part of the same state there: services/replay/shared.py)."""
+    is applied (a replay folds preemption's part of the same state there: services/tools/replay/shared.py)."""
     out: list[Outcome] = []
     for tree in state.take_due():
         try:

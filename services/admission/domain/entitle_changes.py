@@ -15,9 +15,9 @@ import numpy.typing as npt
 from events import PoolEntitlement
 from events.decisions import ENTITLEMENT_DIGITS, LentPool
 from events.entitlement_map import CPU, EntitlementMap
-from services.admission.domain.entitlement.model import FloatArray, IntArray, Lending, TreeEntitlements
 from services.admission.domain.rounding import round_matrix
 from services.admission.domain.trusted import lent_pool
+from services.entitlement.model import FloatArray, IntArray, Lending, TreeEntitlements
 
 BoolArray = npt.NDArray[np.bool_]
 

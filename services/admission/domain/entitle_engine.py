@@ -12,13 +12,13 @@ from typing import cast
 from events import EntitlementsComputed
 from events.entitlement_map import group_of
 from services.admission.domain.entitle_changes import Published
-from services.admission.domain.entitlement import EntitlementEngine
-from services.admission.domain.entitlement.arrays import positive_amounts
-from services.admission.domain.entitlement.model import JOB_POLICIES, JobDemand, LeafUsage, PoolInput, TreeInput
 from services.admission.domain.model import ADMITTED, PENDING, TERMINAL, Ledger
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.vectors import Vector, add_into
+from services.entitlement import EntitlementEngine
+from services.entitlement.arrays import positive_amounts
+from services.entitlement.model import JOB_POLICIES, JobDemand, LeafUsage, PoolInput, TreeInput
 from services.tree.domain.effective import capacity, effective_pools
 
 

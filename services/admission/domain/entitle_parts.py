@@ -9,8 +9,8 @@ from collections.abc import Callable
 from events import EntitlementsComputed, PoolEntitlement
 from events.decisions import ENTITLEMENT_PART_POOLS, LendingFactor, LentPool
 from services.admission.domain.entitle_changes import BoolArray, Published, lent_part
-from services.admission.domain.entitlement.model import Lending
 from services.admission.domain.trusted import entitlements_computed, pool_entitlement
+from services.entitlement.model import Lending
 
 PART_POOLS = ENTITLEMENT_PART_POOLS  # pools (and removed paths) per event at most
 PART_BYTES = 256 * 1024  # about this many bytes of pools per event at most (NATS: 1 MiB a message)

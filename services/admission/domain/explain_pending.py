@@ -21,7 +21,6 @@ from services.admission.domain.cycle import (
     take_waiting_jobs,
 )
 from services.admission.domain.entitle_engine import tree_input
-from services.admission.domain.entitlement import compute_entitlements
 from services.admission.domain.explain_history import GangNotes, preempted_findings, refused_findings
 from services.admission.domain.explain_text import at_text, count_text
 from services.admission.domain.explanation import Finding
@@ -29,6 +28,7 @@ from services.admission.domain.model import CYCLE_ORDER, Gang
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.state import AdmissionState
 from services.admission.domain.vectors import TOLERANCE, Vector, free, short_of
+from services.entitlement import compute_entitlements
 from services.tree.domain.amounts import spell
 from services.tree.domain.effective import EffectivePool, capacity, effective_pools
 

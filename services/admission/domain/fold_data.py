@@ -70,7 +70,7 @@ class FoldData:
     @property
     def timer_heap(self) -> list[tuple[float, str, str, str, int]]:
         """The gang and placement timeouts, a heap of (deadline, gang, tree, kind, attempt), as
-        held: for a copier of the state (`services.cli.dry_run.clone`); only the handlers change it."""
+        held: for a copier of the state (`services.tools.cli.dry_run.clone`); only the handlers change it."""
         return self.timers
 
     @property

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.admission.domain.entitlement.model import FloatArray
+from services.entitlement.model import FloatArray
 
 _LARGE = float(2**50)  # |x * 10**digits| at or above this: left to `round` (ulps no longer tiny)
 

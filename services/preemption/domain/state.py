@@ -92,7 +92,7 @@ class PreemptionState:
         """The rest of `apply`, once `self.admission` has applied `event` (of class `kind`) and
         announced `announced`; `before`: `attempt_of(event)` before it did (only a
         `PreemptionRequested`'s). A replay that folds admission's state once for both services
-        steps it so (`services/replay/shared.py`)."""
+        steps it so (`services/tools/replay/shared.py`)."""
         if kind is GangAdmitted or kind is PreemptionRequested:
             self._track(event, seq, before)
         if self.open:

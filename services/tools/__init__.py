@@ -1,0 +1,1 @@
+"""The tools a person runs: the CLI, replay, scenarios, the demo and the dashboard."""

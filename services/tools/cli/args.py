@@ -1,0 +1,95 @@
+"""Parsing of the CLI's compact argument forms (`cpu=100,memory=1000`)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+# (re-exported: InputError lives below the CLI, where the launcher raises it too)
+from services.common.input_error import InputError as InputError
+
+
+class ServiceError(Exception):
+    """The service refused a command: `rule` names the broken rule. (Here, not in
+    `services.tools.cli.client`, which re-exports it: the CLI's error handling needs the class, and
+    every command's start would otherwise import NATS and the event contract with it.)"""
+
+    def __init__(self, rule: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.field = field
+
+
+def parse_resources(text: str, *, option: str = "resources") -> dict[str, float]:
+    """`cpu=100,memory=1000` -> {"cpu": 100.0, "memory": 1000.0}. Negative values pass through
+    (the service refuses them, naming the rule); a malformed pair is an InputError naming the option."""
+    result: dict[str, float] = {}
+    if not text.strip():
+        return result
+    for pair in text.split(","):
+        kind, sep, amount = pair.partition("=")
+        kind = kind.strip()
+        if not sep or not kind:
+            raise InputError(f"--{option}: expected kind=amount pairs like cpu=100,memory=1000, got {pair!r}")
+        if kind in result:
+            raise InputError(f"--{option}: kind {kind!r} given twice")
+        try:
+            value = float(amount)
+        except ValueError:
+            raise InputError(f"--{option}: amount of {kind!r} must be a number, got {amount.strip()!r}") from None
+        if not math.isfinite(value):
+            raise InputError(f"--{option}: amount of {kind!r} must be finite, got {amount.strip()!r}")
+        result[kind] = value
+    return result
+
+
+def parse_share(text: str) -> float | dict[str, float]:
+    """`2` -> 2.0; `cpu=2,gpu=1` -> per-kind shares."""
+    try:
+        return float(text)
+    except ValueError:
+        return parse_resources(text, option="share")
+
+
+def parse_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def format_resources(values: dict[str, float] | None, kinds: list[str] | None = None) -> str:
+    """{"cpu": 100.0} -> `cpu=100`; kinds fixes the order and shows zeros for missing kinds."""
+    if not values:
+        return "-"
+    keys = [k for k in (kinds or sorted(values)) if k in values] if kinds else sorted(values)
+    return ",".join(f"{k}={_num(values[k])}" for k in keys)
+
+
+def _num(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return f"{value:g}" if abs(value) < 1e15 else str(value)
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
+
+
+def parse_duration(text: str | None, *, option: str = "duration") -> float | None:
+    """`30d`, `12h`, `1h30m`, `90s`, `3600` (seconds) -> seconds; `off`, `none` or empty -> None."""
+    if text is None or text.strip().lower() in ("", "off", "none"):
+        return None
+    compact = text.strip().lower()
+    pos, total = 0, 0.0
+    while pos < len(compact):
+        found = _DURATION.match(compact, pos)
+        if found is None or (not found.group(2) and found.end() < len(compact)):
+            raise InputError(f"--{option}: expected a duration like 30d, 12h, 1h30m, 90s or 3600 (seconds), "
+                             f"or off; got {text!r}")
+        total += float(found.group(1)) * _DURATION_UNITS[found.group(2) or "s"]
+        pos = found.end()
+        while pos < len(compact) and compact[pos] == " ":
+            pos += 1
+    if not math.isfinite(total):
+        raise InputError(f"--{option}: must be finite, got {text!r}")
+    return total

@@ -1,0 +1,78 @@
+"""`poolwise scenario run`: the scenario file format, its expansion into inputs, expectation
+checks and the report contract (SCENARIOS.md). Running the steps is the runner's part."""
+
+from services.tools.scenario.errors import ScenarioError
+from services.tools.scenario.expect import check
+from services.tools.scenario.format import (
+    Action,
+    Enqueue,
+    Expectations,
+    HostEntry,
+    PoolEntry,
+    Scenario,
+    Step,
+    TaskChange,
+    TreeEntry,
+    load_scenario,
+    parse_scenario,
+)
+from services.tools.scenario.inputs import (
+    AckPreemptions,
+    EnqueueInput,
+    Expander,
+    Input,
+    StepInput,
+    StepPlan,
+    TaskSelector,
+    expand_scenario,
+)
+from services.tools.scenario.report import (
+    DecisionReport,
+    GangReport,
+    PoolReport,
+    ScenarioReport,
+    StepReport,
+    TaskReport,
+    decisions_of,
+    pool_key,
+    print_text,
+    render_summary,
+    render_text,
+    resource_map,
+)
+
+__all__ = [
+    "AckPreemptions",
+    "Action",
+    "DecisionReport",
+    "Enqueue",
+    "EnqueueInput",
+    "Expander",
+    "Expectations",
+    "GangReport",
+    "HostEntry",
+    "Input",
+    "PoolEntry",
+    "PoolReport",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioReport",
+    "Step",
+    "StepInput",
+    "StepPlan",
+    "StepReport",
+    "TaskChange",
+    "TaskReport",
+    "TaskSelector",
+    "TreeEntry",
+    "check",
+    "decisions_of",
+    "expand_scenario",
+    "load_scenario",
+    "parse_scenario",
+    "pool_key",
+    "print_text",
+    "render_summary",
+    "render_text",
+    "resource_map",
+]
