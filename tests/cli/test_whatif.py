@@ -31,6 +31,7 @@ hosts:
 trees:
   - name: default
     preemption: {enabled: true, grace: 0}
+    gang_timeout: {default: 86400, limit: 86400, jitter: 0}   # nothing places the tasks: no timer may fire meanwhile
 pools:
   - path: /A
     share: SHARE
