@@ -57,7 +57,6 @@ from services.common.runtime import give_back_memory
 from services.common.supervisor import Child, Restarts, Supervisor, describe_exit
 from services.common.tree_gate import OnTrees, run_per_tree
 from services.common.tree_leases import PER_TREE, SERVICE_WIDE, per_tree_instances
-from services.tree.domain import used_ids
 
 Serve = Callable[..., Awaitable[None]]
 
@@ -234,20 +233,15 @@ async def run_system(names: list[str], data_dir: Path, nats_url: str | None,
     `on_trees`: see `start_services`.
 
     The services keep their id runs in the data dir's files while they run (`id_runs.install`);
-    once they stopped, the process's store is the one it had before (a process that runs a system
-    and then another, or a scenario with no data dir: a demo, the tests, would seal its runs among
-    a stopped system's files)."""
+    once they stopped, the process's store is the one it had before (`id_runs.store_put_back`)."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    store = used_ids.current_store()
-    try:
+    with id_runs.store_put_back():
         async with nats_server(data_dir, nats_url) as server, anyio.create_task_group() as tg:
             tg.start_soon(watch_server, server)
             tg.start_soon(give_back_memory)  # what the services' peaks left free, back to the system
             await _run_on(names, data_dir, server.url, on_ready, ready_on_standby, on_change,
                           {**(options or {}), "leases": leases, "on_trees": on_trees}, replicas)
             tg.cancel_scope.cancel()
-    finally:
-        used_ids.use_store(store)
 
 
 class ServerGone(Exception):

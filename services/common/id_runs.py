@@ -34,7 +34,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -384,6 +384,19 @@ def install(data_dir: Path | None) -> RunStore:
     store = FileRuns(directory)
     used_ids.use_store(store)
     return store
+
+
+@contextmanager
+def store_put_back() -> Iterator[None]:
+    """While it lasts, `install` may point the process's id record at a data dir's files; after
+    it, the process's store is the one it had before (a process that runs a system and then
+    another, or a scenario with no data dir, must not seal its runs among a stopped system's
+    files)."""
+    store = used_ids.current_store()
+    try:
+        yield
+    finally:
+        used_ids.use_store(store)
 
 
 def more_descriptors() -> int:
