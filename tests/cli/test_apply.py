@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Result, Up, last_seq, no_traceback, one_error_line, run_here, wait_for
+from tests.cli.helpers import Result, Up, last_seq, no_traceback, one_error_line, quiet_seq, run_here, wait_for
 
 CLUSTER = """\
 resources: [cpu, memory]
@@ -83,7 +83,7 @@ def test_a_file_of_nested_pools_hosts_and_tree_options_is_made_live(system: Up) 
 
 
 def test_the_same_file_again_appends_nothing(system: Up) -> None:
-    before = settled_seq(system)
+    before = quiet_seq(system)
     result = _apply(system, CLUSTER)
     assert result.code == 0 and result.out == "no change\n", result
     time.sleep(1.0)  # a tick would follow an appended change within this
@@ -139,7 +139,7 @@ pools:
 
 
 def test_an_invalid_file_is_refused_whole_with_every_rule_and_nothing_appended(system: Up) -> None:
-    before = settled_seq(system)
+    before = quiet_seq(system)
     result = _apply(system, INVALID, name="invalid.yaml")
     assert result.code == 2 and result.out == "", result
     assert result.err_lines == [
@@ -169,7 +169,7 @@ def test_an_export_applied_changes_nothing_and_exports_the_same(system: Up) -> N
     exported = system.cli("export-config")
     assert exported.code == 0, exported
     assert "\n  policy: hdrf\n" in exported.out and "- path: /ATG/Maps/Tiles\n" in exported.out
-    before = settled_seq(system)
+    before = quiet_seq(system)
     again = _apply(system, exported.out, name="exported.yaml")
     assert again.code == 0 and again.out == "no change\n", again
     time.sleep(1.0)
@@ -203,7 +203,7 @@ def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_
     wait_for(lambda: _gang_states(system).get("g-wide") == "pending", "g-wide pending")
     capped = CLUSTER.replace("    reservation: {cpu: 10}\n", "    reservation: {cpu: 10}\n    limit: {cpu: 40}\n")
     capped = capped.replace("limit: {cpu: 30}", "limit: {cpu: 40}")
-    before = settled_seq(system)
+    before = quiet_seq(system)
     dry = _apply(system, capped, "--dry-run", "--json", name="capped.yaml")
     assert dry.code == 0, dry
     predicted = dry.json()
@@ -243,34 +243,6 @@ def test_a_dry_run_appends_nothing_and_predicts_the_entitlements_the_real_apply_
     published = wait_for(lambda: _entitlements_after(system, seq), "a cycle after the apply")
     assert published == pytest.approx({(r["pool"], r["kind"]): r["after"] for r in predicted["entitlement"]})
     wait_for(lambda: _gang_states(system).get("g-wide") == "admitted", "g-wide admitted, as predicted")
-
-
-def settled_seq(up: Up) -> int:
-    """The stream's last position once the system has nothing left to decide: the tree's event log
-    holds it, and everything after the last tick is that tick's cycle, ended by preemption's pass
-    (no input waits for a cycle). With the tree's gang timeouts a day long (CLUSTER), no timer is
-    due either, so nothing is appended after it until an input comes. (A wall-clock quiet spell,
-    `quiet_seq`, is no such point: with the default gang timeouts, on a loaded machine the
-    placement timeouts of g-sim and g-tiles, never placed (30 s after their admission, plus
-    jitter), fired during the dry run, and their requeue and readmission, 12 events, were taken
-    for the dry run's.)"""
-
-    def settled() -> int | None:
-        last = last_seq(up)
-        found = up.cli("sql", SETTLED.format(last=last), "--json")
-        assert found.code == 0, found.err
-        return last if found.json() and last_seq(up) == last else None
-
-    found: int = wait_for(settled, "the system to settle: the last tick's cycle and pass in the log")
-    return found
-
-
-SETTLED = """\
-WITH tick AS (SELECT max(seq) AS seq FROM event_log WHERE type = 'ClockTicked')
-SELECT e.seq FROM event_log e, tick
-WHERE e.seq = {last} AND e.type = 'CycleCompleted' AND e.source = 'preemption' AND e.basis = tick.seq
-  AND NOT EXISTS (SELECT 1 FROM event_log a WHERE a.seq > tick.seq
-                  AND (a.source NOT IN ('admission', 'preemption') OR a.basis IS DISTINCT FROM tick.seq))"""
 
 
 def _gang_states(up: Up) -> dict[str, str]:
