@@ -49,6 +49,10 @@ API = "$JS.API"
 # too few servers (or too few up) for the replicas asked, no peers matching.
 NOT_PLACED = {10074, 10023, 10005, 10082}
 UNAVAILABLE = {10008}  # JetStream not (yet) available: a cluster without a meta leader
+# "stream not found": for a stream `prepare` has just created, a server of a cluster that has not
+# applied the creation yet (its meta layer a step behind) answers this for a moment (seen on CI:
+# the snapshot store's STREAM.INFO right after its creation): asked again, as while unavailable.
+NOT_FOUND = 10059
 
 _log = logging.getLogger("poolwise.replicas")
 
@@ -98,7 +102,7 @@ async def raise_replicas(nc: Any, stream: str, replicas: int, what: str,
     """Raise the replicas of `stream` (named `what` in messages) to `replicas` if it has fewer,
     saying so; return how many it has now. The stream's configuration is sent back as the server
     gave it (every field, known to nats-py or not), with only `num_replicas` changed."""
-    info = await _request(nc, f"STREAM.INFO.{stream}", None, replicas, what)
+    info = await _request(nc, f"STREAM.INFO.{stream}", None, replicas, what, just_created=True)
     config = dict(info["config"])
     had = int(config.get("num_replicas") or 1)
     if had >= replicas:
@@ -106,7 +110,7 @@ async def raise_replicas(nc: Any, stream: str, replicas: int, what: str,
             _log.debug("%s has %d replicas, more than the %d asked: kept", what, had, replicas)
         return had
     config["num_replicas"] = replicas
-    await _request(nc, f"STREAM.UPDATE.{stream}", config, replicas, what)
+    await _request(nc, f"STREAM.UPDATE.{stream}", config, replicas, what, just_created=True)
     (say or _log.warning)(f"poolwise: {what} had {had} replica{'s' if had != 1 else ''}; raised to {replicas} "
                           f"({why or f'{OPTION} {replicas}'}): the new replicas copy it from the leader in the "
                           "background")
@@ -122,8 +126,10 @@ async def stream_replicas(nc: Any, stream: str) -> dict[str, Any]:
             "peers": list(cluster.get("replicas") or [])}
 
 
-async def _request(nc: Any, subject: str, payload: dict[str, Any] | None, replicas: int, what: str) -> dict[str, Any]:
-    """A JetStream API request (asked again while JetStream is not available yet, `_settled`)."""
+async def _request(nc: Any, subject: str, payload: dict[str, Any] | None, replicas: int, what: str,
+                   just_created: bool = False) -> dict[str, Any]:
+    """A JetStream API request (asked again while JetStream is not available yet, `_settled`;
+    `just_created`: the stream was made a moment ago, so "not found" is a cluster catching up)."""
     data = json.dumps(payload).encode() if payload is not None else b""
 
     async def ask() -> dict[str, Any]:
@@ -132,7 +138,8 @@ async def _request(nc: Any, subject: str, payload: dict[str, Any] | None, replic
         error = reply.get("error")
         if not error:
             return reply
-        if error.get("err_code") in UNAVAILABLE or error.get("code") == 503:
+        if (error.get("err_code") in UNAVAILABLE or error.get("code") == 503
+                or (just_created and error.get("err_code") == NOT_FOUND)):
             raise _NotYet(str(error.get("description")))
         if error.get("err_code") in NOT_PLACED:
             raise ReplicasError(_not_placed(replicas, what, str(error.get("description"))))
