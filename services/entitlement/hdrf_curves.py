@@ -229,21 +229,28 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     de = np.concatenate((ds[1:], [n])) - 1
     dg, dx = gs[ds], xs[ds]
     nd = ds.size
-    gfirst = gnew[ds].nonzero()[0]
-    slopes = vs * ~js
+    gd = gnew[ds]
+    gfirst = gd.nonzero()[0]
+    ji = js.nonzero()[0]
+    jv = vs.take(ji, axis=1)
+    # `vs * ~js` (a run segment's vector is no slope), in place: `vs` is this function's own, and
+    # x * 0.0 is what the product gives (a -0.0 for a negative x, as there)
+    slopes = vs
+    if ji.size:
+        slopes[:, ji] *= 0.0
     gi = gnew.nonzero()[0]
     start_slope = slope0.take(gs[gi], axis=1)
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
-    slope_after = segmented_cumsum_at(slopes, gi, de)
+    slope_after = segmented_cumsum_at(slopes, gi, de, gd.cumsum() - 1)
     slope_before = shifted(slope_after, gfirst, start_slope)
     xprev = shifted(dx, gfirst, start[dg[gfirst]])
     inc = slope_before * (dx - xprev)
-    ji = js.nonzero()[0]
     emit_foot = dx > xprev
     if ji.size == 0:  # no run here (a level of jobs): every vertex a foot, as below with no jump
         # (`inc + 0.0` is `inc + dj` with `dj` all zeros: a -0.0 made +0.0; `top - 0.0` is `top`)
-        foot = init.take(dg, axis=1) + segmented_cumsum(inc + 0.0, gfirst, rebase=True)
+        foot = segmented_cumsum(inc + 0.0, gfirst, rebase=True, scratch=True)
+        foot += init.take(dg, axis=1)  # (a sum is the same bits either way round)
         off = offsets_of(row_sums(dg, emit_foot, rows) + 1)
         total = int(off[-1])
         x = np.zeros(total)
@@ -256,11 +263,11 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
         scatter(v, pos[fi], foot.take(fi, axis=1))
         return Inner(off, x, v, nones(total), nones(total))
     point = new.cumsum() - 1  # the distinct argument of each event
-    jv = vs.take(ji, axis=1)
     dj = np.zeros((dims, nd))
     for k in range(dims):
         dj[k] = np.bincount(point[ji], weights=jv[k], minlength=nd)
-    top = init.take(dg, axis=1) + segmented_cumsum(inc + dj, gfirst, rebase=True)
+    top = segmented_cumsum(inc + dj, gfirst, rebase=True, scratch=True)
+    top += init.take(dg, axis=1)
     foot = top - dj
     # each run segment's vertex: the foot of its argument plus the segments before it there
     rstart = trues(ji.size)

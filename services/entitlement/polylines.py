@@ -214,13 +214,15 @@ def ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> Even
     return Events(top / w, -sl, np.zeros(w.size, dtype=bool), grp, sl, grp)
 
 
-def segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> FloatArray:
+def segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool, scratch: bool = False) -> FloatArray:
     """Inclusive cumulative sums along axis 1, restarting at the indices `starts` (0 among them).
 
     One cumulative sum over all segments, less its value before each segment. With `rebase`
     (terms of one sign, whose sums keep growing), a second pass takes each segment's total (as the
     first pass found it) off at its last term, so that the running sum is back near 0 at every
-    segment's start and rounding is relative to each segment's own sums, not to all before it."""
+    segment's start and rounding is relative to each segment's own sums, not to all before it.
+    `scratch`: `values` is the caller's temporary, changed here rather than copied (a `(kinds, n)`
+    copy less: the first epoch of `hdrf` sums some 80k terms a depth)."""
     lengths = int_diff(np.concatenate((starts, [values.shape[1]])))
     c = values.cumsum(axis=1)
     ends: IntArray | None = None
@@ -229,26 +231,31 @@ def segmented_cumsum(values: FloatArray, starts: IntArray, rebase: bool) -> Floa
         ends = np.concatenate((starts[1:], [values.shape[1]])) - 1
         totals = c.take(ends, axis=1)  # np.diff(.., prepend=0.0), without its Python-level cost
         totals[:, 1:] -= totals[:, :-1].copy()
-        values = values.copy()
+        if not scratch:
+            values = values.copy()
         for k in range(values.shape[0]):
             values[k][ends] -= totals[k]
-        c = values.cumsum(axis=1)
+        values.cumsum(axis=1, out=c)
     before = np.zeros((values.shape[0], starts.size))
     before[:, 1:] = c.take(starts[1:] - 1, axis=1)
-    out: FloatArray = c - before.repeat(lengths, axis=1)
+    out: FloatArray = c
+    out -= before.repeat(lengths, axis=1)  # in place: `c` is this function's own
     if ends is not None:
         for k in range(values.shape[0]):
             out[k][ends] += totals[k]
     return out
 
 
-def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray) -> FloatArray:
+def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray, seg: IntArray | None = None
+                        ) -> FloatArray:
     """`segmented_cumsum(values, starts, rebase=False)[:, at]`, the same numbers, without the
-    whole `(kinds, n)` difference: each `at`'s cumulative sum less its segment's sum before it."""
+    whole `(kinds, n)` difference: each `at`'s cumulative sum less its segment's sum before it.
+    `seg`, when the caller has it: the segment of each `at` (else searched for)."""
     c = values.cumsum(axis=1)
     before = np.zeros((values.shape[0], starts.size))
     before[:, 1:] = c.take(starts[1:] - 1, axis=1)
-    seg = starts.searchsorted(at, side="right") - 1
+    if seg is None:
+        seg = starts.searchsorted(at, side="right") - 1
     out: FloatArray = c.take(at, axis=1) - before.take(seg, axis=1)
     return out
 
@@ -358,12 +365,34 @@ def _y_of(above: FloatArray, inv: FloatArray, weighted: BoolArray) -> FloatArray
     return y
 
 
-def _first_true(mask: BoolArray) -> IntArray:
-    """Per column, the first row where `mask` holds (rows when none)."""
-    # argmax of booleans is the first True (0 when none): three calls, not one per row
-    out: IntArray = mask.argmax(axis=0)
-    out[~mask.any(axis=0)] = mask.shape[0]
+_WIDE = 256
+"""From this many columns on, `_first_true` takes a maximum down the columns rather than numpy's
+`argmax(axis=0)`, which walks each column on its own (~20 ns an element against ~1: 0.2 ms for
+5 x 10k, several times per depth in `compose`); below it, `argmax` (fewer calls)."""
+
+
+def _first_true(mask: BoolArray, none: int | None = None) -> IntArray:
+    """Per column, the first row where `mask` holds; where none does, `none` (None: the number
+    of rows)."""
+    lines, n = mask.shape
+    if none is None:
+        none = lines
+    if n < _WIDE or lines > 127:
+        # argmax of booleans is the first True (0 when none): three calls, not one per row
+        out: IntArray = mask.argmax(axis=0)
+        if none != 0:
+            out[~mask.any(axis=0)] = none
+        return out
+    # row r weighs lines - r: the largest weight held is the first row's (0: none holds)
+    top = (mask * _DESCENDING[lines]).max(axis=0)
+    out = lines - top.astype(np.intp)
+    if none != lines:
+        out[top == 0] = none
     return out
+
+
+_DESCENDING = [np.arange(lines, 0, -1, dtype=np.int8)[:, None] for lines in range(128)]
+"""`_first_true`'s weights, `lines, lines - 1, ..., 1` down a column, for up to 127 rows."""
 
 
 def _top_line(above: FloatArray) -> IntArray:
@@ -408,7 +437,7 @@ def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, 
             has = best_s < np.inf
             # the columns without one take no `best` below: their ties need no mask
             tie = sj == best_s
-            best = (tie & (ma == np.where(tie, ma, -np.inf).max(axis=0))).argmax(axis=0)
+            best = _first_true(tie & (ma == np.where(tie, ma, -np.inf).max(axis=0)), none=0)
             app = has & (best_s > s[alive])
             done = alive[app]
             out[cnt[done], done] = best_s[app]
@@ -568,7 +597,6 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     src[pj + 1] = i1[jj]
     ot[pj + 1] = x1[jj]
     orr[pj + 1] = h.r[i1[jj]]
-    ov = np.concatenate([h.v, inner_v], axis=1).take(src, axis=1)
     ri = srow[inner_seg]
     y_inner = _y_of(inner_v - g.take(ri, axis=1), inv[ri], weighted[ri])
     oy = np.concatenate([yh, y_inner])[src]
@@ -583,7 +611,9 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     keep &= kept_rank >= zeros_in_row[orow] - 1
     noff = offsets_of(row_sums(orow, keep, rows))
     kept = keep.nonzero()[0]
-    return Polylines(noff, y[kept], ov.take(kept, axis=1), ot[kept], orr[kept])
+    # the values of the kept vertices only, gathered once from their sources
+    ov = np.concatenate([h.v, inner_v], axis=1).take(src[kept], axis=1)
+    return Polylines(noff, y[kept], ov, ot[kept], orr[kept])
 
 
 def _locate(p: Polylines, y: FloatArray, right: BoolArray | None) -> tuple[IntArray, IntArray, IntArray, IntArray,

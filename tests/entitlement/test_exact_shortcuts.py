@@ -12,9 +12,12 @@ from services.entitlement.hdrf_curves import _concat, _Events, _job_events, none
 from services.entitlement.hdrf_runs import _first_kind
 from services.entitlement.polylines import (
     Polylines,
+    _first_true,
     _kinks,
     argument_at,
     evaluate,
+    segmented_cumsum,
+    segmented_cumsum_at,
     sorted_minor,
     stable_argsort,
 )
@@ -182,3 +185,75 @@ def test_sum_runs_without_a_run_is_the_general_path_bit_for_bit(case: tuple[int,
     assert got.v.tobytes() == np.ascontiguousarray(want.v[:, :n]).tobytes()
     assert got.owner.tolist() == want.owner[:n].tolist()
     assert got.end.tolist() == want.end[:n].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 5).flatmap(lambda lines: st.tuples(
+    hnp.arrays(np.float64, (lines, 7), elements=_LINE_VALUES),
+    hnp.arrays(np.float64, (lines, 7), elements=_LINE_VALUES | st.floats(-3.0, 3.0)),
+    hnp.arrays(np.float64, 7, elements=st.sampled_from([0.0, 1e-9, 0.3, 0.5, 1.0])))), st.integers(0, 6))
+def test_kinks_on_many_columns_are_the_column_by_column_search_bit_for_bit(
+        case: tuple[np.ndarray, np.ndarray, np.ndarray], shift: int) -> None:
+    """As above with 280 columns (the drawn 7, 40 times over, shifted), where `_first_true` takes
+    its other path (a maximum down the columns, not `argmax`)."""
+    c, m, smax = (np.roll(np.tile(a, 40), shift, axis=-1) for a in case)
+    c[0] = 0.0
+    m[0] = 0.0
+    got, want = _kinks(c, m, smax), _kinks_one_column_at_a_time(c, m, smax)
+    assert got[0].tobytes() == want[0].tobytes()
+    assert got[1].tolist() == want[1].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 9), st.sampled_from([0, 1, 7, 255, 256, 257, 1000]), st.sampled_from([0.0, 0.02, 0.3, 0.9]),
+       st.integers(0, 2**32 - 1))
+def test_first_true_is_argmax_of_booleans(lines: int, n: int, p: float, seed: int) -> None:
+    mask = np.random.default_rng(seed).random((lines, n)) < p
+    want = mask.argmax(axis=0)
+    assert _first_true(mask, none=0).tolist() == want.tolist()
+    want[~mask.any(axis=0)] = lines
+    assert _first_true(mask).tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 40)),
+                  elements=st.sampled_from([0.0, -0.0, 1.0, 2.5, 2.5 + 2**-51, 1e-300, -3.0]) | st.floats(-5, 5)),
+       st.data())
+def test_segmented_sums_in_place_are_the_copying_ones_bit_for_bit(values: np.ndarray, data: st.DataObject) -> None:
+    """`segmented_cumsum(..., scratch=True)` (the caller's array changed, not copied) and
+    `segmented_cumsum_at` given each point's segment give what the forms before them gave."""
+    n = values.shape[1]
+    cuts = data.draw(st.sets(st.integers(1, n - 1), max_size=n - 1)) if n > 1 else set()
+    starts = np.array([0, *sorted(cuts)], dtype=np.intp)
+    for rebase in (False, True):
+        want = _segmented_cumsum_before(values, starts, rebase)
+        assert segmented_cumsum(values, starts, rebase).tobytes() == want.tobytes()
+        assert segmented_cumsum(values.copy(), starts, rebase, scratch=True).tobytes() == want.tobytes()
+    at = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1))), dtype=np.intp)
+    seg = starts.searchsorted(at, side="right") - 1
+    want_at = _segmented_cumsum_before(values, starts, False)[:, at]
+    assert segmented_cumsum_at(values, starts, at).tobytes() == want_at.tobytes()
+    assert segmented_cumsum_at(values, starts, at, seg).tobytes() == want_at.tobytes()
+
+
+def _segmented_cumsum_before(values: np.ndarray, starts: np.ndarray, rebase: bool) -> np.ndarray:
+    """`polylines.segmented_cumsum` as it was before it summed in place (at 94c56f2)."""
+    lengths = np.diff(np.concatenate((starts, [values.shape[1]])))
+    c = values.cumsum(axis=1)
+    ends = None
+    totals = np.zeros(0)
+    if rebase and starts.size > 1:
+        ends = np.concatenate((starts[1:], [values.shape[1]])) - 1
+        totals = c.take(ends, axis=1)
+        totals[:, 1:] -= totals[:, :-1].copy()
+        values = values.copy()
+        for k in range(values.shape[0]):
+            values[k][ends] -= totals[k]
+        c = values.cumsum(axis=1)
+    before = np.zeros((values.shape[0], starts.size))
+    before[:, 1:] = c.take(starts[1:] - 1, axis=1)
+    out: np.ndarray = c - before.repeat(lengths, axis=1)
+    if ends is not None:
+        for k in range(values.shape[0]):
+            out[k][ends] += totals[k]
+    return out
