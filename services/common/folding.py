@@ -330,9 +330,12 @@ class Warm:
 
     async def follow(self, log: EventLog, snapshots: SnapshotStore | None = None, every: float = 0.1) -> None:
         """Keep folding the log as it grows, until cancelled (a standby's loop)."""
-        while True:
-            await self.catch_up(log, snapshots)
-            await anyio.sleep(every)
+        try:
+            while True:
+                await self.catch_up(log, snapshots)
+                await anyio.sleep(every)
+        finally:
+            metrics.stopped(self.folder.service, self.folder)  # (on takeover the term's fold takes it again)
 
 
 class Saving:
@@ -378,7 +381,8 @@ class Saving:
 
 async def _restore(log: EventLog, folder: Folder, snapshots: SnapshotStore, made: dict[str, Envelope]) -> int:
     """Load the newest usable snapshot into `folder`: the position it was taken at (0: none)."""
-    snapshot, skipped = await load_newest(snapshots, folder.service, anchored=anchored_on(log))
+    # frozen as it loads (the fold keeps it): `run_folder` unfreezes it when it stops
+    snapshot, skipped = await load_newest(snapshots, folder.service, anchored=anchored_on(log), freeze=True)
     for why in skipped:
         logger.warning("snapshot passed over: %s", why)
     if snapshot is None:
@@ -549,6 +553,31 @@ async def save_snapshot(policy: SnapshotPolicy, log: EventLog, service: str, fol
             close()
 
 
+class Saves:
+    """The snapshot saves a live service started, each in a task of the service's task group
+    (the fold goes on meanwhile), tracked so that their lifetime is the service's: its stop
+    (`close`) kills and reaps every pickling child not reaped yet and closes its file, whatever
+    became of the save's task (one cancelled before its first step may never run its `finally`,
+    on a backend that cancels a task that has not started), rather than leaving that to the
+    pickling's finaliser, which runs whenever the task is let go. A save's errors are its own to
+    log (`save_snapshot`: a snapshot is a cache, the service goes on)."""
+
+    def __init__(self) -> None:
+        self.picklings: list[Pickling] = []
+
+    def start(self, tg: anyio.abc.TaskGroup, policy: SnapshotPolicy, log: EventLog, service: str, folded: int,
+              now: float, pickling: Pickling) -> None:
+        """Save `pickling` (the state at `folded`) in `tg`."""
+        self.picklings = [*(one for one in self.picklings if not one.closed), pickling]  # (those done let go)
+        tg.start_soon(save_snapshot, policy, log, service, folded, now, pickling)
+
+    def close(self) -> None:
+        """Once the task group is done: every save's pickling closed (idempotent)."""
+        picklings, self.picklings = self.picklings, []
+        for pickling in picklings:
+            pickling.close()
+
+
 async def store_runs_as_they_seal(policy: SnapshotPolicy, every: float | None = None) -> None:
     """Put the id runs sealed since the last look into the snapshot store, every `every` seconds
     (default `RUNS_STORED_EVERY`), until cancelled: a snapshot names its runs and its save stores
@@ -600,8 +629,13 @@ async def run_folder(
     """Steps 1 and 2, forever (until cancelled). `on_batch(last_seq)` runs after each batch, once
     its decisions are in the log (the service's clock uses it). `linger`: see `EventLog.consume`."""
     warm = warm or Warm(folder, subjects)
-    folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm,
-                           snapshots)
+    try:
+        folded = await rebuild(log, folder, subjects, snapshots.store if snapshots is not None else None, warm,
+                               snapshots)
+    except BaseException:  # stopped in its start: what it loaded and folded frozen, handed back
+        gc.unfreeze()
+        metrics.stopped(folder.service, folder)
+        raise
     if snapshots is not None:  # (kept from the position of the newest snapshot, the rebuild's own included)
         snapshots.started(folded, folder.now, restored=max(warm.restored_at, snapshots.saved))
     start = folded if store is None else min(folded, store.lowest_checkpoint)
@@ -619,7 +653,7 @@ async def run_folder(
     # (a batch's decisions, the batch, the position folded, when the batch arrived: `perf_counter`)
     send, receive = anyio.create_memory_object_stream[tuple[list[Envelope], Sequence[Stored], int, float]](
         OUTBOX_BATCHES)
-    started: list[Pickling] = []  # the live snapshots' picklings (a save cancelled unstarted closes none)
+    saves = Saves()  # the live snapshots' saves (their picklings closed when the service stops)
 
     async def handle(batch: Sequence[Stored]) -> None:
         nonlocal folded, idle
@@ -628,9 +662,7 @@ async def run_folder(
             # A snapshot is taken where every decision made so far is in the log: the batches
             # folded before wait to be published first (a moment, once per `every` positions).
             await idle.wait()
-            pickled = take_snapshot(folder, folded)
-            started[:] = [*(one for one in started if not one.closed), pickled]  # (closed by the end)
-            tg.start_soon(save_snapshot, snapshots, log, folder.service, folded, folder.now, pickled)
+            saves.start(tg, snapshots, log, folder.service, folded, folder.now, take_snapshot(folder, folded))
         with tracing.live(folder.service, len(batch)) as current, gc_paused():  # (its span: while a provider records)
             result = fold_batch(folder, batch, folded, SHARED.decode, SHARED.decode_pack)
             if current is not None:
@@ -679,9 +711,9 @@ async def run_folder(
                 await log.consume(durable, subjects, start, handle, max_batch=max_batch, linger=linger)
     finally:
         gc.unfreeze()
-        for pickling in started:
-            pickling.close()
+        saves.close()
         if snapshots is not None and published == folded and snapshots.unsaved(folded):
             # a clean stop: everything decided is in the log; keep the state for the next start
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await save_snapshot(snapshots, log, folder.service, folded, folder.now, take_snapshot(folder, folded))
+        metrics.stopped(folder.service, folder)  # (its entry held the fold)

@@ -91,6 +91,26 @@ def status(service: str) -> ServiceStatus:
     return found
 
 
+# Roles leadership tells of an instance that goes on without a fold for a moment (it stands by,
+# or shares the trees): kept by `stopped`, in an entry that holds no fold.
+_TOLD = ("standby", "lost", "per-tree")
+
+
+def stopped(service: str, folder: Any) -> None:
+    """`service`'s fold `folder` stopped: its entry goes, and with it the fold it held (the whole
+    state, its id records alive: a stopped service's were kept for as long as the process lived).
+    Left as it is if another fold took it over since (a standby's, the next term's); kept, holding
+    no fold, if leadership told a role meanwhile (`_TOLD`: the instance is still there, `/readyz`
+    says why it is not ready, and its counters go on)."""
+    found = STATUS.get(service)
+    if found is None or (found.folder is not None and found.folder is not folder):
+        return
+    if found.role in _TOLD:
+        found.folder = found.snapshots = None
+        return
+    del STATUS[service]
+
+
 def set_role(service: str, role: str, trees_held: int = 0) -> None:
     """A service's role changed (`poolwise serve`'s callbacks; `lost` after a lost lease)."""
     found = status(service)

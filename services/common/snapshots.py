@@ -147,12 +147,17 @@ class Snapshot:
 
     @classmethod
     def decode(cls, data: bytes, part: int | None = None,
-               runs: Mapping[str, Run | IdFilter] | None = None) -> Snapshot:
+               runs: Mapping[str, Run | IdFilter] | None = None, *, freeze: bool = False) -> Snapshot:
         """The snapshot in `data`; with `part`, its state is only that part of a state exported as
         a tuple (the others are not loaded; a state stored whole is its own part 0). The runs its
         header names come from `runs`, else from the runs this process has (`RunStore.local`:
         `load_newest` fetches the others first); a run not found makes it corrupt (a filter not
-        found is made again from the runs)."""
+        found is made again from the runs).
+
+        `freeze`: what is alive once it loaded is frozen (`gc.freeze`), for a service that keeps
+        the state as long as it runs and unfreezes it when it stops (`folding._restore`); without
+        it (a replay, the what-if, a test) nothing is frozen, so nothing stays out of the
+        collector's reach after the state is let go."""
         head = cls.header(data)
         found = dict(runs or {})
         optional = set(optional_named(head))
@@ -174,11 +179,13 @@ class Snapshot:
         except Exception as exc:  # a payload that does not load is as good as none
             raise Corrupt(f"payload: {type(exc).__name__}: {exc}") from None
         finally:
-            if collecting:
+            if freeze:
                 # The state lives as long as its folder: frozen, the collector's next passes do not
                 # walk it (each pass would cost in proportion to the gangs kept), as the folds
-                # freeze what they keep (`folding.gc_paused`).
+                # freeze what they keep (`folding.gc_paused`). Before the collector is on again:
+                # its first pass would walk all of it.
                 gc.freeze()
+            if collecting:
                 gc.enable()
         anchor = head.get("anchor")
         return cls(str(head["service"]), int(head["seq"]), str(head["fingerprint"]), state, list(pending),
@@ -387,11 +394,13 @@ Anchored = Callable[[int, int | None], Awaitable[bool]]
 
 
 async def load_newest(store: SnapshotStore, service: str, fingerprint: str | None = None, at_most: int | None = None,
-                      anchored: Anchored | None = None, part: int | None = None) -> tuple[Snapshot | None, list[str]]:
+                      anchored: Anchored | None = None, part: int | None = None, *,
+                      freeze: bool = False) -> tuple[Snapshot | None, list[str]]:
     """The newest usable snapshot of `service` (at or before `at_most`), and why the newer ones
     were passed over. `anchored(seq, anchor)` says whether the log holds, at `seq`, the message
     the snapshot was made after (a stream deleted and made again under the same name does not).
-    `part`: only that part of its state is loaded (`Snapshot.decode`)."""
+    `part`: only that part of its state is loaded; `freeze`: what it loaded frozen, for a
+    service that unfreezes it when it stops (`Snapshot.decode`)."""
     fingerprint = fingerprint or code_fingerprint()
     skipped: list[str] = []
     try:
@@ -410,7 +419,8 @@ async def load_newest(store: SnapshotStore, service: str, fingerprint: str | Non
             if head.get("fingerprint") != fingerprint:
                 skipped.append(f"{service}@{seq}: made by other code ({head.get('fingerprint')})")
                 continue
-            snapshot = Snapshot.decode(data, part, await runs_for(store, runs_named(head), optional_named(head)))
+            snapshot = Snapshot.decode(data, part, await runs_for(store, runs_named(head), optional_named(head)),
+                                       freeze=freeze)
         except Corrupt as exc:
             skipped.append(f"{service}@{seq}: corrupt ({exc})")
             continue

@@ -65,7 +65,7 @@ from events.commands import (
 from projections.store import ProjectionStore
 from services.common import metrics, tracing
 from services.common.folding import (
-    SnapshotPolicy,
+    Saves,
     anchor_of,
     gc_paused,
     pickled_later,
@@ -75,7 +75,7 @@ from services.common.folding import (
 from services.common.log import BatchHandler, EventLog, StaleWrite, Stored, read_in_chunks
 from services.common.memlog import subject_filter
 from services.common.requests import error_reply, serve_requests
-from services.common.snapshots import load_newest, policy_for
+from services.common.snapshots import SnapshotPolicy, load_newest, policy_for
 from services.tree.domain import paths
 from services.tree.domain.decide import Accepted, ConfigCommand, Decision, Refused, decide
 from services.tree.domain.state import TreeState
@@ -208,6 +208,7 @@ class TreeService:
         self.snapshots = snapshots
         self.tg: TaskGroup | None = None  # while serving: where snapshots are saved from
         self.started_from: int | None = None  # the position of the snapshot it started from
+        self.saves = Saves()  # the snapshots being saved (ended with the service: `serve_tree`)
 
     async def restore(self) -> None:
         """Start from the newest usable snapshot of the view, if any (`services/common/snapshots.py`)."""
@@ -216,7 +217,8 @@ class TreeService:
         async def anchored(seq: int, anchor: int | None) -> bool:
             return anchor is not None and anchor == await anchor_of(self.log, seq)
 
-        snapshot, skipped = await load_newest(self.snapshots.store, SERVICE, anchored=anchored)
+        # frozen as it loads (the view is kept): `serve_tree` unfreezes it when it stops
+        snapshot, skipped = await load_newest(self.snapshots.store, SERVICE, anchored=anchored, freeze=True)
         for why in skipped:
             logger.warning("snapshot passed over: %s", why)
         if snapshot is not None:
@@ -229,7 +231,7 @@ class TreeService:
         """After a batch folded (its rejections published): a snapshot of the view, when due."""
         policy = self.snapshots
         if policy is not None and policy.due(self.position, self.now):
-            tg.start_soon(save_snapshot, policy, self.log, SERVICE, self.position, self.now, pickled_later(self.view))
+            self.saves.start(tg, policy, self.log, SERVICE, self.position, self.now, pickled_later(self.view))
 
     @property
     def state(self) -> TreeState:
@@ -408,6 +410,7 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
             task_status.started(svc)
     finally:
         svc.tg = None
+        svc.saves.close()  # (the saves' task group is done: their children reaped, their files closed)
         gc.unfreeze()  # what the folds froze (`gc_paused`), back to the collector (as `run_folder`)
         policy = svc.snapshots
         # a clean stop: keep the view (also when a snapshot started at this position was cancelled
@@ -418,6 +421,7 @@ async def serve_tree(log: EventLog, data_dir: Path | None, *, service: TreeServi
                                     pickled_later(svc.view))
         if store is not None:
             store.close()
+        metrics.stopped(SERVICE, svc)  # (its entry held the view)
 
 
 PROJECTION_BACKLOG = 4  # folded batches that may wait for their projections before folding waits
