@@ -289,13 +289,16 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     if not drf.active or n == 1:
         return HdrfResult(entitlement, drf.requirement, [], {}, 0, np.zeros((drf.job_row.size, k)), drf.job_row)
     active = drf.active
-    dshare = np.ascontiguousarray((drf.job_demand[active] / drf.cap[:, None]).T)
+    # `(jobs, kinds)` as a view of the `(kinds, jobs)` quotient: its columns (`row_max`, the sums
+    # by kind) are contiguous, and the epochs take the quotient itself without a copy back
+    dshare = (drf.job_demand[active] / drf.cap[:, None]).T
     # a job needing a kind the tree has none of: that kind is used up at the tree from the start
     inactive = [i for i in range(k) if i not in active]
     lacking = np.zeros(dshare.shape[0], dtype=bool)
     for kd in inactive:
         lacking |= drf.job_demand[kd] > 0
-    idle = (row_max(dshare) <= FULL) | (drf.job_weight <= EPS)  # nothing to give, no weight
+    dom = row_max(dshare)
+    idle = (dom <= FULL) | (drf.job_weight <= EPS)  # nothing to give, no weight
     # Nothing contended (every demand fits every limit on its path and the capacity): no kind is
     # used up before the last demand is met, so every job gets its demand, without a phase.
     whole = np.where(lacking | idle, 0.0, 1.0)
@@ -310,7 +313,7 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     if shortcuts:
         # a job needing a kind the tree has none of holds nothing from the start, as in the
         # filling below: the epochs run without it (held at 0), and it is stopped by that kind
-        runs = by_runs(arr, drf, dshare, lim, idle | lacking)
+        runs = by_runs(arr, drf, dshare, lim, idle | lacking, dom)
         if runs is not None:
             if lacking.any():
                 runs.cause[lacking] = _first_lacking(drf.job_demand, inactive, lacking)
@@ -348,8 +351,12 @@ def _epochs_result(arr: TreeArrays, drf: DrfInputs, runs: Runs, idle: BoolArray)
     active = drf.active
     entitlement = np.zeros((n, k))
     entitlement[:, active] = runs.share * drf.cap
-    jobs = np.zeros((runs.given.size, k))
-    jobs[:, active] = (np.where(idle, 0.0, runs.given)[:, None] * drf.job_demand[active].T)
+    held = np.where(idle, 0.0, runs.given)
+    if len(active) == k:  # every kind has capacity (the common case): no scatter into columns
+        jobs = held[:, None] * drf.job_demand.T
+    else:
+        jobs = np.zeros((runs.given.size, k))
+        jobs[:, active] = held[:, None] * drf.job_demand[active].T
     cut = runs.cause != MET
     if (runs.cause_row[cut] != 0).any() or (runs.cause[cut] < 0).any():
         # a pool's limit stopped some, or a kind the tree has none of: the places, job by job
@@ -405,7 +412,14 @@ class _AtTheTree(Mapping[str, tuple[Stop, ...]]):
 
     def __init__(self, arr: TreeArrays, stopped: BoolArray) -> None:
         self._arr, self._stopped = arr, stopped
-        self._rows = np.flatnonzero(stopped.any(axis=1)).tolist()
+        self._listed: list[int] | None = None
+
+    @property
+    def _rows(self) -> list[int]:
+        """The rows with a stop, found on the first iteration (a computation need not read them)."""
+        if self._listed is None:
+            self._listed = np.flatnonzero(self._stopped.any(axis=1)).tolist()
+        return self._listed
 
     def __getitem__(self, path: str) -> tuple[Stop, ...]:
         row = self._arr.index.get(path)
@@ -418,6 +432,9 @@ class _AtTheTree(Mapping[str, tuple[Stop, ...]]):
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def __bool__(self) -> bool:  # (`stops or {}` asks this of every result: without a list of rows)
+        return bool(self._stopped.any())
 
 
 def _limits(arr: TreeArrays, guarantee: FloatArray, limit: FloatArray) -> tuple[FloatArray, FloatArray]:

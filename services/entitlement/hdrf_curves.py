@@ -146,8 +146,8 @@ def _run_events(s: Polylines, group_of_row: IntArray, first_row: int) -> tuple[_
     owner = nones(ev.x.size)
     end = owner.copy()
     owner[ns:], end[ns:] = first_row + run_row, run_first + 1
-    vec = ev.vec.copy()
-    vec[:, ns:] = np.maximum(vec[:, ns:], 0.0)  # a run never goes down (but by the last bits)
+    vec = ev.vec  # (`polyline_jumps`' own array: changed in place)
+    np.maximum(vec[:, ns:], 0.0, out=vec[:, ns:])  # a run never goes down (but by the last bits)
     return _Events(ev.x, vec, ev.jump, ev.group, owner, end, ev.start_vec, ev.start_group), at0
 
 

@@ -57,18 +57,20 @@ at a time by the hundred), None, and the event-by-event filling with its own bud
 count, not a clock: every replay decides the same."""
 
 
-def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray, idle: BoolArray) -> Runs | None:
+def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray, idle: BoolArray,
+            dom: FloatArray | None = None) -> Runs | None:
     """`hdrf` as epochs (the module doc); None when an epoch stops no job (a guard) or past the
-    budget."""
+    budget. `dom`: `row_max(dshare)`, when the caller has it."""
     m, dims = dshare.shape
     n = len(arr.paths)
-    dom = row_max(dshare)
+    if dom is None:
+        dom = row_max(dshare)
     needs = dshare > 0.0
     given = np.zeros(m)
     cause = np.full(m, MET, dtype=np.intp)
     cause_row = np.zeros(m, dtype=np.intp)
     open_ = ~idle
-    job_share = np.ascontiguousarray(dshare.T)
+    job_share = np.ascontiguousarray(dshare.T)  # (no copy when `dshare` is the transpose of one)
     state = State(np.zeros(n), np.zeros((n, dims)))
     depth = np.zeros(n, dtype=np.intp)
     for d, lv in enumerate(arr.levels):

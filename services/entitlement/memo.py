@@ -10,8 +10,9 @@ arrays, and reused while their inputs are the same.
 
 Sameness is checked, not assumed: the guarantees' inputs are compared whole (a few array
 comparisons), and a leaf's jobs are the same when they are the same tuple object (`JobDemand`
-is frozen: a leaf's jobs change by `set_usage`, which gives a new tuple). Only the leaves whose
-jobs changed are read again.
+is frozen: a leaf's jobs change by `set_usage`, which gives a new tuple), or, when every leaf's
+are, an equal one (`==` on the lists: the same demands and weights). Only the leaves whose jobs
+changed are read again.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ def _read(given: Given, kinds: tuple[str, ...]) -> tuple[FloatArray, FloatArray]
 def given_jobs(memo: JobsMemo | None, given: Given, kinds: tuple[str, ...]) -> JobsMemo:
     """The demands and weights of the jobs `given` (each leaf's, in order), reading again only
     the leaves whose jobs are not the tuple `memo` read."""
+    if memo is not None and memo.given == given:
+        # every leaf's jobs the same tuple (or an equal one: the same demands and weights): the
+        # list comparison takes the identical ones in C, ~1 µs a thousand leaves, where the
+        # leaf-by-leaf reading below costs ~0.1 ms a thousand
+        return memo
     nl = len(given)
     counts = np.fromiter(map(length_hint, given), dtype=np.intp, count=nl)
     if memo is None or len(memo.given) != nl:

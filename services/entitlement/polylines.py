@@ -30,6 +30,7 @@ vertices are gathered with `np.take` and `np.compress` (much faster than fancy i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,7 +184,7 @@ def polyline_jumps(p: Polylines, group_of_row: IntArray) -> tuple[Events, FloatA
     seg_row = p.row_ids()[i0]
     grp = group_of_row[seg_row]
     x0, x1 = p.x[i0], p.x[i1]
-    delta = p.v.take(i1, axis=1) - p.v.take(i0, axis=1)
+    delta = (p.v[:, 1:] - p.v[:, :-1]).take(i0, axis=1)  # (one difference, then one gather, not two)
     dx = x1 - x0
     sloped = dx > TINY * np.maximum(1.0, x1)
     s = sloped.nonzero()[0]
@@ -403,15 +404,82 @@ def _top_line(above: FloatArray) -> IntArray:
     for k in range(above.shape[0]):
         d = above[k]
         up = d > m
-        best = np.where(up, k + 1, best)
-        m = np.where(up, d, m)
+        np.copyto(best, k + 1, where=up)
+        # `np.where(up, d, m)` in place: fmax keeps `m` where `d` is NaN, and where they are equal
+        # either is the same number (a zero's sign aside, which `d > m` does not see)
+        np.fmax(m, d, out=m)
     return best
+
+
+_FEW = 16
+"""`_kinks` on at most this many columns walks them in plain Python (`_kinks_few`): its numpy form
+costs ~20 calls a line whatever the width (0.1-0.2 ms), which `hdrf`'s later epochs pay on a few
+columns a depth."""
 
 
 def _kinks(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, IntArray]:
     """Where the top of the lines `c[j] + m[j] * s` changes, for s in (0, smax), per column:
     `(kinks (lines, n) padded with nan, count)`. Ties: the highest line at 0 (the steepest among
     equals) starts; the next is the earliest crossing (the steepest, then the first, among equals)."""
+    if c.shape[1] <= _FEW:
+        return _kinks_few(c, m, smax)
+    return _kinks_many(c, m, smax)
+
+
+def _nan_max(values: list[float]) -> float:
+    """`np.max` of a few floats: NaN when any is (Python's `max` depends on where it is)."""
+    for v in values:
+        if v != v:
+            return v
+    return max(values)
+
+
+def _kinks_few(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, IntArray]:
+    """`_kinks_many`, column by column in Python floats: the same IEEE operations on the same
+    operands (a difference, a quotient where the slope rises), the same comparisons and ties,
+    so the same bits; without its fixed cost in numpy calls."""
+    lines, n = c.shape
+    out = np.empty((lines, n))
+    out.fill(np.nan)
+    cnt = np.zeros(n, dtype=np.intp)
+    inf = math.inf
+    every = range(lines)
+    for j, (cj, mj, sa) in enumerate(zip(c.T.tolist(), m.T.tolist(), smax.tolist(), strict=True)):
+        c_top = _nan_max(cj)
+        top = [i for i in every if cj[i] == c_top]
+        m_top = _nan_max([mj[i] for i in top]) if top else -inf
+        cur = next((i for i in top if mj[i] == m_top), lines)  # (as `_first_true`: none, `lines`)
+        steepest = _nan_max(mj)
+        s = 0.0
+        found = 0
+        for _ in every:
+            m_cur, c_cur = mj[cur], cj[cur]
+            sj = [inf] * lines
+            for i in every:
+                dm = mj[i] - m_cur
+                if dm > 0.0:
+                    q = (c_cur - cj[i]) / dm
+                    if q < sa:
+                        sj[i] = q
+            best_s = min(sj)
+            tie = [i for i in every if sj[i] == best_s]
+            m_tie = _nan_max([mj[i] for i in tie])
+            best = next((i for i in tie if mj[i] == m_tie), 0)
+            if best_s == inf:
+                break
+            if best_s > s:
+                out[found, j] = best_s
+                found += 1
+                s = best_s
+            cur = best
+            if not steepest > mj[best]:
+                break
+        cnt[j] = found
+    return out, cnt
+
+
+def _kinks_many(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatArray, IntArray]:
+    """`_kinks`, a whole level's columns at once, line by line."""
     lines, n = c.shape
     top = c == c.max(axis=0)
     cur = _first_true(top & (m == np.where(top, m, -np.inf).max(axis=0)))

@@ -14,6 +14,9 @@ from services.entitlement.polylines import (
     Polylines,
     _first_true,
     _kinks,
+    _kinks_few,
+    _kinks_many,
+    _top_line,
     argument_at,
     evaluate,
     segmented_cumsum,
@@ -139,9 +142,11 @@ def test_kinks_are_the_column_by_column_search_bit_for_bit(case: tuple[np.ndarra
     c, m, smax = case
     c[0] = 0.0  # line 0 is the floor, as `compose` gives it
     m[0] = 0.0
-    got, want = _kinks(c, m, smax), _kinks_one_column_at_a_time(c, m, smax)
-    assert got[0].tobytes() == want[0].tobytes()
-    assert got[1].tolist() == want[1].tolist()
+    want = _kinks_one_column_at_a_time(c, m, smax)
+    for kinks in (_kinks, _kinks_few, _kinks_many):  # (7 columns: `_kinks` takes `_kinks_few`)
+        got = kinks(c, m, smax)
+        assert got[0].tobytes() == want[0].tobytes()
+        assert got[1].tolist() == want[1].tolist()
 
 
 @st.composite
@@ -257,3 +262,15 @@ def _segmented_cumsum_before(values: np.ndarray, starts: np.ndarray, rebase: boo
         for k in range(values.shape[0]):
             out[k][ends] += totals[k]
     return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(0, 40)), elements=_VALUES))
+def test_top_line_in_place_is_the_one_by_where(above: np.ndarray) -> None:
+    best = np.zeros(above.shape[1], dtype=np.intp)
+    m = np.zeros(above.shape[1])
+    for k in range(above.shape[0]):
+        up = above[k] > m
+        best = np.where(up, k + 1, best)
+        m = np.where(up, above[k], m)
+    assert _top_line(above).tolist() == best.tolist()

@@ -64,12 +64,10 @@ def test_the_kept_guarantees_cannot_be_written() -> None:
     assert drf_inputs(arr).guarantee is drf.guarantee
 
 
-def test_leaf_jobs_read_again_only_where_they_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many jobs each reading of demands (`memo.demands`) reads, from now on."""
     from services.entitlement import memo
 
-    tree: TreeInput = random_tree(30, seed=2, policy="dominant")
-    engine = EntitlementEngine(tree)
-    engine.compute()
     read: list[int] = []
     real = memo.demands
 
@@ -78,9 +76,37 @@ def test_leaf_jobs_read_again_only_where_they_changed(monkeypatch: pytest.Monkey
         return real(jobs, kinds)
 
     monkeypatch.setattr(memo, "demands", counted)
+    return read
+
+
+def test_leaf_jobs_read_again_only_where_they_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    tree: TreeInput = random_tree(30, seed=2, policy="dominant")
+    engine = EntitlementEngine(tree)
+    engine.compute()
+    read = _count_reads(monkeypatch)
     engine.compute()
     assert read == []
     path = engine.leaves[4]
     engine.set_usage(path, LeafUsage(jobs=(JobDemand("a", {"cpu": 1.0}), JobDemand("b", {"cpu": 2.0}))))
     engine.compute()
     assert read == [2]
+
+
+def test_equal_jobs_given_again_are_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every leaf's jobs equal to what was read (here a copy of one leaf's tuple): nothing is read
+    again and the numbers are the same; a changed demand is read."""
+    tree: TreeInput = random_tree(30, seed=2, policy="hdrf")
+    engine = EntitlementEngine(tree)
+    before = engine.compute().entitlement_matrix.copy()
+    read = _count_reads(monkeypatch)
+    path = engine.leaves[3]
+    usage = next(p.usage for p in tree.pools if p.path == path)
+    assert usage.jobs
+    copied = tuple(JobDemand(j.job, dict(j.demand), j.weight) for j in usage.jobs)
+    engine.set_usage(path, dataclasses.replace(usage, jobs=copied))
+    assert engine.compute().entitlement_matrix.tobytes() == before.tobytes()
+    assert read == []
+    more = tuple(JobDemand(j.job, {k: v * 2.0 for k, v in j.demand.items()}, j.weight) for j in usage.jobs)
+    engine.set_usage(path, dataclasses.replace(usage, jobs=more))
+    engine.compute()
+    assert read == [len(more)]
