@@ -13,9 +13,9 @@ Folded exactly as live: `fold_service` of each service's `Folder` (`AdmissionFol
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from events import CYCLE_DECISION_TYPES, PACKABLE, DecodeError, Envelope, decode_all, read_pack
+from events import CYCLE_DECISION_TYPES, PACKABLE, DecodeError, Envelope, decode_all, encode, read_pack
 from events.codec import pack_parts
 from events.subjects import PREFIX
 from services.admission.domain.state import SERVICE as ADMISSION
@@ -38,7 +38,9 @@ from services.tools.replay.decoding import (
     records_decisions,
     step_message,
 )
+from services.tools.replay.entitlements import CURRENT, version_of
 from services.tools.replay.shared import SharedFolds
+from services.tools.replay.unread import Unread
 
 FOLDED = (ADMISSION, PREEMPTION)  # the services whose folds a `Derivation` runs
 admission_wants = subject_filter(tuple(ADMISSION_SUBJECTS))  # (preemption's are the same)
@@ -53,15 +55,18 @@ def shares(*, tree: str | None, to_seq: int | None, snapshots: Iterable[Snapshot
 
 @dataclass(frozen=True, slots=True)
 class Derived:
-    """What `Derivation.feed` made of a piece: the decisions, in the order made; the positions of
-    the messages it decoded that record an event of a decision type; the events and the
-    malformed messages among those it decoded (every message on admission's subjects)."""
+    """What `Derivation.feed` (or `feed_rows`) made of a piece: `made`, the decisions for the
+    verifier to compare, in the order made (with `feed_rows`, those whose record it did not take:
+    `unread.py`); `recording`, the positions of the messages it decoded that record an event of a
+    decision type and that it did not take as its decisions' records; the events and the malformed
+    messages among those it read (every message on admission's subjects); `matched`, the records
+    it took as its decisions', by type (each one recorded, re-derived and matched)."""
 
-    decisions: list[Envelope]
+    made: list[Made]
     recording: frozenset[int]
     events: int
     malformed: int
-    made: list[Made] | None = None  # `Made` of each decision (`feed_rows`)
+    matched: dict[str, int] = field(default_factory=dict)
 
 
 class Derivation:
@@ -79,8 +84,11 @@ class Derivation:
         self.position = 0  # the last position fed (`feed`)
         self._preemption_wants = subject_filter(tuple(PREEMPTION_SUBJECTS))
         self._kinds: dict[str, int] = {}  # subject -> what it is to `feed_rows` (a log has few subjects)
-        self._known: dict[bytes, Envelope] = {}  # decisions made here by their bytes (`_recall`)
-        self._known_before: dict[bytes, Envelope] = {}
+        self.unread = Unread()  # `feed_rows`: its decisions whose record it has not read yet
+        # `feed_rows` takes a record as its decision's when the bytes are the same (`unread.py`),
+        # until it reads an entitlement computation written before v3: those are compared by the
+        # maps they fold to, which the verifier follows from there on (verify.py, entitlements.py)
+        self.claiming = True
 
     def _start_from(self, snapshot: Snapshot) -> None:
         """A service's fold from its snapshot (`services/common/snapshots.py`: what its folder's
@@ -133,29 +141,33 @@ class Derivation:
                     recording.append(stored.seq)
         decisions = self.fold(piece, decoded, self.position)
         self.position = piece[-1].seq
-        return Derived(decisions, frozenset(recording), events, malformed)
+        return Derived(list(map(Made.of, decisions)), frozenset(recording), events, malformed)
 
     def feed_rows(self, rows: Sequence[tuple[int, str, bytes]]) -> Derived:
         """`feed` of messages given as (seq, subject, data), for the shared fold of the whole log
         (`shared`, no `to_seq`): what `feed` and `fold_service` do over the piece, in one pass
         (each message decoded and folded in turn, its subject looked at once), for the work a
-        replay's child process does on most of the log. The same decisions, in the same order
-        (admission's as its steps make them, then preemption's), the same counts, and each
-        decision's `Made` (`Derived.made`).
+        replay's child process does on most of the log: the same decisions, counts and flags,
+        except what it compares itself.
 
-        A message recording decisions this fold made itself, byte for byte (`_recall`: admission's
-        own decisions read back, most of them a cycle's, which its fold passes over, or a
-        `GangFinished`), is not decoded: its events are the envelopes made, equal to what decoding
-        its bytes gives."""
+        A decision's record is compared here (`unread.py`): a message whose every event is a
+        decision this fold made and has not read yet, byte for byte, records them as re-derived
+        (`matched`; neither goes to the verifier). Of the types in `_RECALLED` such a message is
+        not even decoded: its events are the envelopes made, equal to what decoding its bytes
+        gives. The decisions still unread a piece after the one they were made in go to the
+        verifier (`made`), and the rest at the end (`rest`)."""
         shared = self.shared
         if shared is None or self.to_seq is not None:
             return self.feed([Stored(seq, subject, data, None) for seq, subject, data in rows])
         position = self.position
         kinds = self._kinds
         decisions = DECISION_TYPES
-        recall, step = self._recall, shared.step
-        out: list[Envelope] = []
+        unread = self.unread
+        current, before = unread.current, unread.before
+        step = shared.step
+        out: list[Envelope] = []  # one message's decisions
         made: list[Made] = []
+        matched: dict[str, int] = {}
         recording: list[int] = []
         events = malformed = 0
         last = position
@@ -168,7 +180,23 @@ class Derivation:
                 kind = kinds[subject] = _subject_kind(subject, shared)
             if not kind & _FOLDS:
                 continue
-            envelopes = recall(data) if kind & _DECIDED else None
+            envelopes: list[Envelope] | None = None
+            taken: list[Envelope] | None = None  # the decisions made here that it records, every one
+            keys: list[bytes] = []
+            if kind & _DECIDED and self.claiming:
+                if data[:1] != b"[":
+                    found = current.get(data)
+                    if found is None:
+                        found = before.get(data)
+                    if found is not None:
+                        keys, taken = [data], [found]
+                        if found.event.type in _RECALLED:
+                            envelopes = taken
+                else:
+                    keys = pack_parts(data)
+                    taken = _all_found(unread, keys)
+                    if taken is not None and all(e.event.type in _PACK_RECALLED for e in taken):
+                        envelopes = taken
             if envelopes is None:
                 try:  # (`decode_all`, its calls spared for a message of one event: most of a log)
                     envelopes = [read_one(data)] if data[:1] == b"{" else decode_all(data, read_one, read_pack)
@@ -177,80 +205,89 @@ class Derivation:
                     if kind & _OWNS:
                         out.append(rejection_of_malformed(ADMISSION, Stored(seq, subject, data, None), error,
                                                           shared.now))
-                        self._made(out, len(out) - 1, made)
+                        self._keep(out, made)
                     continue
             events += len(envelopes)
-            for envelope in envelopes:
-                if envelope.event.type in decisions:
-                    recording.append(seq)
-                    break
-            before = len(out)
+            if taken is not None:  # (decoded, when it had to be: its bytes read as they do elsewhere)
+                take = unread.take
+                for key, envelope in zip(keys, taken, strict=True):
+                    take(key)
+                    name = envelope.event.type
+                    matched[name] = matched.get(name, 0) + 1
+            else:
+                for envelope in envelopes:
+                    if envelope.event.type in decisions:
+                        recording.append(seq)
+                        if self.claiming and _OLD_COMPUTATION in data and version_of(data) < CURRENT:
+                            self.claiming = False
+                            made += map(Made.of, unread.all())
+                        break
             if len(envelopes) == 1:  # (`step_message` of one event, without its call and loop)
-                try:
-                    found = step(envelopes[0], seq, 0, True)
-                except Exception as error:
-                    found = [rejection_of_fault(ADMISSION, envelopes[0], seq, 0, error, shared.now)]
-                if found:
-                    out += found
+                envelope = envelopes[0]
+                if envelope.source != ADMISSION or envelope.event.type not in CYCLE_DECISION_TYPES:  # (`step`: [])
+                    try:
+                        found_ = step(envelope, seq, 0, True)
+                    except Exception as error:
+                        found_ = [rejection_of_fault(ADMISSION, envelope, seq, 0, error, shared.now)]
+                    if found_:
+                        out += found_
             else:
                 step_message(shared, envelopes, seq, out)
-            if len(out) > before:
-                self._made(out, before, made)
+            if shared.preempted:
+                out += shared.take()
+            if out:
+                self._keep(out, made)
         if last == position:
-            return Derived([], frozenset(), 0, 0, [])
+            return Derived([], frozenset(), 0, 0)
         self.position = last
-        before = len(out)
-        out += shared.take()
-        self._made(out, before, made)
-        return Derived(out, frozenset(recording), events, malformed, made)
+        made += map(Made.of, unread.stale())
+        return Derived(made, frozenset(recording), events, malformed, matched)
 
-    def _made(self, out: list[Envelope], start: int, made: list[Made]) -> None:
-        """`Made` of the decisions `out[start:]`, added to `made`; those of `_RECALLED` types kept
-        by their bytes for `_recall` (the last `_REMEMBERED` or more)."""
-        known = self._known
-        for envelope in out[start:]:
-            decision = Made.of(envelope)
-            made.append(decision)
-            if decision.type in _RECALLED:
-                known[decision.data] = envelope
-        if len(known) >= _REMEMBERED:
-            self._known_before, self._known = known, {}
+    def _keep(self, out: list[Envelope], made: list[Made]) -> None:
+        """One message's decisions (`out`, emptied) kept unread by their bytes (`unread.py`); to
+        the verifier at once (`made`) those it cannot take a record of here: a refusal (recorded
+        on `poolwise.rejected.*`, which this fold does not read), and every decision of a message
+        that made an id twice (the verifier reports the repeat)."""
+        if not self.claiming or (len(out) > 1 and len({e.id for e in out}) < len(out)):
+            made += map(Made.of, out)
+        else:
+            current = self.unread.current
+            for envelope in out:
+                if envelope.event.type == "InputRejected":
+                    made.append(Made.of(envelope))
+                else:
+                    current[encode(envelope)] = envelope
+        out.clear()
 
-    def _recall(self, data: bytes) -> list[Envelope] | None:
-        """The events of a message whose every event this fold made, with these very bytes (a
-        pack: as `encode_pack` joins them, of packable types): the envelopes made, as decoding
-        would give them (the same values; only the fold reads them, and it reads a cycle's
-        decisions for their type and source alone). None: to be decoded."""
-        known, before = self._known, self._known_before
-        if data[:1] != b"[":
-            found = known.get(data)
-            if found is None:
-                found = before.get(data)
-            return None if found is None else [found]
-        out: list[Envelope] = []
-        for part in pack_parts(data):
-            found = known.get(part)
-            if found is None:
-                found = before.get(part)
-            if found is None or found.event.type not in PACKABLE:
-                return None
-            out.append(found)
-        return out
+    def rest(self) -> list[Made]:
+        """The decisions still unread at the end (`feed_rows`): the verifier compares them."""
+        return list(map(Made.of, self.unread.all()))
+
+
+def _all_found(unread: Unread, parts: list[bytes]) -> list[Envelope] | None:
+    """The decisions made here whose bytes the parts of a pack are, every one (each once), or None."""
+    out: list[Envelope] = []
+    for part in parts:
+        found = unread.get(part)
+        if found is None:
+            return None
+        out.append(found)
+    return out if len(set(parts)) == len(parts) else None
 
 
 # What a subject is to `Derivation.feed_rows`: folded (one of admission's), owned (a malformed
-# message there is refused), decided (admission's or preemption's decisions: maybe made here,
-# `_recall`)
+# message there is refused), decided (admission's or preemption's decisions: maybe made here)
 _FOLDS, _OWNS, _DECIDED = 1, 2, 4
 _DECISION_SUBJECT = f"{PREFIX}.decision."
 
-# The decisions `_recall` finds by their bytes: an admission cycle's (its fold passes over them),
-# `GangFinished` (one per gang) and preemption's `CycleCompleted` (of strings and integers, which
-# decoding gives back equal), all made by validating, or by `services/admission/domain/trusted.py`
-# from valid values (decoding their bytes would not refuse them); kept for `_REMEMBERED` decisions
-# or more (a decision lands soon after its basis)
+# The decisions whose record `feed_rows` folds as the envelope it made rather than decoded: an
+# admission cycle's (its fold passes over them), `GangFinished` (one per gang) and preemption's
+# `CycleCompleted` (of strings and integers, which decoding gives back equal), all made by
+# validating, or by `services/admission/domain/trusted.py` from valid values (decoding their bytes
+# would not refuse them); in a pack, only those that may be packed (else the pack is malformed)
 _RECALLED = CYCLE_DECISION_TYPES | {"GangFinished"}
-_REMEMBERED = 4096
+_PACK_RECALLED = _RECALLED & PACKABLE
+_OLD_COMPUTATION = b'"type":"EntitlementsComputed","version":'  # (`version_of` then says which)
 
 
 def _subject_kind(subject: str, shared: SharedFolds) -> int:

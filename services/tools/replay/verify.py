@@ -80,282 +80,37 @@ key fields of its event: `about`), and a `differs` the fields that differ. Pure:
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, cast
 
-from events import (
-    DecodeError,
-    EntitlementsComputed,
-    Envelope,
-    InputRejected,
-    decode,
-    decode_all,
-    derived_id,
-    encode,
-    read_envelope,
-    read_pack,
-)
+from events import DecodeError, EntitlementsComputed, Envelope, decode, decode_all, derived_id, read_envelope, read_pack
 from events.codec import pack_parts
-from events.commands import COMMANDS
-from events.subjects import PREFIX
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.common.folding import gc_paused
 from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
-from services.tools.replay.decoding import DECISION_TYPES, IGNORED_ENVELOPE_FIELDS, Decoded, Made
+from services.tools.replay.decoding import DECISION_TYPES, Decoded, Made
 from services.tools.replay.derive import Derivation, admission_wants, shares
+from services.tools.replay.describe import about, differences, wire
 from services.tools.replay.entitlements import CURRENT, TreeMaps, version_of
 from services.tools.replay.entitlements import differences as map_differences
-from services.tree.domain.decide import Refused
+from services.tools.replay.refusals import (
+    REFUSAL_SUBJECTS,
+    TREE,
+    Refusal,
+    command_refusals,
+    is_command_refusal,
+    judge_again,
+)
+from services.tools.replay.report import Finding, Kind, Report, TypeCount
 from services.tree.domain.used_ids import UsedIds
 
-if TYPE_CHECKING:
-    from services.tree.service import TreeView
-
-__all__ = ["DECISION_TYPES", "Elsewhere", "Finding", "Made", "Report", "TypeCount", "Verifier", "verify"]
-REFUSAL_SUBJECTS: tuple[str, ...] = (f"{PREFIX}.rejected.*",)  # where the tree records refused commands
-
-Kind = Literal["differs", "unexpected", "missing", "duplicate"]
-# The tree service's name (`services.tree.service.SERVICE`). That module is imported where the
-# tree is folded or judged, not here: it brings the projections (DuckDB, pyarrow), which the
-# replay's child process, importing this package, never uses.
-TREE = "tree"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One decision where the log and the re-derivation disagree."""
-
-    kind: Kind
-    id: str
-    type: str
-    source: str
-    seq: int | None  # where the log has it (None: missing)
-    basis: int | None
-    detail: str = ""
-    recorded: dict[str, Any] | None = None
-    derived: dict[str, Any] | None = None
-    about: str = ""  # the key fields of the decision's event (`about`)
-
-    def line(self) -> str:
-        where = f"seq {self.seq}" if self.seq is not None else "not in the log"
-        text = f"{self.kind:<10} {self.id}  {self.type} by {self.source}, {where}, basis {self.basis}"
-        if self.about:
-            text += f" [{self.about}]"
-        return f"{text}: {self.detail}" if self.detail else text
-
-
-@dataclass(slots=True)
-class TypeCount:
-    recorded: int = 0
-    derived: int = 0
-    matched: int = 0
-
-
-@dataclass(slots=True)
-class Report:
-    messages: int = 0
-    malformed: int = 0
-    counts: dict[str, TypeCount] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
-    events: int = 0  # events in the messages folded (a pack holds many)
-    last_seq: int = 0  # the last position folded
-    read_to: int = 0  # the last position read (past `to_seq`: looking for decisions in flight there)
-    to_seq: int | None = None
-    tree: str | None = None
-    from_seq: int | None = None  # `--from`: the position asked for
-    starts: dict[str, int] = field(default_factory=dict)  # `--from`: service -> its snapshot's position (0: none)
-    passed_over: list[str] = field(default_factory=list)  # `--from`: snapshots not used, and why
-    unchecked: int = 0  # `--from`: decisions read whose basis is before their service's start
-    shared: bool = False  # admission's state was folded once for both services (`shared.py`)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def count(self, event_type: str) -> TypeCount:
-        found = self.counts.get(event_type)  # (not `setdefault`: it made a TypeCount per call, a few per decision)
-        if found is None:
-            found = self.counts[event_type] = TypeCount()
-        return found
-
-    def ids(self, kind: Kind | None = None) -> set[str]:
-        return {f.id for f in self.findings if kind is None or f.kind == kind}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "messages": self.messages,
-            "events": self.events,
-            "malformed": self.malformed,
-            "scope": {"tree": self.tree, "to_seq": self.to_seq, "last_seq": self.last_seq, "read_to": self.read_to,
-                      "from_seq": self.from_seq, "snapshots": dict(self.starts), "passed_over": list(self.passed_over),
-                      "unchecked": self.unchecked},
-            "counts": {t: {"recorded": c.recorded, "rederived": c.derived, "matched": c.matched}
-                       for t, c in sorted(self.counts.items())},
-            "findings": [{"kind": f.kind, "id": f.id, "type": f.type, "source": f.source, "seq": f.seq,
-                          "basis": f.basis, "about": f.about, "detail": f.detail, "recorded": f.recorded,
-                          "rederived": f.derived}
-                         for f in self.findings],
-        }
-
-
-def wire(envelope: Envelope) -> dict[str, Any]:
-    """The envelope as compared: as encoded on the wire (numbers as rounded there), minus what is ignored."""
-    data: dict[str, Any] = json.loads(encode(envelope))
-    for name in IGNORED_ENVELOPE_FIELDS:
-        data.pop(name, None)
-    return data
-
-
-def differences(recorded: Any, derived: Any, path: str = "", limit: int = 5) -> list[str]:
-    """Where two JSON values differ, as `path: recorded != re-derived` (at most `limit`)."""
-    if isinstance(recorded, dict) and isinstance(derived, dict):
-        out: list[str] = []
-        for key in sorted(set(recorded) | set(derived)):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in derived:
-                out.append(f"{sub}: {_short(recorded[key])} recorded, absent re-derived")
-            elif key not in recorded:
-                out.append(f"{sub}: absent recorded, {_short(derived[key])} re-derived")
-            else:
-                out.extend(differences(recorded[key], derived[key], sub, limit - len(out)))
-            if len(out) >= limit:
-                return out[:limit]
-        return out
-    if isinstance(recorded, list) and isinstance(derived, list) and len(recorded) == len(derived):
-        out = []
-        for i, (a, b) in enumerate(zip(recorded, derived, strict=True)):
-            out.extend(differences(a, b, f"{path}[{i}]", limit - len(out)))
-            if len(out) >= limit:
-                return out[:limit]
-        return out
-    if recorded == derived:
-        return []
-    return [f"{path or '(value)'}: {_short(recorded)} recorded != {_short(derived)} re-derived"]
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-# --- what a decision is about -----------------------------------------------------------------------
-
-ABOUT_LIMIT = 240  # characters of a finding's `about`
-_TEXT = 48  # characters of one string field
-_ITEMS = 3  # items of a list shown (then `…`)
-
-
-def about(wired: dict[str, Any] | None) -> str:
-    """The key fields of a decision's event, generically from its fields in declaration order
-    (`tree=default gang=g2 pool=/p queue=pending tasks=[2: g2/0, g2/1] attempt=1`): scalars as they
-    are (long texts cut), lists as their length and first items (an item with an `id` or a `path`
-    by it), mappings as `{k: v}`; `type` and `version` left out (the finding names the type)."""
-    event = (wired or {}).get("event")
-    if not isinstance(event, dict):
-        return ""
-    parts: list[str] = []
-    for name, value in event.items():
-        if name in ("type", "version") or value is None or value == [] or value == {}:
-            continue
-        parts.append(f"{name}={_brief(value)}")
-    text = " ".join(parts)
-    return text if len(text) <= ABOUT_LIMIT else text[:ABOUT_LIMIT - 1] + "…"
-
-
-def _brief(value: Any, depth: int = 0) -> str:
-    if isinstance(value, str):
-        text = value if len(value) <= _TEXT else value[:_TEXT - 1] + "…"
-        return text if text and " " not in text and "=" not in text else json.dumps(text, ensure_ascii=False)
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list):
-        items = [_item(v, depth) for v in value[:_ITEMS]]
-        more = ", …" if len(value) > _ITEMS else ""
-        return f"[{len(value)}: {', '.join(items)}{more}]"
-    if isinstance(value, dict):
-        if depth:
-            return "{…}"
-        items = [f"{k}: {_brief(v, depth + 1)}" for k, v in list(value.items())[:_ITEMS]]
-        more = ", …" if len(value) > _ITEMS else ""
-        return "{" + ", ".join(items) + more + "}"
-    return json.dumps(value)
-
-
-def _item(value: Any, depth: int) -> str:
-    if isinstance(value, dict):
-        for key in ("id", "path", "gang", "task", "name"):
-            if isinstance(value.get(key), str):
-                return _brief(value[key], depth + 1)
-    return _brief(value, depth + 1)
-
-
-# --- the tree's refusals of commands ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A recorded refusal of a command, to judge again at its basis."""
-
-    seq: int
-    envelope: Envelope
-
-
-def _is_command_refusal(envelope: Envelope) -> bool:
-    event = envelope.event
-    return envelope.source == TREE and isinstance(event, InputRejected) and event.input_seq is None
-
-
-_on_refusal_subject = subject_filter(REFUSAL_SUBJECTS)
-
-
-def command_refusals(messages: Iterable[Stored]) -> list[Refusal]:
-    """The recorded refusals of commands among `messages` (those on `REFUSAL_SUBJECTS`)."""
-    out: list[Refusal] = []
-    for stored in messages:
-        if not _on_refusal_subject(stored.subject):
-            continue
-        try:
-            envelopes = decode_all(stored.data, read_envelope, read_pack)
-        except DecodeError:
-            continue
-        out.extend(Refusal(stored.seq, e) for e in envelopes if _is_command_refusal(e))
-    return out
-
-
-def _judge_again(view: TreeView, recorded: Envelope) -> Envelope | None:
-    """The record the tree would write for this refused input on `view` (None: it would not refuse)."""
-    from services.tree.service import INPUT_LIMIT, MODELS, judge, parse_command, rejection
-
-    event = recorded.event
-    assert isinstance(event, InputRejected)
-    basis = recorded.basis or 0
-    if event.input_type in COMMANDS:  # a request that was not a valid command
-        parsed = parse_command(event.input_type, event.input)
-        if not isinstance(parsed, Refused):
-            return None
-        if len(event.input) >= INPUT_LIMIT:  # recorded truncated: the reason is taken as recorded
-            parsed = Refused(event.ref, event.rule, event.reason, event.field, event.tree)
-        return rejection(parsed, event.input_type, event.input, basis, view.now)
-    model = MODELS.get(event.input_type)
-    if model is None:
-        parsed = parse_command(event.input_type, event.input)  # an unknown op: refused by parsing
-        return rejection(parsed, event.input_type, event.input, basis, view.now) \
-            if isinstance(parsed, Refused) else None
-    try:
-        command = model.model_validate_json(event.input)
-    except ValueError:
-        return None
-    decision = judge(view.state, command)  # type: ignore[arg-type]
-    if not isinstance(decision, Refused):
-        return None
-    return rejection(decision, event.input_type, command.model_dump_json(), basis, view.now)
+__all__ = ["DECISION_TYPES", "REFUSAL_SUBJECTS", "TREE", "Elsewhere", "Finding", "Kind", "Made", "Refusal", "Report",
+           "TypeCount", "Verifier", "about", "command_refusals", "differences", "verify", "wire"]
 
 
 # --- matching -----------------------------------------------------------------------------------------
@@ -388,6 +143,9 @@ class _Record:
     raw: bytes
 
 
+_ADMISSION, _TREE = 1, 2  # a subject admission folds (the derivation decodes it), one the tree folds
+
+
 @dataclass(frozen=True, slots=True)
 class Elsewhere:
     """A piece's part a `Derivation` did in another process (`derive.Derived`, its decisions as
@@ -397,6 +155,7 @@ class Elsewhere:
     recording: frozenset[int]
     events: int
     malformed: int
+    matched: dict[str, int] = field(default_factory=dict)  # records the derivation took as its decisions', by type
 
 
 class Verifier:
@@ -454,6 +213,7 @@ class Verifier:
         self.computing: dict[tuple[str, str, int], list[_Record]] = {}  # (source, tree, basis) -> parts read
         self.shift: dict[tuple[str | None, int | None], int] = {}  # a cycle's parts recorded less re-derived
         self.position = min((self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)), default=0)
+        self._kinds: dict[str, int] = {}  # subject -> whose it is (`_ADMISSION`, `_TREE`): a log has few subjects
         self._finished = False
         for decision in pending:  # decided before a snapshot, not in the log then: as if re-derived
             self._derive(decision)
@@ -479,7 +239,7 @@ class Verifier:
         basis = envelope.basis
         if not start or basis is None:
             return False
-        if envelope.source == TREE and _is_command_refusal(envelope):
+        if envelope.source == TREE and is_command_refusal(envelope):
             return basis < start
         return basis <= start
 
@@ -520,6 +280,7 @@ class Verifier:
         report = self.report
         decoded = Decoded()
         put = decoded.put
+        compared: Sequence[Stored] = piece  # the messages whose records are compared here
         if elsewhere is None:
             for stored in piece:
                 result = put(stored)
@@ -530,16 +291,30 @@ class Verifier:
         else:  # the derivation decoded (and counted) every message on admission's subjects
             report.events += elsewhere.events
             report.malformed += elsewhere.malformed
-            recording, tree_wants = elsewhere.recording, self.tree_wants
+            for name, times in elsewhere.matched.items():  # (recorded, re-derived and matched there)
+                count = report.count(name)
+                count.recorded += times
+                count.derived += times
+                count.matched += times
+            recording, kinds = elsewhere.recording, self._kinds
+            compared = []
             for stored in piece:
                 subject = stored.subject
-                if not admission_wants(subject):
+                kind = kinds.get(subject)
+                if kind is None:
+                    kind = kinds[subject] = (_ADMISSION if admission_wants(subject) else 0) | \
+                        (_TREE if self.tree_wants(subject) else 0)
+                if not kind & _ADMISSION:
                     result = put(stored)
                     if isinstance(result, DecodeError):
                         report.malformed += 1
                     else:
                         report.events += len(result)
-                elif stored.seq in recording or tree_wants(subject):
+                    compared.append(stored)
+                elif stored.seq in recording:
+                    put(stored)
+                    compared.append(stored)
+                elif kind & _TREE:
                     put(stored)
         report.messages += len(piece)
         after = self.position
@@ -553,7 +328,7 @@ class Verifier:
         self._fold_tree(piece, decoded)
         # 2. compare what the piece records
         found = decoded.found
-        for stored in piece:
+        for stored in compared:
             envelopes = found.get(id(stored.data))
             if envelopes is None or isinstance(envelopes, DecodeError):
                 continue
@@ -594,7 +369,7 @@ class Verifier:
         """Judge the refusals based before `limit` (None: all that are left)."""
         refusals = self.refusals
         while self.judged < len(refusals) and (limit is None or (refusals[self.judged].envelope.basis or 0) < limit):
-            again = _judge_again(self.view, refusals[self.judged].envelope)
+            again = judge_again(self.view, refusals[self.judged].envelope)
             self.judged += 1
             if again is not None:
                 self._derive(again)

@@ -6,11 +6,14 @@ is verifying: in one process they share one core (the GIL), in two they take one
 of admission's and preemption's states is most of a replay's work (about two thirds of the
 verifier's CPU on the 100k-gang soak log), so it runs in the child (`Derivation`, derive.py:
 `spawn`, nothing of the parent's event loop or threads is inherited), which decodes the messages
-on their subjects, folds them and sends back each piece's decisions (as `Made`: id, keys and the
-bytes the service would write), which of those messages record decisions, and the counts. The
-parent reads, decodes only the messages the tree folds, those that record decisions and those on
-no subject of admission's, folds the tree, judges the refusals and compares
-(`Verifier(derived_elsewhere=True)`): the same report as one process makes.
+on their subjects, folds them and compares the records of its decisions where it reads them
+(`unread.py`: a record with the very bytes of a decision it made is matched there, and only
+counted back), and sends back each piece's other decisions (as `Made`: id, keys and the bytes the
+service would write), which of its messages record decisions it did not take, and the counts. The
+parent reads, decodes only the messages the tree folds, those that record decisions the child did
+not take and those on no subject of admission's, folds the tree, judges the refusals and compares
+(`Verifier(derived_elsewhere=True)`): the same report as one process makes (a log with findings is
+verified again without the shared fold, reader.py: its report is always that one's).
 
 The pieces go one ahead: the child folds piece k+1 while the parent verifies piece k with the
 child's decisions of it (the verifier takes a piece's decisions before its records, as when it
@@ -35,7 +38,7 @@ from services.common import id_runs
 from services.common.folding import gc_paused
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import Snapshot, pickled_naming_files, split_pickled, unpickled_from_files
-from services.tools.replay.derive import Derivation
+from services.tools.replay.derive import Derivation, Derived
 from services.tools.replay.progress import Progress
 from services.tools.replay.verify import Elsewhere, Made, Report, Verifier
 from services.tree.domain import used_ids
@@ -51,11 +54,11 @@ def _rows(piece: Sequence[Stored]) -> list[Row]:
 
 def child(inbox: Connection, outbox: Connection) -> None:
     """The child's whole life: ("start", tree, to_seq, snapshots, source, shared, runs), then
-    ("piece", rows)..., then ("finish",). Answers ("made", made rows, recording, events,
-    malformed) per piece, or ("error", text). `runs`: the directory its id record's runs are kept
-    in (None: in memory; the parent removes it, whatever becomes of the child). `source`: the
-    parent's directory of run files, which the snapshots (pickled naming them: `_started`) are
-    read from (None: they came whole)."""
+    ("piece", rows)..., then ("finish",). Answers each piece, and the finish, with its work
+    (`answer`), or ("error", text). `runs`: the directory its id record's runs are kept in (None:
+    in memory; the parent removes it, whatever becomes of the child). `source`: the parent's
+    directory of run files, which the snapshots (pickled naming them: `_started`) are read from
+    (None: they came whole)."""
     try:
         _, tree, to_seq, snapshots, source, shared, runs = inbox.recv()
         if runs is not None:
@@ -67,16 +70,30 @@ def child(inbox: Connection, outbox: Connection) -> None:
         while True:
             message = inbox.recv()
             if message[0] != "piece":
+                if message[0] == "finish":
+                    outbox.send(answer(Derived(derivation.rest(), frozenset(), 0, 0)))
                 return
             with gc_paused():
                 derived = derivation.feed_rows(message[1])
-                made = derived.made if derived.made is not None else list(map(Made.of, derived.decisions))
-                rows = [tuple(m) for m in made]  # (plain tuples: pickled smaller)
-            outbox.send(("made", rows, derived.recording, derived.events, derived.malformed))
+                sent = answer(derived)
+            outbox.send(sent)
     except EOFError:  # the parent went away
         return
     except BaseException:
         outbox.send(("error", traceback.format_exc()))
+
+
+def answer(derived: Derived) -> tuple[Any, ...]:
+    """A piece's work as sent: ("made", made rows, recording, events, malformed, matched), each
+    `Made` a plain tuple (pickled smaller)."""
+    return ("made", [tuple(m) for m in derived.made], derived.recording, derived.events, derived.malformed,
+            derived.matched)
+
+
+def elsewhere(answered: tuple[Any, ...]) -> Elsewhere:
+    """`answer` as the verifier takes it."""
+    _, rows, recording, events, malformed, matched = answered
+    return Elsewhere(list(map(Made._make, rows)), recording, events, malformed, matched)
 
 
 class ChildFailed(Exception):
@@ -122,8 +139,7 @@ class _Child:
             raise self.ended() from None
         if kind == "error":
             raise ChildFailed(rest[0])
-        rows, recording, events, malformed = rest
-        return Elsewhere(list(map(Made._make, rows)), recording, events, malformed)
+        return elsewhere((kind, *rest))
 
 
 def _started(tree: str | None, to_seq: int | None, snapshots: list[Snapshot], shared: bool,
@@ -207,8 +223,10 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
                     if verifier.done:  # with `to_seq`: nothing further can change the report
                         break
                 tg.cancel_scope.cancel()  # (before the stream closes: the sender is cancelled, not broken)
-        if not verifier.done:
+        if not verifier.done:  # (the decisions whose record the child did not read: compared here)
             await anyio.to_thread.run_sync(worker.send, ("finish",))
+            for made in (await anyio.to_thread.run_sync(worker.take)).made:
+                verifier.add_made(made)
         report = verifier.finish()
         if on_progress is not None:
             on_progress(Progress(min(report.read_to, stop), stop, report.messages, report.events,
