@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -244,12 +244,11 @@ class JetStreamLog:
         try:
             await puller.start()
             while True:
-                for item in await puller.take(self.read_window):
-                    if item.stored.seq > end:
-                        return
-                    out.append(item.stored)
-                    if item.stored.seq == end:
-                        return
+                taken = await puller.take(self.read_window)
+                if taken[-1].seq >= end:  # (in order of stream sequence: what lies past `end` is left)
+                    out += taken[:bisect_right([item.seq for item in taken], end)]
+                    return
+                out += taken
                 if puller.pending == 0 and not puller.items:
                     return
         finally:
@@ -289,10 +288,10 @@ class JetStreamLog:
                 await puller.start()
                 while True:
                     items = await puller.take(max_batch)
-                    await handler([item.stored for item in items])
-                    position = items[-1].stored.seq
+                    await handler(items)
+                    position = items[-1].seq
                     with contextlib.suppress(OutboundBufferLimitError):  # reconnecting, its buffer full:
-                        await self.nc.publish(items[-1].reply, b"")  # the consumer is made again at `position`
+                        await self.nc.publish(puller.reply, b"")  # the consumer is made again at `position`
                     if linger and len(items) < max_batch:
                         await asyncio.sleep(linger)
             except ConsumerLost as exc:
@@ -300,7 +299,7 @@ class JetStreamLog:
                     raise OutOfOrderDelivery(
                         f"consumer {durable}: stream sequence {exc.behind} was delivered after {position} had been "
                         "handled") from exc
-                # a reconnect always makes the consumer again (`Puller._on_data`): only losses
+                # a reconnect always makes the consumer again (`Puller._on_run`): only losses
                 # without progress on a steady connection count towards giving up (a quiet consumer
                 # would otherwise end at its tenth network blip, however far apart)
                 if position > before:

@@ -15,11 +15,22 @@ both the same bytes in random pieces). It keeps nats-py's state attributes (`buf
 `needed`, `header_needed`, `msg_arg`) and `reset()`, which the client calls on a reconnect: a
 reset while a handler runs (the buffer replaced) ends the parse, as nats-py's loop ends on its
 emptied buffer.
+
+Runs (`runs`, keyed by a subscription's id as the server writes it): the stream messages of a
+pull consumer's inbox come in long runs, each the same `HMSG <subject> <sid> <reply> <h> <n>`.
+For a subscription registered there, each run of its messages whole in what arrived goes to its
+handler as one list of (subject, reply, headers, payload), synchronously, with the client's
+message counts (`stats`) kept as `_process_msg` keeps them: no coroutine per message and no
+second look at the line (a replay's parent read 500k messages; the awaits and lookups of the
+per-message path were a third of its reading). The handler may give back an awaitable, awaited
+before the parse goes on (a pull request to send). Anything else, and a message cut by the end
+of what arrived, takes the usual path (`_process_msg`), in order.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 
 from nats.errors import ProtocolError
 from nats.protocol.parser import (
@@ -35,15 +46,30 @@ from nats.protocol.parser import (
 )
 
 _CRLF = b"\r\n"
+_HMSG = b"HMSG "
+
+Raw = tuple[bytes, bytes, bytes, bytes]  # subject, reply, headers, payload
+RunHandler = Callable[[list[Raw]], Awaitable[None] | None]
 
 
 class FastParser(Parser):
+    def __init__(self, nc: object = None) -> None:
+        super().__init__(nc)
+        # sid (as the server writes it) -> (sid, handler): see the module's doc, "Runs"
+        self.runs: dict[bytes, tuple[int, RunHandler]] = {}
+
+    def add_run(self, sid: int, handler: RunHandler) -> None:
+        self.runs[str(sid).encode()] = (sid, handler)
+
+    def remove_run(self, sid: int) -> None:
+        self.runs.pop(str(sid).encode(), None)
+
     async def parse(self, data: bytes = b"") -> None:
         buf = self.buf
         if buf:
             buf += data
             data = bytes(buf)
-        pos, size, nc = 0, len(data), self.nc
+        pos, size, nc, runs = 0, len(data), self.nc, self.runs
         try:
             while pos < size:
                 if self.state == AWAITING_MSG_PAYLOAD:
@@ -64,6 +90,22 @@ class FastParser(Parser):
                 if eol < 0:
                     break  # the rest of the line is still to come
                 if data.startswith(b"HMSG", pos) or data.startswith(b"MSG", pos):
+                    if runs and data.startswith(_HMSG, pos):
+                        parts = data[pos + 5:eol].split(b" ")
+                        run = runs.get(parts[1]) if len(parts) == 5 else None
+                        if run is not None and run[0] in nc._subs:
+                            batch, after, size_of = self._run(data, pos, eol, parts)
+                            if batch:
+                                pos = after
+                                stats = nc.stats
+                                stats["in_msgs"] += len(batch)
+                                stats["in_bytes"] += size_of
+                                later = run[1](batch)
+                                if later is not None:
+                                    await later
+                                    if self.buf is not buf:
+                                        return
+                                continue
                     self._message_line(data[pos:eol])
                     pos = eol + 2
                     continue
@@ -75,6 +117,35 @@ class FastParser(Parser):
         finally:
             if self.buf is buf:
                 buf[:] = data[pos:]
+
+    @staticmethod
+    def _run(data: bytes, pos: int, eol: int, parts: list[bytes]) -> tuple[list[Raw], int, int]:
+        """The messages whole in `data` from `pos` (an `HMSG` line with a reply, split: `parts`)
+        on, for as long as they are the same subscription's: (subject, reply, headers, payload)
+        each, where the next operation begins, and their payloads' bytes. Empty when the first
+        is not whole, or its line is not as the server writes it (the usual path takes it)."""
+        batch: list[Raw] = []
+        append = batch.append
+        sid, size, payloads = parts[1], len(data), 0
+        while True:
+            try:
+                split, start = int(parts[3]), eol + 2
+                end = start + int(parts[4])
+            except ValueError:
+                return batch, pos, payloads  # (the usual way refuses it, after what came before)
+            if end + 2 > size:
+                return batch, pos, payloads  # (this one is cut: it and the rest go the usual way)
+            append((parts[0], parts[2], data[start:start + split], data[start + split:end]))
+            payloads += end - start - split
+            pos = end + 2
+            if not data.startswith(_HMSG, pos):
+                return batch, pos, payloads
+            eol = data.find(_CRLF, pos)
+            if eol < 0:
+                return batch, pos, payloads
+            parts = data[pos + 5:eol].split(b" ")
+            if len(parts) != 5 or parts[1] != sid:
+                return batch, pos, payloads
 
     def _message_line(self, line: bytes) -> None:
         """`MSG <subject> <sid> [reply] <size>` or `HMSG <subject> <sid> [reply] <header size> <size>`."""

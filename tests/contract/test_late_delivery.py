@@ -1,7 +1,7 @@
 """A message that nats-server delivers for the first time after later ones is never dropped
 (JetStream only). Seen after a reconnect (an in-flight message came again after later ones, with
 consecutive consumer sequences); the puller used to skip it as a redelivery whenever no reconnect
-came first. Here the delivery order is swapped in the client: the puller's `_on_data` holds back
+came first. Here the delivery order is swapped in the client: the puller's `_on_run` holds back
 one message and passes it on after the next one, as the server would have.
 
 - still buffered when the late one comes (the usual case: one pull batch): the consumer is made
@@ -40,46 +40,54 @@ class Swap:
     """Holds back the first delivery of stream sequence `late` and passes it on right after the
     delivery of `late + 1` (or, with `by_hand`, when `release()` is called), with consumer
     sequences following the order of delivery, as the server numbers what it sends: the messages
-    after it come with theirs one lower, and it with the next one."""
+    after it come with theirs one lower, and it with the next one. It sits where the puller takes
+    its messages (`Puller._on_run`, runs of raw messages), one message at a time."""
 
     def __init__(self, late: int, by_hand: bool = False) -> None:
         self.late = late
         self.by_hand = by_hand
-        self.held: tuple[Any, list[str], tuple[Any, ...]] | None = None
+        self.held: tuple[Any, list[bytes], tuple[bytes, bytes, bytes]] | None = None
         self.swapped = 0
         self.last_cseq = 0
-        self.original: Callable[..., None] = jetstream_pull.Puller._on_data
+        self.original: Callable[..., Any] = jetstream_pull.Puller._on_run
 
-    def on_data(self, puller: Any, subject: str, reply: str, data: bytes, msg_id: str | None) -> None:
-        tokens = reply.split(".")  # $JS.ACK[.<domain>.<account>].<stream>.<consumer>.<delivered>.<sseq>.<cseq>...
+    def on_run(self, puller: Any, run: list[tuple[bytes, bytes, bytes, bytes]]) -> Any:
+        later = None
+        for subject, reply, headers, data in run:
+            later = self.on_data(puller, subject, reply, headers, data)
+        return later
+
+    def on_data(self, puller: Any, subject: bytes, reply: bytes, headers: bytes, data: bytes) -> Any:
+        tokens = reply.split(b".")  # $JS.ACK[.<domain>.<account>].<stream>.<consumer>.<delivered>.<sseq>.<cseq>...
         at = 5 if len(tokens) == 9 else 7
         sseq = int(tokens[at])
         if sseq == self.late and self.held is None and not self.swapped:
-            self.held = (puller, tokens, (subject, data, msg_id))
-            return
+            self.held = (puller, tokens, (subject, headers, data))
+            return None
         if self.held is not None:  # numbered as if the held one had not been sent yet
-            tokens[at + 1] = str(int(tokens[at + 1]) - 1)
+            tokens[at + 1] = str(int(tokens[at + 1]) - 1).encode()
         self.last_cseq = int(tokens[at + 1])
-        self.original(puller, subject, ".".join(tokens), data, msg_id)
+        later = self.original(puller, [(subject, b".".join(tokens), headers, data)])
         if sseq == self.late + 1 and not self.by_hand:
-            self.release()
+            later = self.release() or later
+        return later
 
-    def release(self) -> None:
-        if self.held is not None:
-            puller, tokens, (subject, data, msg_id) = self.held
-            self.held = None
-            self.swapped += 1
-            at = 5 if len(tokens) == 9 else 7
-            tokens[at + 1] = str(self.last_cseq + 1)
-            self.original(puller, subject, ".".join(tokens), data, msg_id)
+    def release(self) -> Any:
+        if self.held is None:
+            return None
+        puller, tokens, (subject, headers, data) = self.held
+        self.held = None
+        self.swapped += 1
+        at = 5 if len(tokens) == 9 else 7
+        tokens[at + 1] = str(self.last_cseq + 1).encode()
+        return self.original(puller, [(subject, b".".join(tokens), headers, data)])
 
 
 @pytest.fixture
 def swap(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int, bool], Swap]]:
     def make(late: int, by_hand: bool = False) -> Swap:
         made = Swap(late, by_hand)
-        monkeypatch.setattr(jetstream_pull.Puller, "_on_data",
-                            lambda puller, *args: made.on_data(puller, *args))
+        monkeypatch.setattr(jetstream_pull.Puller, "_on_run", lambda puller, run: made.on_run(puller, run))
         return made
 
     yield make
@@ -122,7 +130,9 @@ async def test_a_late_first_delivery_after_later_ones_were_handled_ends_the_cons
     async def handler(batch: Sequence[Stored]) -> None:
         seen.extend(s.seq for s in batch)
         if 6 in seen:
-            swapped.release()  # 5 comes now, after 6 was handled
+            later = swapped.release()  # 5 comes now, after 6 was handled
+            if later is not None:  # (the pull request it asks for)
+                await later
 
     with anyio.fail_after(SAFETY), pytest.raises(OutOfOrderDelivery, match="stream sequence 5 was delivered after"):
         await jetstream_log.consume("late", ["poolwise.>"], 0, handler, max_batch=1)

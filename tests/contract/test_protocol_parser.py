@@ -140,3 +140,59 @@ async def test_a_read_in_pieces_takes_no_message_past_each_piece(jetstream_log: 
     assert seqs == list(range(1, 5_001))
     # the messages of the log plus the API's answers (a consumer made and deleted per piece)
     assert jetstream_log.nc.stats["in_msgs"] - before <= 5_000 + 4 * 8
+
+
+class RunRecorder(Recorder):
+    """A client whose subscription 7 takes its messages in runs (`FastParser.add_run`), recorded
+    as the calls `_process_msg` would have had."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._subs = {7: object()}
+        self.stats = {"in_msgs": 0, "in_bytes": 0}
+        self.runs, self.run_msgs, self.run_bytes = 0, 0, 0
+
+    def on_run(self, run: list[tuple[bytes, bytes, bytes, bytes]]) -> None:
+        self.runs += 1
+        for subject, reply, headers, data in run:
+            self.calls.append(("msg", 7, subject, reply, data, headers))
+            self.run_msgs += 1
+            self.run_bytes += len(data)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("seed", range(10))
+async def test_runs_get_the_messages_nats_py_would_hand_out_in_the_same_order(seed: int) -> None:
+    rng = random.Random(seed)
+    traffic = _traffic(rng)
+    expected, rest, state = await _calls(Parser, [traffic])
+    for pieces in ([traffic], _pieces(traffic, rng)):
+        recorder = RunRecorder()
+        parser = FastParser(recorder)
+        parser.add_run(7, recorder.on_run)
+        for piece in pieces:
+            await parser.parse(piece)
+        assert (recorder.calls, bytes(parser.buf), parser.state) == (expected, rest, state)
+        assert recorder.runs > 0
+        # the runs' messages counted as `_process_msg` counts them (the others are its to count)
+        assert recorder.stats == {"in_msgs": recorder.run_msgs, "in_bytes": recorder.run_bytes}
+
+
+@pytest.mark.anyio
+async def test_a_run_ends_at_another_subscriptions_message_and_at_a_cut_one() -> None:
+    headers = b"NATS/1.0\r\nNats-Msg-Id: a\r\n\r\n"
+    one = _hmsg("s.a", 7, "$JS.ACK.S.c.1.1.1.0.2", headers, b"x")
+    two = _hmsg("s.b", 7, "$JS.ACK.S.c.1.2.2.0.1", headers, b"y")
+    other = _hmsg("s.c", 8, "$JS.ACK.S.d.1.1.1.0.0", headers, b"z")
+    recorder = RunRecorder()
+    parser = FastParser(recorder)
+    parser.add_run(7, recorder.on_run)
+    await parser.parse(one + other + two + two[:-3])
+    assert [c[2] for c in recorder.calls] == [b"s.a", b"s.c", b"s.b"]
+    assert (recorder.runs, recorder.stats["in_msgs"]) == (2, 2)
+    await parser.parse(two[-3:])  # the cut one, whole now: the usual way
+    assert [c[2] for c in recorder.calls] == [b"s.a", b"s.c", b"s.b", b"s.b"]
+    assert (recorder.runs, recorder.stats["in_msgs"]) == (2, 2)
+    parser.remove_run(7)
+    await parser.parse(one)
+    assert (recorder.runs, len(recorder.calls)) == (2, 5)
