@@ -169,10 +169,10 @@ async def test_runs_in_the_object_store_are_stored_once_fetched_and_deleted(
     import nats
     from nats.js.errors import NotFoundError
 
-    from services.common import snapshots
+    from services.common import snapshot_stores
     from services.common.snapshots import ObjectStoreSnapshots
 
-    monkeypatch.setattr(snapshots, "RUN_GRACE", 0.0)
+    monkeypatch.setattr(snapshot_stores, "RUN_GRACE", 0.0)
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     bucket = "poolwise_snapshots_id_runs_test"
@@ -190,7 +190,7 @@ async def test_runs_in_the_object_store_are_stored_once_fetched_and_deleted(
             keys = split_pickled(state)[0]
             await store.save("admission", seq, Snapshot.encode_pickled("admission", seq, "test", state),
                              runs_to_save(None, keys))
-            kept = [*kept, keys][-snapshots.KEEP:]
+            kept = [*kept, keys][-snapshot_stores.KEEP:]
             infos = await store._infos()
             runs = {str(i.name).rsplit(".", 1)[-1] for i in infos if ".id-runs." in str(i.name)}
             assert runs == {key for keys in kept for key in keys}
