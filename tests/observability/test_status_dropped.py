@@ -85,3 +85,26 @@ def test_a_stopped_tree_service_leaves_no_status() -> None:
 
     anyio.run(main, backend="asyncio")
     assert "tree" not in metrics.STATUS
+
+
+def test_a_stopped_standby_fold_leaves_no_status() -> None:
+    """A warm standby's fold (`Warm.follow`) stopped with its process: nothing holds it either."""
+    from services.common.folding import Warm
+
+    async def main() -> weakref.ref[AdmissionFolder]:
+        log = MemoryLog()
+        await log.append(inputs(0))
+        folder = AdmissionFolder()
+        warm = Warm(folder, SUBJECTS)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(warm.follow, log)
+            while warm.folded < await log.last_seq():
+                await anyio.sleep(0.01)
+            assert metrics.STATUS["admission"].folder is folder
+            tg.cancel_scope.cancel()
+        return weakref.ref(folder)
+
+    folder = anyio.run(main, backend="asyncio")
+    assert "admission" not in metrics.STATUS
+    gc.collect()
+    assert folder() is None
