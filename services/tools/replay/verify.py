@@ -43,7 +43,11 @@ decisions "in flight"), and each matched id in a `UsedIds` (to tell a second rec
 a second derivation, from a first: a 64-bit digest, so a collision, about n²/2⁶⁵, can only make a
 second record of a forged id read `duplicate` instead of `unexpected`; its runs in files during a
 replay, `reader.runs_on_disk`). So what `feed` holds is the services' folded state, the decisions
-in flight and the findings, never the log.
+in flight and the findings, never the log. With `derived_elsewhere` on the shared fold, the child
+matches the records of its own decisions where it reads them (`unread.py`): those are only
+counted here (`Elsewhere.matched`), their ids not kept; a second record of one is then held as
+recorded and never re-derived here, so it is reported (`unexpected`), and the reader verifies the
+log again without the shared fold, whose report says `duplicate` as before.
 
 Scope (both optional; the fold is always of everything up to where it stops):
 
