@@ -454,6 +454,21 @@ class Pickling:
         self._closing()
 
 
+def read_whole(fd: int) -> bytes:
+    """All of the file `fd` from its start: `pread` may return fewer bytes than asked (Linux gives
+    at most 0x7ffff000 per call, and POSIX allows short reads anywhere), and a pickle cut short
+    would be saved as a snapshot that fails only when loaded."""
+    size = os.fstat(fd).st_size
+    parts, done = [], 0
+    while done < size:
+        part = os.pread(fd, size - done, done)
+        if not part:
+            raise OSError(f"the snapshot's file ended at {done} of {size} bytes")
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
+
+
 class _Child:
     """A pickling child process and the nameless file it writes (`Pickling`)."""
 
@@ -468,8 +483,7 @@ class _Child:
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             raise RuntimeError(f"the snapshot's child process ended with {code}")
-        fd = self.file.fileno()
-        return os.pread(fd, os.fstat(fd).st_size, 0)
+        return read_whole(self.file.fileno())
 
     def close(self) -> None:
         if self.pid is not None:

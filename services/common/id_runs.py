@@ -273,7 +273,7 @@ class FileRuns(RunRegistry):
             found = opened(fd, path)
         except (OSError, ValueError) as exc:
             log.warning("id %s %s in %s not used: %s", kind, key, self.directory, exc)
-            _closed(fd, path, True)
+            _closed(fd, path, self.owned)  # (a reader's store never deletes the owner's files)
             return None
         except BaseException:
             _closed(fd, path, False)

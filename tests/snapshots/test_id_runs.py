@@ -377,3 +377,22 @@ def test_a_service_start_raises_the_soft_limit_of_open_files(tmp_path: Path) -> 
                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}).stdout.split()
     soft, hard = int(out[0]), int(out[1])
     assert soft == min(hard, 1 << 20) and soft > 256, out
+
+
+def test_a_reader_store_does_not_delete_the_owners_file_that_fails_its_check(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`FileRuns(..., owned=False)` (a replay's child on its parent's directory) never deletes the
+    owner's files: a run whose content does not match its key is passed over (not used) and left
+    where it is for its owner (session 19's review: the reader deleted it)."""
+    monkeypatch.setattr(used_ids, "SEAL_AT", 100)
+    directory = tmp_path / "id-runs"
+    owner = FileRuns(directory)
+    record = used_ids.UsedIds((f"g{i}" for i in range(300)), store=owner)
+    key = record.runs[0].key
+    path = owner._path(key)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:])
+    assert FileRuns(directory, owned=False).local(key) is None
+    assert path.exists()
+    # The owner's own store still deletes a file that fails its check (a torn write of its own).
+    assert FileRuns(directory).local(key) is None and not path.exists()

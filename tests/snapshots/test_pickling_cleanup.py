@@ -22,7 +22,7 @@ from services.admission.folder import SUBJECTS, AdmissionFolder
 from services.common import log as log_module
 from services.common.folding import Folder, Pickling, Saving, pickled_later, rebuild
 from services.common.memlog import MemoryLog
-from services.common.snapshots import MemorySnapshots, SnapshotPolicy
+from services.common.snapshots import MemorySnapshots, SnapshotPolicy, split_pickled
 from tests.bench.test_pipeline_children import alive
 from tests.replay.biglog import build
 
@@ -139,6 +139,22 @@ def test_an_awaited_pickling_reads_the_state_and_leaves_nothing(temp: Path) -> N
 
 async def _awaited(pickling: Pickling) -> bytes:
     return await pickling
+
+
+def test_a_short_read_of_the_childs_file_is_read_on_to_its_end(temp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pread` may return fewer bytes than asked (Linux at most 0x7ffff000 a call; POSIX anywhere):
+    the parent reads on until the file's end, or a cut pickle would be saved as a snapshot that
+    fails only when a start loads it (session 19's review)."""
+    import pickle
+
+    from services.common import folding
+
+    state = {"gangs": [f"gang-{i:08d}" for i in range(100_000)]}
+    real = os.pread
+    monkeypatch.setattr(folding.os, "pread", lambda fd, n, at: real(fd, min(n, 1 << 16), at))
+    data = anyio.run(_awaited, pickled_later(state), backend="asyncio")
+    _, body = split_pickled(data)
+    assert len(body) > 1 << 20 and pickle.loads(body) == state
 
 
 _KILLED_PARENT = """
