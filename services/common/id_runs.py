@@ -386,17 +386,38 @@ def install(data_dir: Path | None) -> RunStore:
     return store
 
 
+class _PutBack:
+    """One `store_put_back` under way: the store to put back when it ends."""
+
+    __slots__ = ("before",)
+
+    def __init__(self, before: RunStore) -> None:
+        self.before = before
+
+
+_PUT_BACKS: list[_PutBack] = []  # those under way, oldest first
+
+
 @contextmanager
 def store_put_back() -> Iterator[None]:
     """While it lasts, `install` may point the process's id record at a data dir's files; after
     it, the process's store is the one it had before (a process that runs a system and then
     another, or a scenario with no data dir, must not seal its runs among a stopped system's
-    files)."""
-    store = used_ids.current_store()
+    files). Systems whose runs overlap in one process (tests, the demo) end in any order: one
+    that ends before a later one leaves the store as it is (the later one's) and hands its own
+    `before` on to the later one, so the last to end puts back the store of before them all
+    (session 19's review: A, B, A ended, B ended left the process on A's stopped data dir)."""
+    entry = _PutBack(used_ids.current_store())
+    _PUT_BACKS.append(entry)
     try:
         yield
     finally:
-        used_ids.use_store(store)
+        at = next(i for i, e in enumerate(_PUT_BACKS) if e is entry)
+        del _PUT_BACKS[at]
+        if at < len(_PUT_BACKS):
+            _PUT_BACKS[at].before = entry.before  # (a later one still running: its store stays)
+        else:
+            used_ids.use_store(entry.before)
 
 
 def more_descriptors() -> int:

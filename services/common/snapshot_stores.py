@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 KEEP = 3  # snapshots kept per service (the newest)
 RUNS = "id-runs"  # run objects: `<stream>.id-runs.<key>`
 RUN_GRACE = 600.0  # seconds a run object no snapshot names is kept (one may be being saved)
+# seconds after a save's second look before a last one, when a run it names was stored long ago
+# enough for another process's collection to take it (`ObjectStoreSnapshots.save`)
+LATE_LOOK = 2.0
 BUCKET = "poolwise_snapshots"
 CREATE_ATTEMPTS = 5  # tries at making the bucket (`ObjectStoreSnapshots._created`)
 
@@ -170,20 +173,34 @@ class ObjectStoreSnapshots:
         what it names and lacks is put again. Within the process, run uploads and collections are
         one at a time (`_uploads`; not the snapshot's put, so that the services' clean stops do not
         wait for one another's): a collection there runs wholly before that second look (which
-        then puts again what it deleted) or after it (and sees the snapshot)."""
+        then puts again what it deleted) or after it (and sees the snapshot). Another process's
+        collection has its own lock: one that listed before the put may delete after the second
+        look, so when a run named was stored long ago (half of `RUN_GRACE`) the bucket is looked
+        at once more `LATE_LOOK` seconds later. A collection slower than that still leaves the
+        snapshot naming a run that is gone until the service's next save puts it again; a start
+        meanwhile passes that snapshot over (an older one, or the whole log: never a wrong state)."""
         from nats.js.api import ObjectMeta
 
         obs = await self.opened()
         runs = runs or {}
         keys = sorted(runs)
+        long_stored: list[str] = []
         async with _uploads(self.bucket):
-            await self._put_missing(runs)
+            await self._put_missing(runs, long_stored)
         await obs.put(self._name(service, seq), data, meta=ObjectMeta(description=f"runs: {' '.join(keys)}"))
         async with _uploads(self.bucket):
             again = await self._put_missing(runs)
-            if again:
-                log.warning("%s@%d: id runs deleted while it was saved, stored again: %s", service, seq,
-                            " ".join(again))
+        if long_stored:
+            # A collection in another process that listed before the snapshot was put may delete
+            # after the look above (its lock is its own): a run it could take (older than half
+            # the grace when listed here) is looked for once more, later.
+            await anyio.sleep(LATE_LOOK)
+            async with _uploads(self.bucket):
+                again += await self._put_missing(runs)
+        if again:
+            log.warning("%s@%d: id runs deleted while it was saved, stored again: %s", service, seq,
+                        " ".join(again))
+        async with _uploads(self.bucket):
             for old in to_delete(await self.candidates(service), seq):
                 try:
                     await obs.delete(self._name(service, old))
@@ -203,12 +220,18 @@ class ObjectStoreSnapshots:
         async with _uploads(self.bucket):
             return await self._put_missing(runs)
 
-    async def _put_missing(self, runs: Mapping[str, Run | IdFilter]) -> list[str]:
-        """Those of `runs` not in the bucket, put there (under `_uploads`)."""
+    async def _put_missing(self, runs: Mapping[str, Run | IdFilter], old: list[str] | None = None) -> list[str]:
+        """Those of `runs` not in the bucket, put there (under `_uploads`); those stored longer
+        ago than half of `RUN_GRACE` added to `old` if given."""
         if not runs:
             return []
         obs = await self.opened()
-        stored = {str(info.name) for info in await self._infos()}
+        infos = {str(info.name): info for info in await self._infos()}
+        if old is not None:
+            now = datetime.now(UTC)
+            old.extend(key for key in runs if self._run_name(key) in infos
+                       and _age(infos[self._run_name(key)], now) >= RUN_GRACE / 2)
+        stored = infos.keys()
         new = [key for key in runs if self._run_name(key) not in stored]
         for key in new:
             run = runs[key]

@@ -10,7 +10,7 @@ from datetime import timedelta
 import anyio
 import pytest
 
-from services.common import snapshots
+from services.common import snapshot_stores, snapshots
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot
 from services.tree.domain import used_ids
 from services.tree.domain.used_ids import MemoryRuns, UsedIds
@@ -120,3 +120,51 @@ def test_a_filter_that_cannot_be_fetched_is_made_again_rather_than_failing_the_s
 
     loaded = anyio.run(run, backend="asyncio")
     assert loaded is not None and loaded.state == record
+
+
+class _SlowRunDeletes(FakeBucket):
+    """Deletes of run objects wait for `go`: another process's collection that listed the bucket
+    before a snapshot was put, and deletes after that save's second look."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = anyio.Event()
+
+    async def delete(self, name: str) -> None:
+        if ".id-runs." in name:
+            await self.go.wait()
+        await super().delete(name)
+
+
+def test_a_run_deleted_by_another_process_just_after_the_second_look_is_put_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 19's review: the second look alone missed a collection (its own lock, in another
+    process) that listed before the snapshot's put and deleted after the look."""
+    monkeypatch.setattr(snapshot_stores, "LATE_LOOK", 0.5)
+    bucket = _SlowRunDeletes()
+    admission = _store(bucket)
+    tree = _store(bucket, "another process")
+    record = UsedIds(f"g{i}" for i in range(300))
+    state = snapshots.pickled(record)
+    runs = snapshots.runs_to_save(None, snapshots.split_pickled(state)[0])
+
+    async def run() -> None:
+        bucket.clock -= timedelta(seconds=snapshots.RUN_GRACE + 60)
+        await admission.store_runs(runs)  # stored as they sealed, long ago
+        bucket.clock += timedelta(seconds=snapshots.RUN_GRACE + 60)
+
+        async def deletes_after_the_second_look() -> None:
+            while "S.admission.7" not in bucket.objects:
+                await anyio.sleep(0.005)
+            await anyio.sleep(0.1)
+            bucket.go.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tree._collect, set())  # lists now: admission's snapshot not there yet
+            await anyio.sleep(0.01)
+            tg.start_soon(deletes_after_the_second_look)
+            await admission.save("admission", 7, Snapshot.encode_pickled("admission", 7, "fp", state), runs)
+
+    anyio.run(run, backend="asyncio")
+    named = snapshots.runs_named(Snapshot.header(bucket.objects["S.admission.7"][0]))
+    assert named and all(f"S.id-runs.{key}" in bucket.objects for key in named)
