@@ -281,6 +281,7 @@ class Puller:
                     self._current, quiet = 0, 0.0
         self._check()
         items, replies = self.items, self._replies
+        limit = max(limit, 1)  # (one at least: its ack subject is `reply`, and each item has its own)
         if limit >= len(items):
             taken = list(items)
             items.clear()

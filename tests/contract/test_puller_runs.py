@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from services.common.jetstream_pull import ConsumerLost, Puller
 from services.common.log import Stored
 from services.common.nats_client import msg_id_of
@@ -70,3 +72,11 @@ def test_a_run_received_after_a_reconnect_ends_the_puller() -> None:
     p._nc.stats["reconnects"] = 1
     p._on_run([(b"s", v1(1, 1, 1, 0), b"", b"one")])
     assert not p.items and isinstance(p._error, ConsumerLost)
+
+
+@pytest.mark.anyio
+async def test_take_hands_out_in_order_with_the_last_ones_ack_subject() -> None:
+    p = puller()
+    p._on_run([(b"s", v1(1, n, n, 3 - n), b"", b"x") for n in range(1, 4)])
+    assert [s.seq for s in await p.take(2)] == [1, 2] and p.reply == v1(1, 2, 2, 1).decode()
+    assert [s.seq for s in await p.take(0)] == [3] and p.reply == v1(1, 3, 3, 0).decode()
