@@ -131,7 +131,7 @@ class DerivedIds:
     __slots__ = ("_prefix",)
 
     def __init__(self, *parts: object) -> None:
-        self._prefix = hashlib.sha256("".join(f"{part}\x1f" for part in parts).encode())
+        self._prefix = hashlib.sha256(("\x1f".join(map(str, parts)) + "\x1f").encode())  # (no generator: per message)
 
     def __call__(self, key: object) -> str:
         digest = self._prefix.copy()

@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Protocol
 
 from events import DerivedIds, Envelope, Event, derived_id
-from events.trusted import builder
+from services.admission.domain.trusted import positional
 
-_envelope = builder(Envelope)
+# (`events.trusted.builder(Envelope)`, positional: one per decision)
+_envelope = positional(Envelope, ("id", "time", "source", "causation", "basis", "event"))
 
 
 class Decided(Protocol):
@@ -31,7 +32,7 @@ def envelope(id_: str, time: datetime, source: str, causation: str | None, basis
              event: Event) -> Envelope:
     """`Envelope(id=id_, time=time, source=source, causation=causation, basis=basis, event=event)`
     for an aware `time`, an `id_` of 1 to 200 characters and an event model of the wire's types."""
-    return _envelope(id=id_, time=time, source=source, causation=causation, basis=basis, event=event)
+    return _envelope(id_, time, source, causation, basis, event)
 
 
 def decision_envelope(service: str, event: Event, key: str, basis: int, causation: str, time: datetime) -> Envelope:
@@ -46,6 +47,9 @@ def decision_envelope(service: str, event: Event, key: str, basis: int, causatio
 def decision_envelopes(service: str, decided: Iterable[Decided], basis: int, causation: str,
                        time: datetime) -> list[Envelope]:
     """`decision_envelope` of each decision, in order (the id's prefix hashed once per tree)."""
+    if type(decided) is list and len(decided) == 1:  # (one decision, as of most task reports: one hash, not two)
+        made = decided[0]
+        return [decision_envelope(service, made.event, made.key, basis, causation, time)]
     ids: dict[str | None, DerivedIds] = {}
     out: list[Envelope] = []
     for made in decided:
@@ -54,5 +58,5 @@ def decision_envelopes(service: str, decided: Iterable[Decided], basis: int, cau
         id_of = ids.get(tree)
         if id_of is None:
             id_of = ids[tree] = DerivedIds(service, basis) if tree is None else DerivedIds(service, basis, tree)
-        out.append(envelope(id_of(made.key), time, service, causation, basis, event))
+        out.append(_envelope(id_of(made.key), time, service, causation, basis, event))  # (`envelope`)
     return out

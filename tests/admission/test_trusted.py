@@ -148,3 +148,46 @@ def test_seconds_of_an_envelope(seconds: float) -> None:
     for copy in (envelope, decode(encode(envelope))):
         assert seconds_of(copy) == copy.seconds
         assert seconds_of(copy) == copy.seconds  # the kept answer
+
+
+def test_the_positional_builders_are_made_fast_and_build_what_the_builders_build() -> None:
+    """`positional` writes a function per model; it falls back to the builder (slower, right) only
+    when it cannot agree with it: this fails if admission's per-gang models lose the fast path."""
+    from services.admission import envelopes
+    from services.admission.domain import trusted
+
+    for build in (trusted._fast_admitted, trusted._fast_finished, trusted._fast_spec, envelopes._envelope):
+        assert getattr(build, "positional", False)
+    assert trusted._SPEC_VIEW_FIELDS
+    spec = TaskSpec(id="g/0", resources={"cpu": 1.0})
+    _same(trusted._fast_spec("g/0", {"cpu": 1.0}), spec)
+    view = decode(encode(Envelope(id="x", time=at_seconds(1.0), event=GangAdmitted(
+        tree="t", gang="g", pool="/p", queue="pending", tasks=[spec])))).event.tasks[0]
+    _same(trusted.task_spec(view), spec)
+
+
+def test_positional_falls_back_to_the_builder_where_it_cannot_agree() -> None:
+    """A field with a default factory not given, or a validator: the builder's instance, by keyword."""
+    from pydantic import Field, field_validator
+
+    from services.admission.domain.trusted import positional
+
+    class Factory(Frozen):
+        a: str
+        b: list[str] = Field(default_factory=list)
+
+    class Checked(Frozen):
+        a: str
+
+        @field_validator("a")
+        @classmethod
+        def _upper(cls, value: str) -> str:
+            return value.upper()
+
+    build = positional(Factory, ("a",))
+    assert not getattr(build, "positional", False)
+    assert build("x") == Factory(a="x") and build("x").model_fields_set == {"a"}
+    checked = positional(Checked, ("a",))
+    assert not getattr(checked, "positional", False) and checked("x").a == "X"
+    made = positional(Factory, ("a", "b"))
+    assert getattr(made, "positional", False) and made("x", ["y"]) == Factory(a="x", b=["y"])

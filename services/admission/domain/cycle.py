@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec, as_model
+from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec
 from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.state import AdmissionState, Outcome
-from services.admission.domain.trusted import gang_admitted
+from services.admission.domain.trusted import gang_admitted, task_spec
 from services.admission.domain.vectors import TOLERANCE, Vector, add_into, fits, fits_free, free, short_of
 from services.tree.domain.effective import EffectivePool, effective_pools
 
@@ -325,7 +325,7 @@ def admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePoo
                 "tree": rt.name, "gang": gang.id, "pool": gang.pool, "queue": queue, "attempt": attempt,
                 "tasks": [t.spec or {"id": t.id, "resources": t.resources} for t in gang.tasks]})
             break
-        specs.append(as_model(spec))  # a view of it, read from the log, made into the model
+        specs.append(task_spec(spec))  # (a view of it, read from the log, made into the model)
     else:
         admitted = gang_admitted(rt.name, gang.id, gang.pool, queue, specs, attempt)
     out.append(Outcome(admitted, f"admitted:{gang.id}:{attempt}"))

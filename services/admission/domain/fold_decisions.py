@@ -17,6 +17,7 @@ from services.admission.domain.model import ADMITTED, PENDING
 from services.admission.domain.outcomes import SERVICE, Outcome
 from services.admission.domain.queue_book import queues_of
 from services.admission.domain.slot_waiters import mark_slot_waiters
+from services.admission.domain.vectors import Vector
 
 
 def on_admitted(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -33,10 +34,11 @@ def on_admitted(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> 
     now = state.now
     gang.state, gang.queue, gang.attempt, gang.admitted_at, gang.head_rank, gang.slot_wait = (
         ADMITTED, None, event.attempt, now, 0, None)
-    tasks = gang.tasks
-    for task in tasks:
+    resources: list[Vector] = []
+    for task in gang.tasks:
         task.state = "ready"
-    ledger.hold_all(gang, [task.resources for task in tasks], 1.0)
+        resources.append(task.resources)
+    ledger.hold_all(gang, resources, 1.0)
     started_running(rt, gang)
     # (`timers.add_timer`, inline: once per admission)
     heapq.heappush(state.timers, (now + gang.timeout, gang.id, gang.tree, "placement", gang.attempt))

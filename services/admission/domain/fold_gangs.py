@@ -55,7 +55,8 @@ def _first_members(state: FoldData, rt: TreeRuntime, event: GangEnqueued, seq: i
 
 def _new_gang(state: FoldData, rt: TreeRuntime, event: GangEnqueued, pool: str,
               resources: Vector | None = None) -> Gang:
-    options = state.config.tree(rt.name).options
+    config = state.config
+    options = (config.trees.get(rt.name) or config.tree(rt.name)).options  # (`config.tree`, without the call)
     rt.made += 1
     return Gang(event.gang, rt.name, pool, event.job, event.user, event.size, event.priority, event.preemptible,
                 event.revocable, event.controller, gang_timeout(event.timeout, options.gang_timeout, event.gang),

@@ -7,13 +7,13 @@ from __future__ import annotations
 from events import Event, GangRequeued, PreemptionRequested, TaskStateChanged
 from services.admission.domain import rules
 from services.admission.domain.fold_data import FoldData
-from services.admission.domain.job_counts import ledger_of, stopped_running
-from services.admission.domain.model import ADMITTED, DONE, TERMINAL, Gang
+from services.admission.domain.job_counts import job_done, ledger_of, stopped_running
+from services.admission.domain.model import ADMITTED, DONE, RANK, TERMINAL, Gang, Task
 from services.admission.domain.outcomes import Outcome, finished_outcome, rejected_outcome
 from services.admission.domain.queue_book import enqueue
 from services.admission.domain.retention import forgotten_reason, is_forgotten, retire
 from services.admission.domain.runtime import TreeRuntime
-from services.admission.domain.stopping import forget_job
+from services.admission.domain.stopping import forget_specs
 
 
 def on_task(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -21,18 +21,22 @@ def on_task(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> None
     report: TaskStateChanged = event  # type: ignore[assignment]
     rt = state.trees.get(report.tree) or state.runtime(report.tree)
     task = rt.tasks.get(report.task)
-    if task is None and report.gang not in rt.gangs and is_forgotten(state, rt, report.gang):
-        out.append(rejected_outcome(rt, report, seq, "gang_forgotten",
-                                    forgotten_reason(state, rt, report.gang, report.task), report.task))
-        return
     gang = rt.gangs.get(task.gang) if task is not None else None
-    refusal = rules.check_transition(task, gang, report)
-    if refusal is not None:
-        out.append(rejected_outcome(rt, report, seq, refusal.rule, refusal.message, report.task))
-        return
-    assert task is not None and gang is not None
     new = report.state
-    if new == task.state:
+    if gang is None or task is None or gang.id != report.gang:
+        if task is None and report.gang not in rt.gangs and is_forgotten(state, rt, report.gang):
+            out.append(rejected_outcome(rt, report, seq, "gang_forgotten",
+                                        forgotten_reason(state, rt, report.gang, report.task), report.task))
+            return
+        _refuse(rt, task, gang, report, seq, out)
+        return
+    old = task.state
+    if new == old:
+        return
+    # `rules.check_transition`'s refusals, asked in one test first (a report forward, of a live
+    # task of an admitted gang: nearly every report); the rules name the refusal when not
+    if gang.state != ADMITTED or old in TERMINAL or new == "pending" or (new in RANK and RANK[new] < RANK[old]):
+        _refuse(rt, task, gang, report, seq, out)
         return
     rt.dirty = True
     if new == "running" and task.started_at is None:
@@ -46,6 +50,13 @@ def on_task(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> None
         if member.state not in TERMINAL:
             return
     _gang_stopped(state, rt, gang, out)
+
+
+def _refuse(rt: TreeRuntime, task: Task | None, gang: Gang | None, report: TaskStateChanged, seq: int,
+            out: list[Outcome]) -> None:
+    refusal = rules.check_transition(task, gang, report)
+    assert refusal is not None  # (the fast test and the rules agree: only a refused report comes here)
+    out.append(rejected_outcome(rt, report, seq, refusal.rule, refusal.message, report.task))
 
 
 def on_preemption(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> None:
@@ -70,17 +81,20 @@ def on_preemption(state: FoldData, event: Event, seq: int, out: list[Outcome]) -
 
 def _gang_stopped(state: FoldData, rt: TreeRuntime, gang: Gang, out: list[Outcome]) -> None:
     """Every task of an admitted gang ended: done, or (if preempted) back to pending as a new attempt."""
-    if any(t.state == "preempted" for t in gang.tasks):
-        stopped_running(rt, gang)
-        for task in gang.tasks:
-            task.state, task.started_at, task.preemption_requested = "pending", None, False
-        gang.admitted_at, gang.head_rank, gang.slot_wait = None, 0, None
-        enqueue(state, rt, gang)
-        out.append(Outcome(GangRequeued(tree=rt.name, gang=gang.id, pool=gang.pool, cause="preempted",
-                                        reason="its tasks were preempted"), f"requeued:{gang.id}:{gang.attempt}"))
+    for stopped in gang.tasks:
+        if stopped.state == "preempted":
+            break
+    else:  # none preempted: done (most gangs)
+        gang.state = DONE
+        job_done(rt, gang)  # (`stopped_running` and `forget_job`'s count, in one walk)
+        forget_specs(rt, gang)
+        out.append(finished_outcome(rt, gang, "done"))
+        retire(state, rt, gang)
         return
-    gang.state = DONE
     stopped_running(rt, gang)
-    forget_job(rt, gang)
-    out.append(finished_outcome(rt, gang, "done"))
-    retire(state, rt, gang)
+    for task in gang.tasks:
+        task.state, task.started_at, task.preemption_requested = "pending", None, False
+    gang.admitted_at, gang.head_rank, gang.slot_wait = None, 0, None
+    enqueue(state, rt, gang)
+    out.append(Outcome(GangRequeued(tree=rt.name, gang=gang.id, pool=gang.pool, cause="preempted",
+                                    reason="its tasks were preempted"), f"requeued:{gang.id}:{gang.attempt}"))

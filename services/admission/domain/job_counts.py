@@ -48,6 +48,27 @@ def count_job(table: dict[str, dict[str, int]], gang: Gang, delta: int) -> None:
             jobs.pop(job, None)
 
 
+def job_done(rt: TreeRuntime, gang: Gang) -> None:
+    """`stopped_running` then `stopping.forget_job`'s count (`count_job` of the running and the
+    unfinished jobs, -1 each), in one walk up the pools: once per gang that ends done."""
+    job = gang.job
+    running, unfinished = rt.running, rt.jobs
+    for pool in pool_chain(gang.pool):
+        for table in (running, unfinished):
+            jobs = table.get(pool)
+            if jobs is None:
+                jobs = table[pool] = {}
+            value = jobs.get(job, 0) - 1
+            if value > 0:
+                jobs[job] = value
+            else:
+                jobs.pop(job, None)
+    held = rt.admitted[gang.pool]
+    del held[gang.id]
+    if not held:
+        del rt.admitted[gang.pool]
+
+
 def running_jobs(rt: TreeRuntime, pool: str) -> int:
     return len(rt.running.get(pool, {}))
 

@@ -112,7 +112,11 @@ class Ledger:
     def hold(self, gang: Gang, resources: Vector, sign: float) -> None:
         """Add (sign 1) or release (sign -1) what `resources` of `gang` hold."""
         self.changes += 1
-        add_into(self.allocation, resources, sign)
+        allocation = self.allocation  # (`add_into(self.allocation, resources, sign)`, inline: per task report)
+        get = allocation.get
+        for kind, amount in resources.items():
+            value = get(kind, 0.0) + sign * amount
+            allocation[kind] = 0.0 if -1e-9 < value < 1e-9 else value
         if not gang.preemptible:
             add_into(self.non_preemptible, resources, sign)
         if gang.controller:

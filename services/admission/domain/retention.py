@@ -14,7 +14,8 @@ from services.admission.domain.runtime import TreeRuntime
 def retire(state: FoldData, rt: TreeRuntime, gang: Gang) -> None:
     """The gang has finished: it is forgotten `gang_retention` seconds of log time from now (the
     tree's option as it is now; None: never)."""
-    retention = state.config.tree(rt.name).options.gang_retention
+    tree = state.config.trees.get(rt.name)  # (`config.tree`, without the call: once per gang)
+    retention = (tree or state.config.tree(rt.name)).options.gang_retention
     if retention is not None:
         heapq.heappush(state.forgets, (state.now + retention, gang.id, rt.name))
 
@@ -22,10 +23,10 @@ def retire(state: FoldData, rt: TreeRuntime, gang: Gang) -> None:
 def forget_due(state: FoldData, time: float) -> None:
     """Forget the finished gangs whose retention ended at or before `time`, in deadline order
     (ties by gang id), after the timers due by then have fired."""
-    forgets = state.forgets
+    forgets, trees, pop = state.forgets, state.trees, heapq.heappop  # (once per finished gang)
     while forgets and forgets[0][0] <= time:
-        _, gang_id, tree = heapq.heappop(forgets)
-        rt = state.trees.get(tree)
+        _, gang_id, tree = pop(forgets)
+        rt = trees.get(tree)
         gang = rt.gangs.get(gang_id) if rt is not None else None
         if rt is not None and gang is not None and gang.state in FINISHED:
             _forget(state, rt, gang)

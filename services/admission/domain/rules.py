@@ -85,12 +85,14 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     specs = event.tasks
     if facts is None or not facts.leaf or len(specs) > event.size:
         return None
-    kinds, tasks, forgotten = facts.kinds, rt.tasks, rt.forgotten_tasks
+    kinds, tasks = facts.kinds, rt.tasks
+    forgotten = rt.forgotten_tasks or None  # (asked once, not per member)
     need: Vector = {}
     get = need.get
     for spec in specs:
         resources = spec.resources
-        if not kinds.issuperset(resources) or spec.id in tasks or (forgotten and spec.id in forgotten):
+        task_id = spec.id
+        if not kinds.issuperset(resources) or task_id in tasks or (forgotten is not None and task_id in forgotten):
             return None
         for kind, amount in resources.items():
             value = get(kind, 0.0) + amount

@@ -25,6 +25,11 @@ def forget_job(rt: TreeRuntime, gang: Gang) -> None:
     object per task of every gang kept for `gang_retention`, in memory and in each snapshot
     (a fifth of the time a snapshot took to load)."""
     count_job(rt.jobs, gang, -1)
+    forget_specs(rt, gang)
+
+
+def forget_specs(rt: TreeRuntime, gang: Gang) -> None:
+    """`forget_job` but the count (the caller counted the job out)."""
     del rt.live[gang.id]
     for task in gang.tasks:
         task.spec = None
