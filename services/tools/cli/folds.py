@@ -110,7 +110,10 @@ async def restore(log: EventLog, folder: ExplainingFolder | AdmissionFolder, end
         return 0
     store = ObjectStoreSnapshots(JetStreamContext(nc), stream, read_only=True)
     part = None if isinstance(folder, ExplainingFolder) else 0
-    snapshot, skipped = await load_newest(store, "admission", at_most=end, anchored=anchored_on(log), part=part)
+    # frozen (kept out of the collector's passes: ~1 s of CPU a million objects otherwise): the
+    # CLI's process is one-shot, its state alive until it ends
+    snapshot, skipped = await load_newest(store, "admission", at_most=end, anchored=anchored_on(log), part=part,
+                                          freeze=True)
     for why in skipped:
         logger.info("snapshot passed over: %s", why)
     if snapshot is None:
