@@ -35,6 +35,12 @@ revocable demand)` in every kind but cpu: the same term as the requirement of `p
 pool's *requirement* under `dominant` is the sum of its jobs' demands (that pseudo-job
 included), capped at its limit; internal pools sum their children's as for `per_resource`.
 
+A `static` pool's reservation is given whatever the demand (DOMAIN §2): the pool holds, before
+anything else, `max(0, reservation - requirement)` per kind (its requirement counting its static
+descendants' claims, `max(requirement, reservation)`), as a constant among its children (`_held`).
+The functions below are built on what is left (guarantees and limits less what each subtree
+holds, the root's capacity less all of it) and the holds are added back to every pool's share.
+
 How it is computed
 ------------------
 Exactly, with piecewise-linear vector functions (`polylines.Polylines`: one per pool, a whole
@@ -214,9 +220,15 @@ class DrfInputs:
     """The kinds of positive capacity (indices into `kinds`); the others are left out."""
     cap: FloatArray
     guarantee: FloatArray
-    """`(pools, active kinds)`: reservations as shares, inferred, capped and scaled (`_guarantees`)."""
+    """`(pools, active kinds)`: reservations as shares, inferred, capped and scaled (`_guarantees`),
+    less what the pool's subtree holds of static reservations (`held`)."""
     limit: FloatArray
+    """As `guarantee`: limits as shares, less `held`; the root's is the capacity left (1 - `held`)."""
     alerts: list[Alert]
+    held: FloatArray
+    """`(pools, active kinds)`: what static reservations hold in each pool's subtree (its own
+    included), given before anything else (`_held`); 0 without static pools. The policies divide
+    the rest within `guarantee` and `limit` as usual and add it back to every pool's share."""
 
 
 def drf_inputs(arr: TreeArrays) -> DrfInputs:
@@ -236,9 +248,36 @@ def drf_inputs(arr: TreeArrays) -> DrfInputs:
     cap = arr.capacity[active]
     if not active or n == 1:
         empty = np.zeros((n, 0))
-        return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, empty, empty, [])
+        return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, empty, empty, [], empty)
     g, lim, alerts = _kept_guarantees(arr, active, cap)
-    return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, g, lim, alerts)
+    if not arr.static.any():
+        return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, g, lim, alerts, np.zeros_like(g))
+    held = _held(arr, requirement, active, cap, g)
+    # what is held is given first: a pool's share is `held` plus what it grows within what is left
+    # of its guarantee and its limit (its key, `max (share - guarantee) / weight`, and the kinds
+    # it has used up are those of the whole share); new arrays, as the kept ones are read-only
+    g_left = np.maximum(g - held, 0.0)
+    lim_left = np.maximum(lim - held, 0.0)
+    return DrfInputs(job_demand, job_weight, job_row, requirement, active, cap, g_left, lim_left, alerts, held)
+
+
+def _held(arr: TreeArrays, requirement: FloatArray, active: list[int], cap: FloatArray,
+          guarantee: FloatArray) -> FloatArray:
+    """What static reservations hold, as shares, summed over each pool's subtree (DOMAIN §2: a
+    static reservation is given whatever the demand; §3: a static pool claims `max(requirement,
+    reservation)`). A static pool holds `max(0, reservation - requirement)` per kind: the part of
+    its reservation its own demand does not cover, its requirement counting its static
+    descendants' claims, so a reservation inside a static parent's is held once. The reservation
+    is taken as written (a cpu-only one holds cpu only: the kinds it implies are a guarantee, not
+    a hold) but no more than the guarantee, which is capped at the limit and scaled down with its
+    siblings': the holds then never add up to more than their parent's guarantee, nor the
+    capacity."""
+    reserved = np.minimum(arr.reservation[:, active] / cap, guarantee)
+    own = np.where(arr.static[:, None], np.maximum(reserved - requirement[:, active] / cap, 0.0), 0.0)
+    own[0] = 0.0
+    for lv in reversed(arr.levels):  # bottom up: a pool holds its own and its subtree's
+        own[lv.group_parent] += np.add.reduceat(own[lv.start : lv.stop], lv.group_starts, axis=0)
+    return own
 
 
 def dominant_entitlements(arr: TreeArrays) -> tuple[FloatArray, FloatArray, list[Alert]]:
@@ -296,7 +335,8 @@ def dominant_shares(arr: TreeArrays, drf: DrfInputs) -> tuple[FloatArray, FloatA
     assert child is not None
     top = levels[0]
     events, at0 = polyline_events(child, np.zeros(top.stop - top.start, dtype=np.intp))
-    h_root = sum_events(1, np.add.reduceat(at0, [0], axis=1), events)
+    # the root's sum starts at what static reservations hold: the capacity left bounds the rest
+    h_root = sum_events(1, np.add.reduceat(at0, [0], axis=1) + drf.held[:1].T, events)
     value, t, r = fit(h_root)
     share = np.zeros((n, dims))
     share[0] = value
@@ -307,5 +347,5 @@ def dominant_shares(arr: TreeArrays, drf: DrfInputs) -> tuple[FloatArray, FloatA
         sl = slice(lv.start, lv.stop)
         up = arr.parent[sl]
         v, inner_t[sl], inner_r[sl] = evaluate(paths, inner_t[up], inner_r[up])
-        share[sl] = v.T
+        share[sl] = v.T + drf.held[sl]
     return share, inner_t

@@ -1,7 +1,8 @@
 """Policy `hdrf`: hierarchical DRF that leaves nothing idle a waiting job could use (DOMAIN §3).
 
 Everything of `dominant` holds (shares of capacity, jobs as leaves, additive guarantees with their
-inference and scaling, demand along its own direction, limits bounding the share), except when a
+inference and scaling, demand along its own direction, limits bounding the share, static
+reservations held before anything else: `dominant.drf_inputs`), except when a
 child stops growing: a job stops only when its demand is met or a kind it needs is used up (all
 of the tree's capacity of it given, or a pool on its path at its limit of it); a pool stops when
 all its children have. A kind a job does not need never stops it.
@@ -305,7 +306,7 @@ def hdrf_entitlements(arr: TreeArrays, *, shortcuts: bool = True) -> HdrfResult:
     lim, _ = _limits(arr, drf.guarantee, drf.limit)
     given = _sum_up(arr, drf.job_row, whole[:, None] * dshare)
     if not lacking.any() and (given <= lim + FULL).all():
-        entitlement[:, active] = given * drf.cap
+        entitlement[:, active] = (given + drf.held) * drf.cap
         jobs = np.zeros((dshare.shape[0], k))
         jobs[:, active] = whole[:, None] * dshare * drf.cap
         return HdrfResult(entitlement, drf.requirement, drf.alerts, {}, 0, jobs, drf.job_row)
@@ -350,7 +351,7 @@ def _epochs_result(arr: TreeArrays, drf: DrfInputs, runs: Runs, idle: BoolArray)
     n, k = len(arr.paths), len(arr.kinds)
     active = drf.active
     entitlement = np.zeros((n, k))
-    entitlement[:, active] = runs.share * drf.cap
+    entitlement[:, active] = (runs.share + drf.held) * drf.cap
     held = np.where(idle, 0.0, runs.given)
     if len(active) == k:  # every kind has capacity (the common case): no scatter into columns
         jobs = held[:, None] * drf.job_demand.T
@@ -397,7 +398,7 @@ def _filling_result(arr: TreeArrays, drf: DrfInputs, filling: _Filling, phases: 
     n, k = len(arr.paths), len(arr.kinds)
     active = drf.active
     entitlement = np.zeros((n, k))
-    entitlement[:, active] = filling.shares(filling.a[:, None] * filling.dshare) * drf.cap
+    entitlement[:, active] = (filling.shares(filling.a[:, None] * filling.dshare) + drf.held) * drf.cap
     jobs = np.zeros((filling.m, k))
     jobs[:, active] = filling.a[:, None] * filling.dshare * drf.cap
     return HdrfResult(entitlement, drf.requirement, drf.alerts,

@@ -343,10 +343,13 @@ def curves(arr: Rows, drf: DrfInputs, job_share: FloatArray, state: State, given
     return Curves(hs, ss, sum_runs(1, root_init, events, state.t[:1]))
 
 
-def root_fit(c: Curves) -> float:
+def root_fit(c: Curves, room: FloatArray | None = None) -> float:
     """The root's position where the capacity stops it: the furthest point of its `h` within 1 in
-    every kind."""
-    return float(fit(c.root.as_polylines())[1])
+    every kind, or within `room` (per active kind: the capacity left after the static holds)."""
+    p = c.root.as_polylines()
+    if room is not None:  # within room <=> within 1 once shifted up by what room lacks of 1
+        p = Polylines(p.off, p.x, p.v + (1.0 - room)[:, None], p.t, p.r)
+    return float(fit(p)[1])
 
 
 def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> float | None:

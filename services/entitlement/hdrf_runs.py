@@ -75,8 +75,7 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
     depth = np.zeros(n, dtype=np.intp)
     for d, lv in enumerate(arr.levels):
         depth[lv.start : lv.stop] = d + 1
-    box = lim.copy()
-    box[0] = 1.0
+    box = lim.copy()  # the root's: the capacity left after the static holds (`drf_inputs`)
     full = box - FULL  # a share at or above this has reached its limit
     share = state.share
     newly = True
@@ -120,7 +119,7 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
         live = _live(arr, drf.job_row, open_)
         if live is None:
             c = curves(arr, drf, job_share, state, given, open_)
-            at = root_fit(c)
+            at = root_fit(c, box[0])
             hit = first_limit(arr, c, box, share)
             if hit is not None and math.isnan(hit):
                 return None
@@ -131,7 +130,7 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
                           job_weight=drf.job_weight[jobs])
             c = curves(live, sub, job_share[:, jobs], State(state.t[rows], share[rows]), given[jobs], open_[jobs],
                        live.base(arr, share))
-            at = root_fit(c)
+            at = root_fit(c, box[0])
             hit = first_limit(live, c, box[rows], share[rows])
             if hit is not None and math.isnan(hit):
                 return None

@@ -4,9 +4,9 @@
 
 The spec's rule, and how it is read here:
 
-- Shares are fractions of the tree's capacity, per kind (a kind of no capacity is left out: its
-  entitlement is 0 and a demand of it stops nothing). Jobs are the leaves; a pool's share is the
-  sum of its children's.
+- Shares are fractions of the tree's capacity, per kind (a kind of no capacity is left out: see
+  below). Jobs are the leaves; a pool's share is the sum of its children's (and of what a static
+  pool holds: below).
 - "Among siblings, each gets `min(demand, limit, guarantee + weight * y)`, with one `y` common to
   the siblings, the largest that fits in the parent's share." A child is a job or a pool whose
   share can only move along its own *path* (a job: along its demand, from 0 to the demand,
@@ -32,6 +32,31 @@ The spec's rule, and how it is read here:
 - Requirement (§3): a leaf's jobs' demands plus that revocable term, capped at its limit; a
   parent's, the sum of its children's claims (a `static` child claims `max(requirement,
   reservation)`), capped at its limit (the root's: the capacity).
+
+Three rules the spec does not state for `dominant` and that the engine follows too, read here as
+follows (the first is the spec's, in part; the other two, and the way the third is given, are
+choices, written in `docs/policies.md`, "Pool options under `dominant` and `hdrf`"):
+
+- **`static` (`reservation_type`)**: the spec's rule. DOMAIN §2 says a static reservation "is given
+  whatever the demand", and §3 that a static child claims `max(requirement, reservation)`; it does
+  not say how DRF gives it. Read here (a choice): a static pool has one more child, a constant,
+  given before anything else: what its reservation exceeds its requirement by, per kind
+  (`max(0, reservation - requirement)`; its requirement counts its static descendants' claims, so
+  a reservation inside a static parent's is held once). Its share is that plus its children's; a
+  pool with no demand gets exactly its reservation, one whose demand covers it is held nothing.
+  The reservation is taken as written (one on cpu alone holds cpu only: the kinds it implies are
+  a guarantee, not a hold) and no more than its guarantee (capped at the limit, scaled down with
+  its siblings'), so the holds never exceed the capacity. What an internal static pool holds is
+  none of its children's (there is no pass for unclaimed resources). When its own jobs are cut
+  short, what they do not get of a reserved kind is not held for them (the hold is fixed by the
+  requirement, not by what the jobs end with): a choice too.
+- **A `share` given per kind** weighs the pool by its largest value (`weight`): a choice. The spec's
+  `guarantee + weight * y` has one weight, and a pool's direction is one vector; DOMAIN §2 allows
+  a per-kind share without saying what `dominant` does with it.
+- **A kind of no capacity** is left out of the shares (its entitlement is 0, a demand of it stops
+  nothing and does not bend a direction): a choice. "Shares are fractions of the tree's capacity"
+  has no fraction of 0; the alternative, every job needing it stopped at once, is `hdrf`'s
+  reading, not `dominant`'s.
 
 Everything is exact but for rounding: the paths are piecewise linear (each piece a straight line
 in both `y` and the share), so the oracle lists their vertices rather than bisecting, which would
@@ -289,6 +314,19 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[list[list[float]], list[list
                 for c in kids:
                     guarantee[c][i] *= parent[i] / claimed
 
+    # static reservations (DOMAIN §2, "given whatever the demand"; §3, a static child claims
+    # `max(requirement, reservation)`): a static pool has one more child, a constant, given before
+    # anything else: what its reservation exceeds its requirement by, per kind (its requirement
+    # counts its static descendants' claims, so nothing is held twice). The reservation as
+    # written, no more than its guarantee (capped at the limit, scaled down with its siblings').
+    requirement = _requirement(arr)
+    hold = [[0.0] * dims for _ in range(n)]
+    for row in range(1, n):
+        if arr.static[row]:
+            reserved = [min(v, g) for v, g in zip(shares(row, arr.reservation), guarantee[row], strict=True)]
+            needed = [requirement[row][k] / cap[k] for k in live]
+            hold[row] = [max(0.0, r - q) for r, q in zip(reserved, needed, strict=True)]
+
     # bottom up: each row's share as a function of its parent's y
     as_child: list[Path] = [[] for _ in range(n)]
     own_path: list[Path] = [[] for _ in range(n)]
@@ -306,6 +344,9 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[list[list[float]], list[list
         else:
             parts = []
         own_path[row] = _add(parts, dims)
+        if any(hold[row]):
+            own_path[row] = [Vertex(v.y, tuple(a + b for a, b in zip(v.vec, hold[row], strict=True)), v.z, v.side)
+                             for v in own_path[row]]
         if row != 0:
             as_child[row] = _as_child(own_path[row], guarantee[row], limit[row], weight[row])
 
@@ -324,5 +365,5 @@ def dominant_entitlements(arr: TreeArrays) -> tuple[list[list[float]], list[list
     for row in range(n):
         for i, k in enumerate(live):
             entitlement[row][k] = share[row][i] * cap[k]
-    return entitlement, _requirement(arr), alerts
+    return entitlement, requirement, alerts
 

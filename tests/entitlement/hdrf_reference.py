@@ -14,6 +14,11 @@ work `min(slack_limit% * reservation, revocable allocation + revocable demand)` 
 cpu; guarantees are reservations as shares of the capacity, a cpu-only one implying the other
 kinds in proportion to the parent's guarantee, capped at the limit, and scaled down where
 siblings claim more than their parent's guarantee. A pool of weight 0 gets at most its guarantee.
+A `static` pool (DOMAIN §2: its reservation "is given whatever the demand") holds from the start,
+before any step, what its reservation (as written, no more than its guarantee) exceeds its
+requirement by, per kind; its requirement (§3) counts its static children's claims,
+`max(requirement, reservation)`, so nothing is held twice. The holds count in every share on
+their way to the root: in keys, limits and the capacity used up.
 """
 
 from __future__ import annotations
@@ -120,11 +125,50 @@ def _build(tree: TreeInput) -> tuple[_Pool, list[str]]:
             if claimed > pool.guarantee[k] * (1 + 1e-12) + 1e-12:
                 for c in pool.children:
                     c.guarantee[k] *= pool.guarantee[k] / claimed
+    # static reservations (DOMAIN §2: given whatever the demand; §3: a static child claims
+    # `max(requirement, reservation)`): a static pool holds, from the start, what its reservation
+    # (as written, no more than its guarantee) exceeds its requirement by, per kind; its
+    # requirement counts its static descendants' claims, so nothing is held twice
+    requirement = _requirement(tree)
+    for path, pool in by_path.items():
+        p = inputs.get(path)
+        if p is None or not p.static:
+            continue
+        hold = [max(0.0, min(p.reservation.get(k, 0.0) / c, g) - requirement[path].get(k, 0.0) / c)
+                for k, c, g in zip(live, cap, pool.guarantee, strict=True)]
+        up = path
+        while True:  # the pool and every pool above it hold it
+            by_path[up].share = [s + h for s, h in zip(by_path[up].share, hold, strict=True)]
+            if up == "/":
+                break
+            up = up.rsplit("/", 1)[0] or "/"
     for pool in by_path.values():
         if pool.weight <= 1e-12:  # weight 0: at most the guarantee
             pool.limit = [min(lim, g) for lim, g in zip(pool.limit, pool.guarantee, strict=True)]
             pool.weight = 1.0
     return root, live
+
+
+def _requirement(tree: TreeInput) -> dict[str, dict[str, float]]:
+    """DOMAIN §3, in amounts: a leaf's jobs (its revocable one included), capped at its limit; a
+    pool's, the sum of its children's claims (a static child's: `max(requirement, reservation)`),
+    capped at its limit."""
+    inputs = {p.path: p for p in tree.pools}
+    out: dict[str, dict[str, float]] = {}
+    for path in sorted(inputs, key=lambda q: (-q.count("/"), q)):  # deepest first
+        p = inputs[path]
+        kids = [q for q in inputs if (q.rsplit("/", 1)[0] or "/") == path]
+        if kids:
+            total = {k: 0.0 for k in tree.kinds}
+            for q in kids:
+                claim = out[q]
+                if inputs[q].static:
+                    claim = {k: max(v, inputs[q].reservation.get(k, 0.0)) for k, v in claim.items()}
+                total = {k: total[k] + claim[k] for k in tree.kinds}
+        else:
+            total = {k: sum(max(0.0, jd.demand.get(k, 0.0)) for jd in _jobs_of(p, tree.kinds)) for k in tree.kinds}
+        out[path] = {k: min(v, (p.limit or {}).get(k, math.inf)) for k, v in total.items()}
+    return out
 
 
 def _stopped(pool: _Pool) -> bool:

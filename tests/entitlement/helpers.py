@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import pytest
 
-from services.entitlement import LeafUsage, PoolInput, TreeEntitlements
+from services.entitlement import LeafUsage, PoolInput, TreeEntitlements, TreeInput
 
 TOL = 0.0009
 
@@ -46,3 +47,14 @@ def check(result: TreeEntitlements, field: str, expected: Mapping[str, Mapping[s
         got = getattr(result[path], field)
         for kind, want in kinds.items():
             assert got[kind] == pytest.approx(want, abs=tol), f"{field} of {path} {kind}: {got[kind]} != {want}"
+
+
+def claim(tree: TreeInput, got: TreeEntitlements, path: str, kind: str) -> float:
+    """DOMAIN §3: a pool's requirement, or a static pool's `max(requirement, reservation)` (its
+    reservation is given whatever the demand, up to its limit): no DRF policy gives a pool more."""
+    req = got[path].requirement[kind]
+    pool = next((p for p in tree.pools if p.path == path), None)
+    if pool is None or not pool.static:
+        return req
+    limit = math.inf if pool.limit is None else pool.limit.get(kind, math.inf)
+    return max(req, min(pool.reservation.get(kind, 0.0), limit))

@@ -78,13 +78,16 @@ def assert_same(tree: TreeInput) -> None:
     assert bad.size == 0, [(arr.paths[i], tree.kinds[j], got_e[i, j], want_e[i, j]) for i, j in bad[:5]]
     np.testing.assert_allclose(got_r, want_r, rtol=1e-12, atol=1e-12)
     assert {(a.code, a.path, a.kind) for a in got_a} == want_a
-    # both read every pool's children where the pool is: they add up to it
+    # both read every pool's children where the pool is: they add up to it (a static pool: with
+    # what it holds itself, at most its reservation)
     for ent in (got_e, want_e):
         for row, kids in enumerate(arr.children):
             if kids:
                 total = ent[kids].sum(axis=0)
                 slack = REL * np.maximum(1.0, np.abs(ent[row])) + np.maximum(SUM_ABSOLUTE, SUM_OF_CAPACITY * cap)
-                assert np.all(np.abs(total - ent[row]) <= slack)
+                own = np.minimum(arr.reservation[row], arr.limit[row]) if arr.static[row] else 0.0
+                assert np.all(total <= ent[row] + slack)
+                assert np.all(ent[row] - total <= own + slack)
 
 
 TINY_GPU = 5.960464477539063e-08

@@ -57,7 +57,11 @@ def test_the_kept_guarantees_cannot_be_written() -> None:
     from services.entitlement.arrays import build_arrays
     from services.entitlement.dominant import drf_inputs
 
-    arr = build_arrays(random_tree(20, seed=1, policy="dominant"))
+    tree = random_tree(20, seed=1, policy="dominant")
+    # without static pools: what drf_inputs gives is the kept arrays themselves (with them, the
+    # guarantees less the holds, which depend on the demand, are new arrays every cycle)
+    elastic = tuple(dataclasses.replace(p, static=False) for p in tree.pools)
+    arr = build_arrays(dataclasses.replace(tree, pools=elastic))
     drf = drf_inputs(arr)
     with pytest.raises(ValueError, match="read-only"):
         drf.guarantee[1, 0] = 0.0
