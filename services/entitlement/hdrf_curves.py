@@ -347,7 +347,7 @@ def root_fit(c: Curves, room: FloatArray | None = None) -> float:
     """The root's position where the capacity stops it: the furthest point of its `h` within 1 in
     every kind, or within `room` (per active kind: the capacity left after the static holds)."""
     p = c.root.as_polylines()
-    if room is not None:  # within room <=> within 1 once shifted up by what room lacks of 1
+    if room is not None and (room < 1.0).any():  # within room <=> within 1, shifted up by what room lacks of 1
         p = Polylines(p.off, p.x, p.v + (1.0 - room)[:, None], p.t, p.r)
     return float(fit(p)[1])
 
