@@ -51,7 +51,6 @@ import anyio
 from services.common.folding import anchored_on
 from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot, SnapshotStore, load_newest
-from services.tools.replay.collector import fewer_collections
 from services.tools.replay.progress import OnProgress, Progress
 from services.tools.replay.verify import REFUSAL_SUBJECTS, Report, Verifier, command_refusals
 from services.tree.domain import used_ids
@@ -170,10 +169,9 @@ async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, ch
 
         folded = [s for s in starts if s.service in FOLDED]  # (the child's to hold: taken from the list as sent)
         del starts
-        with fewer_collections():  # (the parent's reading makes many short-lived objects: collector.py)
-            return await verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
-                                           on_progress=on_progress, snapshots=folded, first=first, shared=shared,
-                                           runs=None if runs is None else runs / "child")
+        return await verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
+                                       on_progress=on_progress, snapshots=folded, first=first, shared=shared,
+                                       runs=None if runs is None else runs / "child")
     del starts  # (the folds hold what they need of them)
     send, receive = anyio.create_memory_object_stream[list[Stored]](1)  # one piece read ahead
 
