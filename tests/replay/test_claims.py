@@ -9,10 +9,13 @@ packed, nor a decision made twice."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import anyio
 import pytest
 
-from events import decode, encode_pack
+from events import decode, derived_id, encode_pack
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.tools.replay import worker
@@ -127,3 +130,95 @@ def test_a_decision_made_twice_goes_to_the_verifier(lifecycle: list[Stored]) -> 
     assert [m.id for m in made] == [envelope.id, envelope.id] and not len(derivation.unread)
     derivation._keep([envelope], made)
     assert len(made) == 2 and len(derivation.unread) == 1
+
+
+# --- a forged pre-v3 computation on a subject the child does not read ----------------------------------------
+
+_SPARE = "poolwise.decision.big.notes"  # (a subject no service folds: the verifier's process reads it)
+
+
+class _Spaced(MemoryLog):
+    """A log with two spare messages (on `_SPARE`) after each entitlement computation, for a
+    forger to write over."""
+
+    def _store(self, subject: str, data: bytes, msg_id: str | None, index: int = 0) -> Any:
+        landed = super()._store(subject, data, msg_id, index)
+        if b'"type":"EntitlementsComputed"' in data:
+            for _ in range(2):
+                super()._store(_SPARE, b"{}", None)
+        return landed
+
+
+@pytest.fixture(scope="module")
+def spaced() -> list[Stored]:
+    log = _Spaced()
+    anyio.run(lambda: build(log, 200, per_round=50, leaves=3), backend="asyncio")
+    return anyio.run(log.read, 1, backend="asyncio")
+
+
+def _as_two_v2_parts(data: bytes) -> list[bytes]:
+    """A (one-part, v3) computation's record as a computation written before v3 in two parts that
+    fold to the same map: the cycle's `CycleCompleted.decisions` should then count one more."""
+    envelope = json.loads(data)
+    event = envelope["event"]
+    assert event["replace"] and event.get("parts", 1) == 1 and len(event["pools"]) > 1, event
+    out = []
+    for part, pools in enumerate([event["pools"][:1], event["pools"][1:]], start=1):
+        written = json.loads(data)
+        written["event"].update(version=2, pools=pools, part=part, parts=2)
+        if part > 1:
+            written["event"].update(replace=False, alerts=[])
+            written["id"] = derived_id(envelope["source"], envelope["basis"], event["tree"], f"entitlements.{part}")
+        out.append(json.dumps(written, separators=(",", ":")).encode())
+    return out
+
+
+def _forged_pre_v3(messages: list[Stored], where: str) -> list[Stored]:
+    """The tree's first computation taken off admission's subject and written back, before v3 and
+    in two parts, where the child does not read it: in the spare messages after it ("before" its
+    cycle's `CycleCompleted`, which still counts the one part re-derived), or at the end ("after")."""
+    index = next(i for i, m in enumerate(messages) if b'"type":"EntitlementsComputed"' in m.data)
+    record = messages[index]
+    assert record.subject.endswith(".admission") and messages[index + 2].subject == _SPARE
+    parts = _as_two_v2_parts(record.data)
+    out = list(messages)
+    out[index] = Stored(record.seq, _SPARE, b"{}", None)
+    if where == "before":
+        for n, part in enumerate(parts, start=1):
+            out[index + n] = Stored(record.seq + n, _SPARE, part, None)
+    else:
+        out += [Stored(messages[-1].seq + n, _SPARE, part, None) for n, part in enumerate(parts, start=1)]
+    return out
+
+
+def test_the_spaced_log_is_clean(spaced: list[Stored]) -> None:
+    assert verify(spaced).ok
+    assert through_the_child(spaced, 50)[0].ok
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("chunk", [1, 3, 50, 10_000])
+def test_a_forged_pre_v3_computation_the_child_does_not_read_has_findings(spaced: list[Stored], where: str,
+                                                                         chunk: int) -> None:
+    """A computation recorded as before v3, in more parts than re-derived, on a subject the child
+    does not read (so it goes on taking records by their bytes): the cycle's `CycleCompleted`
+    counts the parts re-derived, not those recorded, a forgery whichever process compares it."""
+    tampered = _forged_pre_v3(spaced, where)
+    report, _ = through_the_child(tampered, chunk)
+    assert not report.ok, (where, chunk)
+    whole = verify(tampered)  # (the report shown: the reader verifies a log with findings again so)
+    assert [(f.kind, f.type) for f in whole.findings] == [
+        ("differs", "CycleCompleted" if where == "before" else "EntitlementsComputed")], \
+        [f.line() for f in whole.findings]
+
+
+def test_a_pre_v3_computation_on_any_subject_stops_the_taking(spaced: list[Stored]) -> None:
+    """Once a computation written before v3 is read, on a subject folded or not, every decision
+    goes to the verifier (which follows the tree's maps from there on: entitlements.py)."""
+    tampered = _forged_pre_v3(spaced, "before")
+    at = next(i for i, m in enumerate(tampered) if m.subject == _SPARE and b"EntitlementsComputed" in m.data)
+    derivation = Derivation(shared=True)
+    derivation.feed_rows(_rows(tampered[:at]))
+    assert derivation.claiming and len(derivation.unread)
+    derived = derivation.feed_rows(_rows(tampered[at:at + 1]))
+    assert not derivation.claiming and not len(derivation.unread) and derived.made

@@ -86,8 +86,11 @@ class Derivation:
         self._kinds: dict[str, int] = {}  # subject -> what it is to `feed_rows` (a log has few subjects)
         self.unread = Unread()  # `feed_rows`: its decisions whose record it has not read yet
         # `feed_rows` takes a record as its decision's when the bytes are the same (`unread.py`),
-        # until it reads an entitlement computation written before v3: those are compared by the
-        # maps they fold to, which the verifier follows from there on (verify.py, entitlements.py)
+        # until it reads an entitlement computation written before v3, on any subject (one it
+        # does not fold is still the verifier's to compare): those are compared by the maps they
+        # fold to, which the verifier follows from there on (verify.py, entitlements.py), and
+        # their cycle's `CycleCompleted` by the parts recorded (the verifier reports a cycle
+        # whose `CycleCompleted` was compared, here or there, before its parts were all read)
         self.claiming = True
 
     def _start_from(self, snapshot: Snapshot) -> None:
@@ -179,6 +182,8 @@ class Derivation:
             if kind is None:
                 kind = kinds[subject] = _subject_kind(subject, shared)
             if not kind & _FOLDS:
+                if self.claiming and _OLD_COMPUTATION in data and version_of(data) < CURRENT:
+                    self._stop_claiming(made)  # (the verifier's process compares it: see `claiming`)
                 continue
             envelopes: list[Envelope] | None = None
             taken: list[Envelope] | None = None  # the decisions made here that it records, every one
@@ -219,8 +224,7 @@ class Derivation:
                     if envelope.event.type in decisions:
                         recording.append(seq)
                         if self.claiming and _OLD_COMPUTATION in data and version_of(data) < CURRENT:
-                            self.claiming = False
-                            made += map(Made.of, unread.all())
+                            self._stop_claiming(made)
                         break
             if len(envelopes) == 1:  # (`step_message` of one event, without its call and loop)
                 envelope = envelopes[0]
@@ -242,6 +246,11 @@ class Derivation:
         self.position = last
         made += map(Made.of, unread.stale())
         return Derived(made, frozenset(recording), events, malformed, matched)
+
+    def _stop_claiming(self, made: list[Made]) -> None:
+        """From here on, nothing taken here: every decision unread goes to the verifier (`made`)."""
+        self.claiming = False
+        made += map(Made.of, self.unread.all())
 
     def _keep(self, out: list[Envelope], made: list[Made]) -> None:
         """One message's decisions (`out`, emptied) kept unread by their bytes (`unread.py`); to

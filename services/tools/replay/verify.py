@@ -215,7 +215,9 @@ class Verifier:
         # computations recorded before `EntitlementsComputed` v3, compared by their maps (entitlements.py)
         self.maps: dict[str, TreeMaps] = {}  # the trees followed: from their first pre-v3 computation on
         self.computing: dict[tuple[str, str, int], list[_Record]] = {}  # (source, tree, basis) -> parts read
-        self.shift: dict[tuple[str | None, int | None], int] = {}  # a cycle's parts recorded less re-derived
+        # a cycle's parts recorded less re-derived, with the computation's first part (its
+        # `CycleCompleted` is compared after it, or it is reported at the end: `finish`)
+        self.shift: dict[tuple[str | None, int | None], tuple[int, _Record]] = {}
         self.position = min((self.starts.get(name, 0) for name in (ADMISSION, PREEMPTION, TREE)), default=0)
         self._kinds: dict[str, int] = {}  # subject -> whose it is (`_ADMISSION`, `_TREE`): a log has few subjects
         self._finished = False
@@ -490,7 +492,7 @@ class Verifier:
         for record in parts:
             self.settled.add(record.envelope.id)
         if len(parts) != len(made):
-            self.shift[(tree, basis)] = len(parts) - len(made)
+            self.shift[(tree, basis)] = (len(parts) - len(made), parts[0])
         in_scope = self._in_scope(first)
         count = self.report.count(first.type)
         if in_scope:
@@ -540,12 +542,12 @@ class Verifier:
             if decision.type == "EntitlementsComputed" and decision.tree in self.maps:
                 self.maps[decision.tree].derived.add(decode(decision.data).event)  # type: ignore[arg-type]
             elif decision.type == "CycleCompleted" and decision.source == ADMISSION:
-                shift = self.shift.pop((decision.tree, decision.basis), 0)
+                shift = self.shift.pop((decision.tree, decision.basis), (0, record))[0]
         envelope = record.envelope
         in_scope = self._in_scope(envelope)
         if not in_scope and not self._made_in_scope(decision):
             return
-        if record.raw == decision.data:  # the bytes the service would write: the same content
+        if record.raw == decision.data and not shift:  # the bytes the service would write: the same content
             if in_scope:
                 self.report.count(envelope.type).matched += 1
             return
@@ -577,6 +579,20 @@ class Verifier:
                 for record in parts:
                     self._record_as_any(record)
             self.computing.clear()
+            # pre-v3 computations in other parts than re-derived whose cycle's `CycleCompleted` was
+            # not compared after them (compared before its parts were all read, here or by the
+            # derivation's process, which takes a record with the re-derived bytes: a count of
+            # the re-derived parts, not of those recorded)
+            for shift, first in self.shift.values():
+                envelope = first.envelope
+                if self._in_scope(envelope):
+                    mine = wire(envelope)
+                    self._found(first, Finding(
+                        "differs", envelope.id, envelope.type, envelope.source, first.seq, envelope.basis,
+                        f"v{version_of(first.raw)} computation in {shift:+d} parts against the re-derived, "
+                        "but its cycle's CycleCompleted, compared before all of them were read, does not "
+                        "count them", mine, about=about(mine)))
+            self.shift.clear()
         findings: list[Finding] = []
         for key, (times, decision) in self.repeats.items():
             if self._made_in_scope(decision):
