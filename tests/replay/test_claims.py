@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from events import decode, derived_id, encode_pack
+from events.codec import pack_parts
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.tools.replay import worker
@@ -222,3 +223,55 @@ def test_a_pre_v3_computation_on_any_subject_stops_the_taking(spaced: list[Store
     assert derivation.claiming and len(derivation.unread)
     derived = derivation.feed_rows(_rows(tampered[at:at + 1]))
     assert not derivation.claiming and not len(derivation.unread) and derived.made
+
+
+# --- other tampering the child's taking could miss: a record copied or moved where it reads it or not ---
+
+
+def _cycle_admission(messages: list[Stored], after: int) -> tuple[int, bytes, bytes]:
+    """The first admission after `messages[after]`: its message's index, its record, and what
+    the message holds without it."""
+    index = next(i for i, m in enumerate(messages)
+                 if i > after and b'"GangAdmitted"' in m.data and m.subject.endswith(".admission"))
+    parts = pack_parts(messages[index].data)
+    rest = encode_pack(parts[1:]) if len(parts) > 2 else parts[1]
+    return index, parts[0], rest
+
+
+def _put(messages: list[Stored], at: int, subject: str, data: bytes) -> list[Stored]:
+    out = list(messages)
+    out[at] = Stored(messages[at].seq, subject, data, None)
+    return out
+
+
+def _tampered(messages: list[Stored], how: str) -> list[Stored]:
+    """A cycle's first admission recorded again (copied) or instead (moved) in a spare message:
+    after its basis and before its record (the second cycle's spare, where the child holds the
+    decision unread), or before its basis (the first cycle's)."""
+    spares = [i for i, m in enumerate(messages) if m.subject == _SPARE]
+    index, record, rest = _cycle_admission(messages, spares[2])
+    subject = messages[index].subject
+    if how == "copied_unread_subject":  # (the verifier's process reads it, the child does not)
+        return _put(messages, spares[2], _SPARE, record)
+    if how == "copied_other_tree":  # (the child takes it: the record in its place is the verifier's)
+        return _put(messages, spares[2], "poolwise.decision.other.admission", record)
+    if how == "copied_same_subject":
+        return _put(messages, spares[2], subject, record)
+    if how == "changed_copy":  # (its id, other content)
+        return _put(messages, spares[2], subject, record.replace(b'"cpu":1.0', b'"cpu":2.0', 1))
+    assert how == "moved_before_basis"
+    return _put(_put(messages, index, subject, rest), spares[0], subject, record)
+
+
+@pytest.mark.parametrize("how", ["copied_unread_subject", "copied_other_tree", "copied_same_subject",
+                                 "changed_copy", "moved_before_basis"])
+def test_a_record_copied_or_moved_has_findings(spaced: list[Stored], how: str) -> None:
+    tampered = _tampered(spaced, how)
+    assert tampered != spaced and (how != "changed_copy" or tampered != _tampered(spaced, "copied_same_subject"))
+    whole = verify(tampered)
+    assert not whole.ok, how
+    for chunk in (1, 3, 50, 10_000):
+        report, _ = through_the_child(tampered, chunk)
+        assert not report.ok, (how, chunk)
+    if how == "moved_before_basis":  # (its bytes are the re-derived ones: only where it is gives it away)
+        assert [(f.kind, f.detail) for f in whole.findings] == [("unexpected", "recorded at or before its basis")]

@@ -428,7 +428,14 @@ class Verifier:
             self._compare(record, decision)
 
     def _record(self, record: _Record) -> None:
-        if record.envelope.event.type == "EntitlementsComputed" and self._old_entitlements(record):
+        envelope = record.envelope
+        if record.seq <= (envelope.basis or 0) and self._in_scope(envelope):
+            # (a service records a decision after the message it is based on: a record at or
+            # before its basis was moved there; compared as well, it may match)
+            mine = wire(envelope)
+            self._found(record, Finding("unexpected", envelope.id, envelope.type, envelope.source, record.seq,
+                                        envelope.basis, "recorded at or before its basis", mine, about=about(mine)))
+        if envelope.event.type == "EntitlementsComputed" and self._old_entitlements(record):
             return
         self._record_as_any(record)
 
