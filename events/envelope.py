@@ -131,7 +131,8 @@ class DerivedIds:
     __slots__ = ("_prefix",)
 
     def __init__(self, *parts: object) -> None:
-        self._prefix = hashlib.sha256(("\x1f".join(map(str, parts)) + "\x1f").encode())  # (no generator: per message)
+        # (no generator: made per message; no parts, no separator, as derived_id(key) has none)
+        self._prefix = hashlib.sha256((("\x1f".join(map(str, parts)) + "\x1f") if parts else "").encode())
 
     def __call__(self, key: object) -> str:
         digest = self._prefix.copy()
