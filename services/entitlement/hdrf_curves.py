@@ -46,6 +46,7 @@ from services.entitlement.polylines import (
     TINY,
     Polylines,
     argument_at,
+    by_group_and_x,
     compose,
     fit,
     int_diff,
@@ -56,7 +57,6 @@ from services.entitlement.polylines import (
     segmented_cumsum,
     segmented_cumsum_at,
     shifted,
-    sorted_minor,
     stable_argsort,
     start_slopes,
     trues,
@@ -197,12 +197,8 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     if n == 0:
         none = nones(rows)
         return Inner(np.arange(rows + 1, dtype=np.intp), start.copy(), init.copy(), none, none.copy())
-    # by (group, x, event): rank by x, equal ones by event (stable), then one integer sort of
-    # group * n + rank (as `sum_events`)
-    by_x = stable_argsort(ev.x)
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_x] = np.arange(n, dtype=np.int64)
-    first = by_x[sorted_minor(ev.group, rank, n)]
+    # by (group, x, event): equal ones by event (stable, as `sum_events`)
+    first = by_group_and_x(ev.group, ev.x)
     gs0 = ev.group[first]
     gnew0 = trues(n)
     gnew0[1:] = gs0[1:] != gs0[:-1]

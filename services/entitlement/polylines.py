@@ -133,6 +133,28 @@ def sorted_minor(major: IntArray, minor: IntArray, n: int) -> IntArray:
     return key
 
 
+def by_group_and_x(group: IntArray, x: FloatArray) -> IntArray:
+    """The order of events by `(group, x)`, equal ones by index (the stable sort's): one stable
+    sort of the complex numbers `group + x i`, which numpy orders by real part, then imaginary
+    part. Its merge sort takes the runs of sorted events a level is made of (each child's
+    vertices in order, children by row) whole: 0.2-1 ms on 13-26k events, where ranking by `x`
+    and sorting `(group, rank)` took 1.6-3.7. A NaN argument (numpy's sort puts a complex number
+    with a NaN part after every other, whatever its group) takes that way instead: a NaN last in
+    its group, as the stable sort by `x` has it."""
+    n = x.size
+    if np.isnan(x).any():
+        by_x = stable_argsort(x)
+        rank = np.empty(n, dtype=np.int64)
+        rank[by_x] = np.arange(n, dtype=np.int64)
+        out: IntArray = by_x[sorted_minor(group, rank, n)]
+        return out
+    key = np.empty(n, dtype=np.complex128)
+    key.real = group
+    key.imag = x
+    order: IntArray = key.argsort(kind="stable")
+    return order
+
+
 def int_diff(a: IntArray) -> IntArray:
     """`np.diff` of a 1-d array, without its Python-level overhead (~10 µs a call, called a few
     hundred times a computation on arrays of a few dozen entries in `hdrf`'s later epochs)."""
@@ -288,12 +310,9 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     if n == 0:
         x0 = np.zeros(rows)
         return Polylines(np.arange(rows + 1, dtype=np.intp), x0, init.copy(), x0.copy(), np.zeros(rows, dtype=bool))
-    # sort by (group, x, event): rank by x (equal ones by event: a stable sort, whatever numpy's
-    # kernels for this CPU), then one integer sort of group * n + rank
-    by_x = stable_argsort(ev.x)
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_x] = np.arange(n, dtype=np.int64)
-    order = by_x[sorted_minor(ev.group, rank, n)]
+    # sort by (group, x, event): equal ones by event (a stable sort, whatever numpy's kernels
+    # for this CPU)
+    order = by_group_and_x(ev.group, ev.x)
     xs, gs, js = ev.x[order], ev.group[order], ev.jump[order]
     vs = ev.vec.take(order, axis=1)
     gnew = trues(n)

@@ -18,6 +18,7 @@ from services.entitlement.polylines import (
     _kinks_many,
     _top_line,
     argument_at,
+    by_group_and_x,
     evaluate,
     segmented_cumsum,
     segmented_cumsum_at,
@@ -48,6 +49,33 @@ def test_stable_argsort_on_large_arrays_with_and_without_ties() -> None:
     for x in (rng.random(30_000), rng.integers(0, 500, 30_000).astype(np.float64) / 7.0,
               np.repeat(rng.random(3_000), 10)):
         assert stable_argsort(x).tolist() == x.argsort(kind="stable").tolist()
+
+
+def _by_group_then_x(group: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The order of `(group, x)`, ties by index: a stable sort by `x`, then a stable one by group."""
+    by_x = x.argsort(kind="stable")
+    out: np.ndarray = by_x[group[by_x].argsort(kind="stable")]
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 80).flatmap(lambda n: st.tuples(
+    hnp.arrays(np.float64, n, elements=_VALUES), hnp.arrays(np.intp, n, elements=st.integers(0, 6)))))
+def test_by_group_and_x_is_the_stable_sort_by_group_then_x(case: tuple[np.ndarray, np.ndarray]) -> None:
+    x, group = case
+    assert by_group_and_x(group, x).tolist() == _by_group_then_x(group, x).tolist()
+
+
+def test_by_group_and_x_on_levels_of_sorted_runs() -> None:
+    """As a level's events come: each group's children's vertices in order, run after run, with
+    ties across children; and shuffled."""
+    rng = np.random.default_rng(11)
+    for groups, n in ((1, 20_000), (40, 20_000), (3_000, 9_000)):
+        group = np.sort(rng.integers(0, groups, n))
+        x = np.concatenate([np.sort(part) for part in np.array_split(rng.integers(0, 50, n) / 8.0, 7)])
+        for g, v in ((group, x), (np.concatenate((group[n // 2 :], group[: n // 2])), x),
+                     (rng.permutation(group), rng.permutation(x))):
+            assert by_group_and_x(g, v).tolist() == _by_group_then_x(g, v).tolist()
 
 
 @st.composite
