@@ -157,24 +157,30 @@ async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, ch
     # the log is read after the earliest start (a service without a snapshot: from 1)
     first = 1 + (min(s.seq for s in starts) if len(starts) == len(SERVICES) else 0)
     tree_start = next((s.seq for s in starts if s.service == TREE), 0)
-    refusals: list[Stored] = []  # the messages that hold refusals of commands
-    async for piece in read_in_chunks(log, tree_start + 1, REFUSAL_SUBJECTS, max(chunk, 100_000), end_seq=stop):
-        refusals.extend(stored for stored in piece if command_refusals([stored]))
-    if on_progress is not None:
-        on_progress(Progress(first - 1, stop, 0, 0, time.perf_counter() - began))
     in_process = stop - first + 1 >= (PROCESS_FROM if process_from is None else process_from)
-    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq,
-                        shared=shared, derived_elsewhere=in_process)
-    verifier.report.passed_over = passed_over
     if in_process:
+        from services.tools.replay import worker
+
+        # started first: its interpreter's start and imports (~0.5 s, more under load) go on
+        # while this process reads the refusals and makes the verifier
+        child = await worker.started_child()
+        try:
+            verifier = await _verifier(log, starts, passed_over, tree_start, stop, chunk, tree=tree, to_seq=to_seq,
+                                       from_seq=from_seq, shared=shared, elsewhere=True, on_progress=on_progress,
+                                       began=began, first=first)
+        except BaseException:
+            await worker.stop_child(child)
+            raise
         from services.tools.replay.derive import FOLDED
-        from services.tools.replay.worker import verify_in_process
 
         folded = [s for s in starts if s.service in FOLDED]  # (the child's to hold: taken from the list as sent)
         del starts
-        return await verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
-                                       on_progress=on_progress, snapshots=folded, first=first, shared=shared,
-                                       runs=None if runs is None else runs / "child")
+        return await worker.verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
+                                              on_progress=on_progress, snapshots=folded, first=first, shared=shared,
+                                              runs=None if runs is None else runs / "child", worker=child)
+    verifier = await _verifier(log, starts, passed_over, tree_start, stop, chunk, tree=tree, to_seq=to_seq,
+                               from_seq=from_seq, shared=shared, elsewhere=False, on_progress=on_progress,
+                               began=began, first=first)
     del starts  # (the folds hold what they need of them)
     send, receive = anyio.create_memory_object_stream[list[Stored]](1)  # one piece read ahead
 
@@ -196,6 +202,21 @@ async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, ch
                     break
             tg.cancel_scope.cancel()
     return await anyio.to_thread.run_sync(verifier.finish)
+
+
+async def _verifier(log: EventLog, starts: list[Snapshot], passed_over: list[str], tree_start: int, stop: int,
+                    chunk: int, *, tree: str | None, to_seq: int | None, from_seq: int | None, shared: bool,
+                    elsewhere: bool, on_progress: OnProgress | None, began: float, first: int) -> Verifier:
+    """The verifier, given the log's refusals of commands (read first, from their subjects)."""
+    refusals: list[Stored] = []  # the messages that hold refusals of commands
+    async for piece in read_in_chunks(log, tree_start + 1, REFUSAL_SUBJECTS, max(chunk, 100_000), end_seq=stop):
+        refusals.extend(stored for stored in piece if command_refusals([stored]))
+    if on_progress is not None:
+        on_progress(Progress(first - 1, stop, 0, 0, time.perf_counter() - began))
+    verifier = Verifier(command_refusals(refusals), tree=tree, to_seq=to_seq, snapshots=starts, from_seq=from_seq,
+                        shared=shared, derived_elsewhere=elsewhere)
+    verifier.report.passed_over = passed_over
+    return verifier
 
 
 class NoLog(Exception):

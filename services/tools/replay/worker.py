@@ -157,6 +157,20 @@ def _started(tree: str | None, to_seq: int | None, snapshots: list[Snapshot], sh
     return ("start", tree, to_seq, data, store.directory, shared, runs), held
 
 
+async def started_child() -> _Child:
+    """A child process started (its interpreter imports the folds meanwhile, ~0.5 s of CPU: a
+    replay starts it as soon as it knows it will need it), to be given to `verify_in_process`,
+    which stops it; `stop_child` if it is not given."""
+    worker = _Child()
+    await anyio.to_thread.run_sync(worker.start)
+    return worker
+
+
+async def stop_child(worker: _Child) -> None:
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(worker.stop)
+
+
 @contextmanager
 def _one_failure() -> Iterator[None]:
     """A child that died breaks the sender and the taker at once: say it once (`ChildFailed`,
@@ -176,14 +190,15 @@ def _one_failure() -> Iterator[None]:
 async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: int, began: float, *,
                             tree: str | None, to_seq: int | None, on_progress: Any,
                             snapshots: list[Snapshot], first: int = 1, shared: bool = False,
-                            runs: Path | None = None) -> Report:
+                            runs: Path | None = None, worker: _Child | None = None) -> Report:
     """`verifier` (`derived_elsewhere`) fed the log from `first` through `end` (or until it is
     `done`), with admission's and preemption's decisions derived in a child process, from
     `snapshots` (of admission and preemption: emptied once sent, the child holds them), its id
-    record's runs in files in `runs` (None: in memory)."""
+    record's runs in files in `runs` (None: in memory). `worker`: the child, started already
+    (`started_child`; stopped here whatever happens), or None to start one now."""
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
-    worker = _Child()
-    await anyio.to_thread.run_sync(worker.start)
+    if worker is None:
+        worker = await started_child()
     held: list[Any] = []  # the runs the child may be reading from this process's files
     try:
         start, held = _started(tree, to_seq, list(snapshots), shared, runs)
@@ -194,8 +209,12 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
         # than a piece: sending and taking the child's answers go on in threads of their own, or
         # each end would wait for the other); and here, the verifier, which takes the child's
         # work on a piece and then feeds the piece (the child folds the next piece meanwhile).
-        read_s, read_r = anyio.create_memory_object_stream[list[Stored]](1)
-        sent_s, sent_r = anyio.create_memory_object_stream[list[Stored]](1)
+        # (pieces held ahead: the verifier blocks this event loop while it feeds a piece, so the
+        # reader gets ahead only between pieces; with one held, the child waited ~0.9 s of its
+        # ~20 for pieces on the 100k-gang log at load 3, ~0.55 s with these; each piece of
+        # `chunk` messages is ~2-3 MB here)
+        read_s, read_r = anyio.create_memory_object_stream[list[Stored]](3)
+        sent_s, sent_r = anyio.create_memory_object_stream[list[Stored]](2)
 
         async def read() -> None:
             async with read_s:
@@ -233,6 +252,5 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
                                  time.perf_counter() - began))
         return report
     finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(worker.stop)
+        await stop_child(worker)
         held.clear()  # (the child is gone: its runs' files may go)
