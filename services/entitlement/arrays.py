@@ -11,7 +11,7 @@ loop over pools. Built once per configuration; leaf numbers are written in place
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +80,8 @@ class TreeArrays:
     """The jobs' demands as last read, kept for the next computation (`memo.py`)."""
     guarantee_memo: GuaranteeMemo | None = None
     """The guarantees and limits as shares as last computed, likewise."""
+    leaf_jobs: Callable[[list[tuple[JobDemand, ...] | None]], tuple[tuple[JobDemand, ...] | None, ...]] | None = None
+    """`jobs` -> the leaves' entries, in row order (`dominant._given`), made on first use."""
 
 
 def parent_of(path: str) -> str:

@@ -81,13 +81,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import repeat
-from operator import is_
+from operator import is_, itemgetter
 
 import numpy as np
 
 from services.entitlement.arrays import TreeArrays
-from services.entitlement.memo import GuaranteeMemo, given_jobs
-from services.entitlement.model import TOLERANCE, Alert, FloatArray, IntArray
+from services.entitlement.memo import GuaranteeMemo, JobsLayout, JobsMemo, given_jobs
+from services.entitlement.model import TOLERANCE, Alert, BoolArray, FloatArray, IntArray, JobDemand
 from services.entitlement.per_resource import aggregate
 from services.entitlement.polylines import (
     EPS,
@@ -115,25 +115,54 @@ def _leaf_jobs(arr: TreeArrays) -> tuple[FloatArray, FloatArray, IntArray, IntAr
     )
     if arr.cpu >= 0:
         rev[:, arr.cpu] = 0.0
-    has_rev = rev.max(axis=1, initial=0.0) > 0.0
-    given = [arr.jobs[row] for row in leaves.tolist()]
-    memo = arr.jobs_memo = given_jobs(arr.jobs_memo, given, arr.kinds)
+    # `rev.max(axis=1, initial=0.0) > 0.0`, a column at a time (NaN kept, as there): numpy
+    # reduces a few kinds per row ~10x slower than whole columns
+    top = np.zeros(nl)
+    for kd in range(rev.shape[1]):
+        np.maximum(top, rev[:, kd], out=top)
+    has_rev = top > 0.0
+    memo = arr.jobs_memo = given_jobs(arr.jobs_memo, _given(arr, leaves), arr.kinds)
+    layout = memo.layout
+    if layout is None or not np.array_equal(layout.has_rev, has_rev):
+        layout = memo.layout = _layout(memo, has_rev)
+    # each job's demand, gathered from [the given jobs' | the leaves' own | their revocable work]
+    demand = np.take(np.concatenate([memo.demand, own, rev]), layout.src, axis=0).T
+    return np.ascontiguousarray(demand), layout.weight, layout.job_leaf, leaves
+
+
+def _given(arr: TreeArrays, leaves: IntArray) -> list[tuple[JobDemand, ...] | None]:
+    """Each leaf's `jobs` as given, leaves in row order: with one `itemgetter` of the leaf rows,
+    kept on the arrays (the leaves are the tree's), a C call where a Python loop over 9k leaves
+    costs ~0.25 ms."""
+    pick = arr.leaf_jobs
+    if pick is None:
+        rows = leaves.tolist()
+        pick = arr.leaf_jobs = itemgetter(*rows) if len(rows) > 1 else (lambda jobs: tuple(jobs[r] for r in rows))
+    return list(pick(arr.jobs))
+
+
+def _layout(memo: JobsMemo, has_rev: BoolArray) -> JobsLayout:
+    """Each job's source, weight and leaf, for the given jobs of `memo` and the leaves with
+    revocable work `has_rev` (`JobsLayout`)."""
+    nl = has_rev.size
     n_given = memo.counts
-    implicit = np.fromiter(map(is_, given, repeat(None)), dtype=bool, count=nl)
+    implicit = np.fromiter(map(is_, memo.given, repeat(None)), dtype=bool, count=nl)
     count = np.where(implicit, 1, n_given) + has_rev
     off = np.zeros(nl + 1, dtype=np.intp)
     np.cumsum(count, out=off[1:])
     ne = memo.demand.shape[0]
-    # each job's demand, gathered from [the given jobs' | the leaves' own | their revocable work]
     src = np.empty(int(off[-1]), dtype=np.intp)
     explicit = np.flatnonzero(n_given > 0)
     reps = n_given[explicit]
     src[np.repeat(off[explicit] - (np.cumsum(reps) - reps), reps) + np.arange(ne)] = np.arange(ne)
     src[off[:-1][implicit]] = ne + np.flatnonzero(implicit)
     src[off[1:][has_rev] - 1] = ne + nl + np.flatnonzero(has_rev)
-    demand = np.take(np.concatenate([memo.demand, own, rev]), src, axis=0).T
     weight = np.concatenate([memo.weight, np.ones(2 * nl)])[src]
-    return np.ascontiguousarray(demand), weight, np.repeat(np.arange(nl), count), leaves
+    for a in (has_rev, src, weight):
+        a.setflags(write=False)  # (returned to every computation: none may change them)
+    job_leaf = np.repeat(np.arange(nl), count)
+    job_leaf.setflags(write=False)
+    return JobsLayout(has_rev, src, weight, job_leaf)
 
 
 def _kept_guarantees(arr: TreeArrays, active: list[int], cap: FloatArray) -> tuple[FloatArray, FloatArray, list[Alert]]:

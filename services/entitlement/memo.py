@@ -42,6 +42,21 @@ class JobsMemo:
     counts: IntArray
     demand: FloatArray
     weight: FloatArray
+    layout: JobsLayout | None = None
+    """Where `dominant._leaf_jobs` takes each job from, for these given jobs (set there)."""
+
+
+@dataclass(slots=True, eq=False)
+class JobsLayout:
+    """`dominant._leaf_jobs`' jobs for one `JobsMemo`: each job's source row in [the given jobs |
+    the leaves' own | their revocable work], its weight and its leaf, for the leaves with
+    revocable work `has_rev` (the one input besides the given jobs that moves them): integer
+    bookkeeping (~0.5 ms for 9k leaves) that changes only with them."""
+
+    has_rev: BoolArray
+    src: IntArray
+    weight: FloatArray
+    job_leaf: IntArray
 
 
 @dataclass(slots=True, eq=False)

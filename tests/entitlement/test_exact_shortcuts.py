@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 from services.entitlement.hdrf_curves import _concat, _Events, _job_events, nones, sum_runs
 from services.entitlement.hdrf_runs import _first_kind
 from services.entitlement.polylines import (
+    _PAIRED,
     Polylines,
     _first_true,
     _kinks,
@@ -19,6 +20,7 @@ from services.entitlement.polylines import (
     _top_line,
     argument_at,
     by_group_and_x,
+    cumsum_rows,
     evaluate,
     segmented_cumsum,
     segmented_cumsum_at,
@@ -76,6 +78,22 @@ def test_by_group_and_x_on_levels_of_sorted_runs() -> None:
         for g, v in ((group, x), (np.concatenate((group[n // 2 :], group[: n // 2])), x),
                      (rng.permutation(group), rng.permutation(x))):
             assert by_group_and_x(g, v).tolist() == _by_group_then_x(g, v).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.sampled_from([0, 1, 7, _PAIRED - 1, _PAIRED, _PAIRED + 5]), st.integers(0, 2**32 - 1),
+       st.booleans())
+def test_cumsum_rows_is_numpys_cumsum_bit_for_bit(dims: int, n: int, seed: int, specials: bool) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((dims, n)) * 10.0 ** rng.integers(-300, 300, (dims, n)).astype(np.float64)
+    if specials and n:  # signed zeros, infinities and NaN among them
+        values.flat[rng.integers(0, values.size, 8)] = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan], 8)
+    with np.errstate(invalid="ignore", over="ignore"):  # (inf - inf, and sums past the largest float)
+        want = values.cumsum(axis=1)
+        assert cumsum_rows(values).tobytes() == want.tobytes()
+        out = np.empty_like(values)
+        cumsum_rows(values, out=out)
+    assert out.tobytes() == want.tobytes()
 
 
 @st.composite

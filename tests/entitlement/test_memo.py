@@ -114,3 +114,34 @@ def test_equal_jobs_given_again_are_not_read_again(monkeypatch: pytest.MonkeyPat
     engine.set_usage(path, dataclasses.replace(usage, jobs=more))
     engine.compute()
     assert read == [len(more)]
+
+
+@pytest.mark.parametrize("policy", ["dominant", "hdrf"])
+def test_revocable_work_that_comes_and_goes_under_the_same_jobs_gives_a_fresh_computation(policy: Policy) -> None:
+    """The jobs' layout (`memo.JobsLayout`) is kept while the given jobs and the leaves with
+    revocable work are the same; a leaf's revocable work starting or ending, its jobs the same
+    tuple, moves the jobs after it: a computation then is a fresh one, byte for byte."""
+    tree = random_tree(40, seed=5, policy=policy)
+    tree = dataclasses.replace(tree, capacity={k: v * 0.2 for k, v in tree.capacity.items()})
+    pools = {p.path: p for p in tree.pools}
+    leaves = [p.path for p in tree.pools if p.usage.jobs]
+    for path in leaves[1:12:2]:  # without revocable work at first
+        pools[path] = dataclasses.replace(pools[path], usage=dataclasses.replace(
+            pools[path].usage, revocable_allocation={}, revocable_demand={}))
+    tree = dataclasses.replace(tree, pools=tuple(pools.values()))
+    engine = EntitlementEngine(tree)
+    engine.compute()
+    layout = engine._arr.jobs_memo.layout  # type: ignore[union-attr]
+    engine.compute()
+    assert engine._arr.jobs_memo.layout is layout  # type: ignore[union-attr]  # nothing changed: kept
+    for i, path in enumerate(leaves[:12]):  # revocable work ends, starts, or is another amount
+        old = pools[path].usage
+        rev = {} if i % 4 == 0 else {"memory": 3e3 * (i + 1)}
+        usage = dataclasses.replace(old, revocable_allocation=rev, revocable_demand=rev)
+        engine.set_usage(path, usage)
+        pools[path] = dataclasses.replace(pools[path], usage=usage)
+    changed = dataclasses.replace(tree, pools=tuple(pools.values()))
+    again = engine.compute()
+    _identical(again, compute_entitlements(changed))
+    assert again.entitlement_matrix.tobytes() == compute_entitlements(changed).entitlement_matrix.tobytes()
+    assert engine._arr.jobs_memo.layout is not layout  # type: ignore[union-attr]
