@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from events import decode, derived_id, encode_pack
+from events import decode, decode_all, derived_id, encode_pack
 from events.codec import pack_parts
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
@@ -23,9 +23,10 @@ from services.tools.replay import worker
 from services.tools.replay.decoding import Made
 from services.tools.replay.derive import Derivation, Derived
 from services.tools.replay.verify import Report, Verifier, command_refusals, verify
+from tests.replay import reference
 from tests.replay import test_pre_v3 as pre_v3
 from tests.replay.biglog import build
-from tests.replay.test_streaming import cases, logs, summary  # noqa: F401  (`logs`: a fixture)
+from tests.replay.test_streaming import cases, logs, refusals_log, streamed, summary  # noqa: F401  (`logs`: a fixture)
 
 Rows = list[tuple[int, str, bytes]]
 
@@ -203,14 +204,18 @@ def test_a_forged_pre_v3_computation_the_child_does_not_read_has_findings(spaced
                                                                          chunk: int) -> None:
     """A computation recorded as before v3, in more parts than re-derived, on a subject the child
     does not read (so it goes on taking records by their bytes): the cycle's `CycleCompleted`
-    counts the parts re-derived, not those recorded, a forgery whichever process compares it."""
+    counts the parts re-derived, not those recorded, a forgery whichever process compares it
+    (and the computation is not on its subject, admission's: its first part says so)."""
     tampered = _forged_pre_v3(spaced, where)
     report, _ = through_the_child(tampered, chunk)
     assert not report.ok, (where, chunk)
     whole = verify(tampered)  # (the report shown: the reader verifies a log with findings again so)
     assert [(f.kind, f.type) for f in whole.findings] == [
+        ("differs", "EntitlementsComputed"),
         ("differs", "CycleCompleted" if where == "before" else "EntitlementsComputed")], \
         [f.line() for f in whole.findings]
+    assert f'subject: "{_SPARE}" recorded != "{_ADMISSION}" re-derived (part 2)' in whole.findings[0].detail
+    assert "subject" not in whole.findings[1].detail
 
 
 def test_a_pre_v3_computation_on_any_subject_stops_the_taking(spaced: list[Stored]) -> None:
@@ -275,3 +280,99 @@ def test_a_record_copied_or_moved_has_findings(spaced: list[Stored], how: str) -
         assert not report.ok, (how, chunk)
     if how == "moved_before_basis":  # (its bytes are the re-derived ones: only where it is gives it away)
         assert [(f.kind, f.detail) for f in whole.findings] == [("unexpected", "recorded at or before its basis")]
+
+
+# --- a genuine decision moved, unchanged, onto a subject that is not its own ----------------------------------
+#
+# Each decision has one subject (`events.subjects.for_event` of its type, tree and source: where the
+# services append it). Its record moved, bytes and position kept, to another subject is matched by
+# id and bytes: only its subject gives it away, in one process and in the child's taking.
+
+_OTHER_TREE = "poolwise.decision.other.admission"  # (folded by the child: a decision subject)
+_PREEMPTION = "poolwise.decision.big.preemption"
+_ADMISSION = "poolwise.decision.big.admission"
+
+
+def _moved(messages: list[Stored], how: str) -> tuple[list[Stored], Stored, str]:
+    """A genuine record taken off its subject and written, unchanged and where it was, on another:
+    the log, the record's message as it was, and the subject it is moved to."""
+    finished = [i for i, m in enumerate(messages) if b'"GangFinished"' in m.data]
+    index = finished[len(finished) // 2]  # (a GangFinished, alone in its message, admission's)
+    to = {"other_tree": _OTHER_TREE, "preemption": _PREEMPTION, "unread_subject": _SPARE}.get(how)
+    if how == "pack":  # (a cycle's admissions, many in one message)
+        index = [i for i, m in enumerate(messages) if m.data[:1] == b"[" and m.subject == _ADMISSION][1]
+        to = _OTHER_TREE
+    elif how == "preemption_onto_admission":
+        index = [i for i, m in enumerate(messages) if m.subject == _PREEMPTION][1]
+        to = _ADMISSION
+    assert to is not None, how
+    return _put(messages, index, to, messages[index].data), messages[index], to
+
+
+def _on_the_wrong_subject(record: Stored, to: str) -> list[tuple[str, str, int, str]]:
+    """The findings a record moved to `to` should give: one `differs` per event, naming the subject."""
+    return [("differs", envelope.id, record.seq, f'subject: "{to}" recorded != "{record.subject}" re-derived')
+            for envelope in decode_all(record.data)]
+
+
+def _subject_findings(report: Report) -> list[tuple[str, str, int, str]]:
+    return [(f.kind, f.id, f.seq or 0, f.detail) for f in report.findings if f.detail.startswith("subject:")]
+
+
+_MOVES = ["other_tree", "preemption", "unread_subject", "pack", "preemption_onto_admission"]
+
+
+@pytest.mark.parametrize("how", _MOVES)
+def test_a_decision_moved_to_another_subject_is_found_in_one_process(spaced: list[Stored], how: str) -> None:
+    tampered, record, to = _moved(spaced, how)
+    expected = _on_the_wrong_subject(record, to)
+    for chunk in (1, 3, 50, 10_000):
+        report = streamed(tampered, chunk, shared=True)
+        assert _subject_findings(report) == expected, (how, chunk, [f.line() for f in report.findings])
+    whole = verify(tampered)
+    assert _subject_findings(whole) == expected, [f.line() for f in whole.findings]
+    assert (_subject_findings(reference.verify(tampered))) == expected  # (the whole-list oracle too)
+    if how != "unread_subject":  # (where it lands, the services fold it as before: nothing else differs)
+        assert [(f.kind, f.id, f.seq, f.detail) for f in whole.findings] == expected
+
+
+@pytest.mark.parametrize("how", _MOVES)
+@pytest.mark.parametrize("chunk", [1, 3, 50, 10_000])
+def test_a_decision_moved_to_another_subject_is_found_through_the_child(spaced: list[Stored], how: str,
+                                                                       chunk: int) -> None:
+    tampered, record, to = _moved(spaced, how)
+    report, _ = through_the_child(tampered, chunk)
+    assert _subject_findings(report) == _on_the_wrong_subject(record, to), [f.line() for f in report.findings]
+
+
+def test_the_child_does_not_take_a_record_on_another_subject(spaced: list[Stored]) -> None:
+    """Its bytes are a decision's it made and has not read, but not on that decision's subject: the
+    record is the verifier's to compare (`recording`), and the decision goes there too."""
+    tampered, record, _ = _moved(spaced, "other_tree")
+    at = tampered.index(next(m for m in tampered if m.seq == record.seq))
+    derivation = Derivation(shared=True)
+    derivation.feed_rows(_rows(tampered[:at]))
+    derived = derivation.feed_rows(_rows(tampered[at:at + 1]))
+    assert not derived.matched and derived.recording == {record.seq}
+    assert decode(record.data).id in {m.id for m in [*derived.made, *derivation.rest()]}
+
+
+def test_a_refusal_moved_to_another_trees_rejected_subject_is_found() -> None:
+    messages = refusals_log()
+    index = next(i for i, m in enumerate(messages) if m.subject == "poolwise.rejected.default")
+    record = messages[index]
+    tampered = _put(messages, index, "poolwise.rejected.other", record.data)
+    expected = _on_the_wrong_subject(record, "poolwise.rejected.other")
+    assert _subject_findings(verify(tampered)) == expected
+    assert [(f.kind, f.id, f.seq, f.detail) for f in verify(tampered).findings] == expected
+    assert _subject_findings(reference.verify(tampered)) == expected
+    for chunk in (1, 10_000):
+        assert _subject_findings(through_the_child(tampered, chunk)[0]) == expected
+
+
+def test_every_genuine_record_is_on_its_subject(lifecycle: list[Stored], spaced: list[Stored]) -> None:
+    """The services append each decision on `for_event`'s subject: no finding on a genuine log."""
+    for messages in (lifecycle, spaced, refusals_log()):
+        assert verify(messages).ok and reference.verify(messages).ok
+        for chunk in (1, 10_000):
+            assert through_the_child(messages, chunk)[0].ok

@@ -171,9 +171,18 @@ def recorded_twice(messages: list[Stored]) -> list[Stored]:
     return [*messages, Stored(messages[-1].seq + 1, stored.subject, stored.data, None)]
 
 
+def moved(messages: list[Stored]) -> list[Stored]:
+    """A decision's message moved, unchanged and where it was, onto another tree's admission subject."""
+    real, _ = admission_pair(messages)
+    index = holding(messages, real.id)
+    out = list(messages)
+    out[index] = Stored(messages[index].seq, "poolwise.decision.x.admission", messages[index].data, None)
+    return out
+
+
 VARIANTS: dict[str, Callable[[list[Stored]], list[Stored]]] = {
     "clean": lambda m: m, "forged": forged, "copied": copied, "changed": changed, "removed": removed,
-    "malformed": malformed, "recorded_twice": recorded_twice,
+    "malformed": malformed, "recorded_twice": recorded_twice, "moved": moved,
 }
 
 
@@ -219,14 +228,22 @@ def test_pieces_give_the_whole_list_report(logs: dict[str, list[Stored]], chunk:
 
 
 def test_the_report_is_the_whole_list_verifiers(logs: dict[str, list[Stored]]) -> None:
-    """The streaming verifier finds what the verifier that held the whole log found, kind by kind."""
+    """The streaming verifier finds what the verifier that held the whole log found, kind by kind,
+    in the words a finding says (describe.py: both say them so)."""
+    words = set()
     for name, variant, messages in cases(logs):
         old, new = reference.verify(messages), streamed(messages, 2)
         assert sorted((f.kind, f.id, f.seq, f.basis, f.detail) for f in new.findings) == \
             sorted((f.kind, f.id, f.seq, f.basis, f.detail) for f in old.findings), (name, variant)
+        words |= {(f.kind, f.detail) for f in old.findings if f.kind != "differs"}
+        words |= {(f.kind, f.detail.rsplit(' "poolwise.decision.', 1)[0]) for f in old.findings
+                  if f.detail.startswith("subject")}
         assert {t: (c.recorded, c.derived, c.matched) for t, c in new.counts.items()} == \
             {t: (c.recorded, c.derived, c.matched) for t, c in old.counts.items()}, (name, variant)
         assert (new.messages, new.malformed) == (old.messages, old.malformed)
+    assert words == {("unexpected", "recorded, but no service decides it from this log"),
+                     ("missing", "re-derived, but not in the log"), ("duplicate", "the id is recorded more than once"),
+                     ("differs", 'subject: "poolwise.decision.x.admission" recorded !=')}, words
 
 
 def test_a_refusal_is_judged_on_the_tree_at_its_basis(logs: dict[str, list[Stored]]) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from sys import intern
 from typing import Any, NamedTuple, get_args
 
 from events import DecodeError, Envelope, Event, decode, decode_all, encode, read_envelope, read_pack
 from events.envelope import DecisionEvent
+from events.subjects import for_event
 from events.views import VIEWS
 from services.common.folding import Folder, rejection_of_fault, rejection_of_malformed
 from services.common.log import Stored
@@ -31,6 +33,23 @@ def read_one(data: bytes) -> Envelope:
         if data[start:data.find(b'"', start)] not in _VIEWED:
             return decode(data)
     return read_envelope(data, True)
+
+
+_SUBJECTS: dict[tuple[str, str | None, str], str] = {}  # (type, tree, source) -> its subject
+_SUBJECTS_HELD = 65_536  # (a log has few trees and sources; a forged one may have many: then not kept)
+
+
+def subject_of(event_type: str, tree: str | None, source: str) -> str:
+    """The one subject a decision is recorded on: `events.subjects.for_event`, where the services
+    append it (`services.common.memlog.envelope_subject`, the tree's commands too). Kept per
+    (type, tree, source), interned: the child asks it of every record it takes (derive.py)."""
+    key = (event_type, tree, source)
+    found = _SUBJECTS.get(key)
+    if found is None:
+        found = intern(for_event(event_type, tree, source))
+        if len(_SUBJECTS) < _SUBJECTS_HELD:
+            _SUBJECTS[key] = found
+    return found
 
 
 class Decoded:

@@ -37,6 +37,7 @@ from services.tools.replay.decoding import (
     read_one,
     records_decisions,
     step_message,
+    subject_of,
 )
 from services.tools.replay.entitlements import CURRENT, version_of
 from services.tools.replay.shared import SharedFolds
@@ -154,7 +155,8 @@ class Derivation:
         except what it compares itself.
 
         A decision's record is compared here (`unread.py`): a message whose every event is a
-        decision this fold made and has not read yet, byte for byte, records them as re-derived
+        decision this fold made and has not read yet, byte for byte and on its subject (the one
+        it is recorded on, `subject_of`; on another, the verifier compares it), records them as re-derived
         (`matched`; neither goes to the verifier). Of the types in `_RECALLED` such a message is
         not even decoded: its events are the envelopes made, equal to what decoding its bytes
         gives. The decisions still unread a piece after the one they were made in go to the
@@ -194,12 +196,15 @@ class Derivation:
                     if found is None:
                         found = before.get(data)
                     if found is not None:
-                        keys, taken = [data], [found]
-                        if found.event.type in _RECALLED:
-                            envelopes = taken
+                        event = found.event
+                        name = event.type
+                        if subject_of(name, getattr(event, "tree", None), found.source) == subject:  # (`_all_found`)
+                            keys, taken = [data], [found]
+                            if name in _RECALLED:
+                                envelopes = taken
                 else:
                     keys = pack_parts(data)
-                    taken = _all_found(unread, keys)
+                    taken = _all_found(unread, keys, subject)
                     if taken is not None and all(e.event.type in _PACK_RECALLED for e in taken):
                         envelopes = taken
             if envelopes is None:
@@ -273,12 +278,14 @@ class Derivation:
         return list(map(Made.of, self.unread.all()))
 
 
-def _all_found(unread: Unread, parts: list[bytes]) -> list[Envelope] | None:
-    """The decisions made here whose bytes the parts of a pack are, every one (each once), or None."""
+def _all_found(unread: Unread, parts: list[bytes], subject: str) -> list[Envelope] | None:
+    """The decisions made here whose bytes the parts of a pack on `subject` are, every one (each
+    once), or None. Each on its own subject (`subject_of`): a record moved unchanged onto another
+    is the verifier's to compare (it reports the subject), as any record not taken here."""
     out: list[Envelope] = []
     for part in parts:
         found = unread.get(part)
-        if found is None:
+        if found is None or subject_of(found.event.type, getattr(found.event, "tree", None), found.source) != subject:
             return None
         out.append(found)
     return out if len(set(parts)) == len(parts) else None

@@ -1,6 +1,8 @@
 """How a finding says what it is about and what differs: a decision as compared (`wire`: as encoded
-on the wire, minus what is ignored), the fields that differ between two (`differences`), and the
-key fields of its event (`about`)."""
+on the wire, minus what is ignored), the fields that differ between two (`differences`), a record
+on another subject than its decision's (`on_subject`), the key fields of its event (`about`), and
+what each kind of finding says (its `detail`): written here once, for the verifier (verify.py) and
+the whole-list verifier the tests keep as a reference (tests/replay/reference.py)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,25 @@ def differences(recorded: Any, derived: Any, path: str = "", limit: int = 5) -> 
     if recorded == derived:
         return []
     return [f"{path or '(value)'}: {_short(recorded)} recorded != {_short(derived)} re-derived"]
+
+
+def on_subject(recorded: str, expected: str) -> str:
+    """A record on another subject than the one its decision is recorded on (`decoding.subject_of`),
+    worded as `differences` words a field: `subject: "X" recorded != "Y" re-derived`."""
+    return differences({"subject": recorded}, {"subject": expected})[0]
+
+
+# --- what a finding says (its `detail`, besides what differs) ------------------------------------------------
+
+RECORDED_TWICE = "the id is recorded more than once"  # duplicate
+NOT_DECIDED = "recorded, but no service decides it from this log"  # unexpected
+BEFORE_BASIS = "recorded at or before its basis"  # unexpected: moved there (a service records after its basis)
+NOT_RECORDED = "re-derived, but not in the log"  # missing
+
+
+def derived_times(times: int) -> str:
+    """A duplicate re-derivation: a service would publish it once (de-duplicated)."""
+    return f"re-derived {times} times"
 
 
 def _short(value: Any) -> str:

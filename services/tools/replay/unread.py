@@ -3,8 +3,10 @@ the service would write, so that it compares a record with its decision where bo
 (`Derivation.feed_rows`, derive.py).
 
 The child reads every message on admission's subjects, where admission and preemption record
-their decisions. A record whose bytes are those of a decision it made and has not read yet is
-that decision, recorded as re-derived: the child counts it matched, and neither the decision nor
+their decisions. A record whose bytes are those of a decision it made and has not read yet, on
+that decision's subject (`decoding.subject_of`: a record moved unchanged onto another tree's or
+service's subject is not taken, and the verifier reports the subject), is that decision, recorded
+as re-derived: the child counts it matched, and neither the decision nor
 the record goes to the verifier's process (which then neither decodes a `Made` nor compares the
 record). A decision whose record does not come within a piece or two (recorded elsewhere, late,
 otherwise, or not at all) goes to the verifier as a `Made`, the record as any, and the verifier

@@ -28,8 +28,11 @@ Re-derived, for each deciding service, exactly as its shell decides live:
 
 Compared: every event of a decision type (`DECISION_TYPES`, whoever published it) against the
 re-derived decisions, by id, then by content: the envelope and the event as encoded on the wire
-(the recorded bytes first: equal bytes are equal content; otherwise as decoded and encoded again).
-Ignored, and only this:
+(the recorded bytes first: equal bytes are equal content; otherwise as decoded and encoded again),
+and where it is recorded: a decision has one subject, the one its service appends it on
+(`decoding.subject_of`: `events.subjects.for_event` of its type, tree and source), so a record on
+another (moved there unchanged: another tree's, another service's, one no service reads) differs,
+its detail naming the subject first (`describe.on_subject`). Ignored, and only this:
 
 - the envelope's `trace` (telemetry context; absent unless tracing is on);
 - for a refused request of `INPUT_LIMIT` characters or more (recorded truncated), its `rule`,
@@ -97,9 +100,19 @@ from services.common.log import Stored
 from services.common.memlog import subject_filter
 from services.common.snapshots import Snapshot
 from services.preemption.domain.state import SERVICE as PREEMPTION
-from services.tools.replay.decoding import DECISION_TYPES, Decoded, Made
+from services.tools.replay.decoding import DECISION_TYPES, Decoded, Made, subject_of
 from services.tools.replay.derive import Derivation, admission_wants, shares
-from services.tools.replay.describe import about, differences, wire
+from services.tools.replay.describe import (
+    BEFORE_BASIS,
+    NOT_DECIDED,
+    NOT_RECORDED,
+    RECORDED_TWICE,
+    about,
+    derived_times,
+    differences,
+    on_subject,
+    wire,
+)
 from services.tools.replay.entitlements import CURRENT, TreeMaps, version_of
 from services.tools.replay.entitlements import differences as map_differences
 from services.tools.replay.refusals import (
@@ -129,7 +142,11 @@ def _heads_differ(parts: list[_Record], made: Made) -> list[str]:
 
     theirs = head(made.wire())
     found: list[str] = []
+    expected = subject_of(made.type, made.tree, made.source)
     for record in parts:
+        if record.subject != expected:
+            found.append(f"{on_subject(record.subject, expected)} (part "
+                         f"{cast(EntitlementsComputed, record.envelope.event).part})")
         mine = head(wire(record.envelope))
         found += [f"{name} (part {cast(EntitlementsComputed, record.envelope.event).part}): "
                   f"{mine.get(name)!r} recorded, {theirs.get(name)!r} re-derived"
@@ -139,12 +156,14 @@ def _heads_differ(parts: list[_Record], made: Made) -> list[str]:
 
 @dataclass(slots=True)
 class _Record:
-    """A decision as the log records it: where, and its bytes (a pack's part)."""
+    """A decision as the log records it: where (its position, part and subject), and its bytes (a
+    pack's part)."""
 
     seq: int
     part: int
     envelope: Envelope
     raw: bytes
+    subject: str
 
 
 _ADMISSION, _TREE = 1, 2  # a subject admission folds (the derivation decodes it), one the tree folds
@@ -347,7 +366,7 @@ class Verifier:
                 else:
                     parts = parts or pack_parts(stored.data)
                     raw = parts[part]
-                self._record(_Record(stored.seq, part, envelope, raw))
+                self._record(_Record(stored.seq, part, envelope, raw, stored.subject))
         self.position = piece[-1].seq
         report.last_seq = report.read_to = self.position
 
@@ -396,7 +415,7 @@ class Verifier:
             parts = pack_parts(stored.data) if len(envelopes) > 1 else [stored.data]
             for part, envelope in enumerate(envelopes):
                 if envelope.id in self.derived:
-                    self._record(_Record(stored.seq, part, envelope, parts[part]))
+                    self._record(_Record(stored.seq, part, envelope, parts[part], stored.subject))
         if piece:
             self.report.read_to = max(self.report.read_to, piece[-1].seq)
 
@@ -434,7 +453,7 @@ class Verifier:
             # before its basis was moved there; compared as well, it may match)
             mine = wire(envelope)
             self._found(record, Finding("unexpected", envelope.id, envelope.type, envelope.source, record.seq,
-                                        envelope.basis, "recorded at or before its basis", mine, about=about(mine)))
+                                        envelope.basis, BEFORE_BASIS, mine, about=about(mine)))
         if envelope.event.type == "EntitlementsComputed" and self._old_entitlements(record):
             return
         self._record_as_any(record)
@@ -537,7 +556,7 @@ class Verifier:
             if in_scope:
                 mine = wire(envelope)
                 self._found(record, Finding("duplicate", key, envelope.type, envelope.source, record.seq,
-                                            envelope.basis, "the id is recorded more than once", mine,
+                                            envelope.basis, RECORDED_TWICE, mine,
                                             about=about(mine)))
         else:
             self.recorded[key] = record
@@ -554,19 +573,23 @@ class Verifier:
         in_scope = self._in_scope(envelope)
         if not in_scope and not self._made_in_scope(decision):
             return
-        if record.raw == decision.data and not shift:  # the bytes the service would write: the same content
+        # (the subject the service records it on: a record moved, unchanged, onto another differs)
+        expected = subject_of(decision.type, decision.tree, decision.source)
+        elsewhere = record.subject != expected
+        if record.raw == decision.data and not shift and not elsewhere:  # the bytes the service would write
             if in_scope:
                 self.report.count(envelope.type).matched += 1
             return
         mine, theirs = wire(envelope), decision.wire()
         if shift and isinstance(mine.get("event"), dict):  # the cycle's decisions as the re-derived parts count
             mine["event"]["decisions"] = mine["event"].get("decisions", 0) - shift
-        if mine == theirs:
+        if mine == theirs and not elsewhere:
             if in_scope:
                 self.report.count(envelope.type).matched += 1
             return
+        found = [on_subject(record.subject, expected)] if elsewhere else []
         self._found(record, Finding("differs", envelope.id, envelope.type, envelope.source, record.seq, envelope.basis,
-                                    "; ".join(differences(mine, theirs)), mine, theirs, about=about(mine)))
+                                    "; ".join(found + differences(mine, theirs)), mine, theirs, about=about(mine)))
 
     def _found(self, record: _Record, finding: Finding) -> None:
         self.found.append((record.seq, record.part, finding))
@@ -605,20 +628,19 @@ class Verifier:
             if self._made_in_scope(decision):
                 theirs = decision.wire()
                 findings.append(Finding("duplicate", key, decision.type, decision.source, None, decision.basis,
-                                        f"re-derived {times} times", None, theirs, about=about(theirs)))
+                                        derived_times(times), None, theirs, about=about(theirs)))
         for record in self.recorded.values():
             envelope = record.envelope
             if self._in_scope(envelope):
                 mine = wire(envelope)
                 self._found(record, Finding("unexpected", envelope.id, envelope.type, envelope.source, record.seq,
-                                            envelope.basis, "recorded, but no service decides it from this log",
-                                            mine, about=about(mine)))
+                                            envelope.basis, NOT_DECIDED, mine, about=about(mine)))
         findings.extend(f for _, _, f in sorted(self.found, key=lambda found: (found[0], found[1])))
         for key, decision in self.derived.items():
             if self._made_in_scope(decision):
                 theirs = decision.wire()
                 findings.append(Finding("missing", key, decision.type, decision.source, None, decision.basis,
-                                        "re-derived, but not in the log", None, theirs, about=about(theirs)))
+                                        NOT_RECORDED, None, theirs, about=about(theirs)))
         report.findings = findings
         self.recorded.clear()
         self.derived.clear()
