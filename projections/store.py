@@ -35,6 +35,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import os
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
@@ -597,12 +598,27 @@ def _release(key: str | None) -> None:
 
 CHECKPOINT_THRESHOLD = "64MB"
 
+# DuckDB's own default memory limit is 80% of the machine's (or container's) memory, for each
+# process that opens a read model: a tree service running for months fills its buffer pool up to
+# that with cached blocks, beside the other services on the machine. A limit of its own keeps
+# the service's size known; a query needing more spills to a temporary file next to the database
+# or is refused ("Out of Memory Error"), and the service goes on (docs/operations.md, "Memory").
+SQL_MEMORY_ENV = "POOLWISE_SQL_MEMORY"  # (set by `poolwise up|serve --sql-memory`, which checks it)
+DEFAULT_SQL_MEMORY = "512MB"
+
+
+def sql_memory() -> str:
+    """The memory limit the read models' DuckDB connections get: `$POOLWISE_SQL_MEMORY`, else
+    `DEFAULT_SQL_MEMORY` (DuckDB refuses a value it cannot read)."""
+    return os.environ.get(SQL_MEMORY_ENV) or DEFAULT_SQL_MEMORY
+
 
 def _connect(path: str, *, read_only: bool, external_access: bool) -> Connection:
     # DuckDB checkpoints its write-ahead log into the file once the log passes this size (default
     # 16MB): fewer checkpoints cost the tree service's projection less per gang under a burst
     # (docs/performance.md, session 4). The price: up to 64MB of log replayed on opening.
-    config: dict[str, str | bool | int | float | list[str]] = {"checkpoint_threshold": CHECKPOINT_THRESHOLD}
+    config: dict[str, str | bool | int | float | list[str]] = {"checkpoint_threshold": CHECKPOINT_THRESHOLD,
+                                                                "memory_limit": sql_memory()}
     if not external_access:
         config["enable_external_access"] = False
     try:

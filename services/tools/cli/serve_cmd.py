@@ -24,7 +24,12 @@ under `/api/` (`services.tools.dashboard`, docs/dashboard.md; `--dashboard-refre
 
 `--sql-retention 30d` (or POOLWISE_SQL_RETENTION) bounds the history of the tree service's SQL read
 models to that much log time (`projections/store.py`, "Retention"); off by default. Only the tree
-service reads it (`up` passes it to its tree process)."""
+service reads it (`up` passes it to its tree process).
+
+`--sql-memory 2GB` (or POOLWISE_SQL_MEMORY; default 512MB) is the memory limit of the read models'
+DuckDB (`projections.store.sql_memory`; below 16MiB it cannot insert a batch): checked here, then
+set in this process's environment, which the service processes of `up` inherit and every DuckDB
+connection of the read models reads."""
 
 from __future__ import annotations
 
@@ -35,10 +40,15 @@ from typing import Annotated, Any
 
 import typer
 
-from services.tools.cli.args import InputError, parse_duration
+from services.tools.cli.args import InputError, parse_duration, parse_size
 from services.tools.cli.options import DEFAULT_DATA_DIR, DataDir
 
 SQL_RETENTION = "--sql-retention"
+SQL_MEMORY_ENV = "POOLWISE_SQL_MEMORY"  # (projections.store.SQL_MEMORY_ENV, which reads it)
+SqlMemory = Annotated[str | None, typer.Option(
+    "--sql-memory", envvar=SQL_MEMORY_ENV, metavar="SIZE",
+    help="Memory limit of the tree service's SQL read models (DuckDB): 512MB (the default), 2GB, 1GiB. "
+         "A query that needs more spills to disk or is refused; decisions never wait on it.")]
 SqlRetention = Annotated[str | None, typer.Option(
     SQL_RETENTION, envvar="POOLWISE_SQL_RETENTION", metavar="DURATION",
     help="Delete from the tree service's SQL read models (event_log, finished gangs and their tasks, "
@@ -95,6 +105,7 @@ def up(
     single_process: Annotated[bool, typer.Option(
         "--single-process", help="Run every service in this one process (one core; for debugging).")] = False,
     sql_retention: SqlRetention = None,
+    sql_memory: SqlMemory = None,
     replicas: Replicas = None,
     trees: Trees = None,
     http_port: HttpPort = None,
@@ -105,6 +116,7 @@ def up(
     """Run poolwise on this machine: an embedded NATS server (unless NATS_URL is set) and every
     service, each in a process of its own. With --http-port, the dashboard too."""
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
+    _set_sql_memory(sql_memory)
     copies = _replicas(replicas)
     leases = _leases(trees)
     http = Http(http_host, http_port, ready_lag, dashboard_refresh)
@@ -114,6 +126,16 @@ def up(
     else:
         _run_processes(list(SERVICES), data_dir, nats_url, sql_retention=retention, replicas=copies, leases=leases,
                        http=http)
+
+
+def _set_sql_memory(text: str | None) -> None:
+    """`--sql-memory` checked, and set where the read models' connections (in this process and in
+    the service processes it starts) read it (`projections.store.sql_memory`; not imported here:
+    this process may hold no DuckDB)."""
+    import os
+
+    if text is not None:
+        os.environ[SQL_MEMORY_ENV] = parse_size(text, option="sql-memory", least=16 * 2**20)
 
 
 @dataclass(frozen=True)
@@ -161,6 +183,7 @@ def serve(
     nats_url: Annotated[str | None, typer.Option("--nats-url", envvar="NATS_URL",
                                                   help="NATS server; default: the one `poolwise up` started.")] = None,
     sql_retention: SqlRetention = None,
+    sql_memory: SqlMemory = None,
     replicas: Replicas = None,
     trees: Trees = None,
     http_port: HttpPort = None,
@@ -174,6 +197,7 @@ def serve(
     if service not in SERVICES:
         raise InputError(f"unknown service {service!r}; one of: {', '.join(SERVICES)}")
     retention = parse_duration(sql_retention, option=SQL_RETENTION[2:])
+    _set_sql_memory(sql_memory)
     copies = _replicas(replicas)
     leases = _leases(trees)
     if nats_url is None:
