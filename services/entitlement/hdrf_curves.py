@@ -57,6 +57,7 @@ from services.entitlement.polylines import (
     segmented_cumsum,
     segmented_cumsum_at,
     shifted,
+    sorted_minor,
     stable_argsort,
     start_slopes,
     trues,
@@ -208,19 +209,25 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     point0[1:] |= xsnap[1:] != xsnap[:-1]
     # then, at one (group, argument): slope changes, then the run segments by vertex (a vertex's
     # index orders runs by child row, then along the child's run)
-    if point0.all():  # one event at each (group, argument): in order already (a level of jobs)
-        by_key = np.arange(n)
-    else:
+    # (one event at each (group, argument), as in a level of jobs, or keys in order already, as
+    # mostly: the order found, and what was found of it, are kept)
+    in_order = True
+    if not point0.all():
         ends = ev.end[first].astype(np.int64) + 1
         key = (point0.cumsum() * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
+        in_order = np.count_nonzero(key[1:] >= key[:-1]) == n - 1
+    if in_order:
+        order, xs, gs, gnew, new = first, xsnap, gs0, gnew0, point0
+    else:
         by_key = stable_argsort(key)  # equal keys in the order above, on any CPU
-    order, xs = first[by_key], xsnap[by_key]
-    gs, js = ev.group[order], ev.jump[order]
+        order, xs = first[by_key], xsnap[by_key]
+        gs = ev.group[order]
+        gnew = trues(n)
+        gnew[1:] = gs[1:] != gs[:-1]
+        new = gnew.copy()
+        new[1:] |= xs[1:] != xs[:-1]
+    js = ev.jump[order]
     vs = ev.vec.take(order, axis=1)
-    gnew = trues(n)
-    gnew[1:] = gs[1:] != gs[:-1]
-    new = gnew.copy()
-    new[1:] |= xs[1:] != xs[:-1]
     ds = new.nonzero()[0]
     de = np.concatenate((ds[1:], [n])) - 1
     dg, dx = gs[ds], xs[ds]
@@ -413,11 +420,10 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
     pos = np.array([root_at])
     h_up = root
     up_first = 0
-    t[0] = float(_real(pos, root)[2][0])
+    j, f, t_up, jn = _real(pos, root)  # (each depth's is its children's parents': found once)
+    t[0] = float(t_up[0])
     for lv, s, h in zip(arr.levels, c.s, c.h, strict=True):
         sl = slice(lv.start, lv.stop)
-        j, f, t_up = _real(pos, h_up)
-        jn = np.minimum(j + 1, h_up.x.size - 1)
         parent = arr.parent[sl] - up_first
         # a function starts at its row's key in the state: before that, its first vertex
         y = np.maximum(t_up[parent], s.x[s.off[:-1]])
@@ -425,9 +431,9 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
         # children on a run of their parent's at its argument: done, part-way, or at the foot
         rv = (h_up.owner >= 0).nonzero()[0]
         if rv.size:
+            # by (owner, vertex): the vertices are distinct, so one integer sort of both
+            rv = sorted_minor(h_up.owner[rv], rv, h_up.x.size)
             key_o = h_up.owner[rv]
-            order = np.lexsort((rv, key_o))
-            rv, key_o = rv[order], key_o[order]
             big = h_up.x.size + 1
             keys = key_o.astype(np.int64) * big + rv
             kid_rows = np.arange(lv.start, lv.stop)
@@ -449,16 +455,17 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
         near = np.rint(p_kid)
         pos = np.where(np.abs(p_kid - near) <= 1e-9, near, p_kid)
         h_up, up_first = h, lv.start
-        t[sl] = _real(pos, h)[2]
+        j, f, t_up, jn = _real(pos, h)
+        t[sl] = t_up
     return t
 
 
-def _real(pos: FloatArray, h: Inner) -> tuple[IntArray, FloatArray, FloatArray]:
+def _real(pos: FloatArray, h: Inner) -> tuple[IntArray, FloatArray, FloatArray, IntArray]:
     """Positions along each row's `h` (ordinal + fraction) as `(global vertex, fraction, real
-    inner argument)`."""
+    inner argument, the vertex after (the last one at the end))`."""
     off = h.off
     last = off[1:] - 1
     j = np.minimum(off[:-1] + np.floor(pos).astype(np.intp), last)
     f = np.minimum(np.maximum(np.where(j >= last, 0.0, pos - (j - off[:-1])), 0.0), 1.0)
     jn = np.minimum(j + 1, h.x.size - 1)
-    return j, f, np.where(f > 0.0, h.x[j] + f * (h.x[jn] - h.x[j]), h.x[j])
+    return j, f, np.where(f > 0.0, h.x[j] + f * (h.x[jn] - h.x[j]), h.x[j]), jn

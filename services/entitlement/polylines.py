@@ -239,6 +239,9 @@ def ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> Even
 
 _PAIRED = 4_000
 """From this many columns on, `cumsum_rows` sums two rows at a time as complex numbers."""
+_LARGE = 4_000
+"""From this many vertices on, `compose` gathers its values without first joining their sources
+(a copy of every vertex's values, `(kinds, n)`, to keep some); below it, in fewer calls."""
 
 
 def cumsum_rows(values: FloatArray, out: FloatArray | None = None) -> FloatArray:
@@ -726,7 +729,13 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     noff = offsets_of(row_sums(orow, keep, rows))
     kept = keep.nonzero()[0]
     # the values of the kept vertices only, gathered once from their sources
-    ov = np.concatenate([h.v, inner_v], axis=1).take(src[kept], axis=1)
+    sk = src[kept]
+    if nv < _LARGE:
+        ov = np.concatenate([h.v, inner_v], axis=1).take(sk, axis=1)
+    else:  # (without a copy of all of `h.v`: at a level of jobs, 4 x 34k values for 25k kept)
+        ov = h.v.take(sk, axis=1, mode="clip")
+        from_inner = (sk >= nv).nonzero()[0]
+        scatter(ov, from_inner, inner_v.take(sk[from_inner] - nv, axis=1))
     return Polylines(noff, y[kept], ov, ot[kept], orr[kept])
 
 
