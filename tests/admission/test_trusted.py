@@ -191,3 +191,34 @@ def test_positional_falls_back_to_the_builder_where_it_cannot_agree() -> None:
     assert not getattr(checked, "positional", False) and checked("x").a == "X"
     made = positional(Factory, ("a", "b"))
     assert getattr(made, "positional", False) and made("x", ["y"]) == Factory(a="x", b=["y"])
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6, 7])
+def test_positional_of_any_count_of_names_builds_what_the_builder_builds(count: int) -> None:
+    """Of 2, 4 or 6 names `positional` writes the values in one statement (a closure per count), of
+    any other count in a loop: each builds the builder's instance (defaults in place before,
+    between and after the names given, the fields set, a set of its own per instance), and
+    refuses too few values."""
+    from pydantic import create_model
+
+    from events.trusted import builder
+    from services.admission.domain.trusted import positional
+
+    fields: dict[str, Any] = {"type": (str, "wide"), "version": (int, 1)}
+    for n in range(count):
+        fields[f"f{n}"] = (str, ...)
+        if n == 1:
+            fields["between"] = (str | None, None)
+    fields["after"] = (int, 3)
+    wide = create_model("Wide", __base__=Frozen, **fields)
+    given = tuple(f"f{n}" for n in range(count))
+    build = positional(wide, given)
+    assert getattr(build, "positional", False)
+    values = [f"v{n}" for n in range(count)]
+    made, expected = build(*values), builder(wide)(**dict(zip(given, values, strict=True)))
+    assert list(made.__dict__.items()) == list(expected.__dict__.items())
+    assert made.model_fields_set == expected.model_fields_set == set(given)
+    assert made.__pydantic_extra__ is None and made.__pydantic_private__ is None
+    assert build(*values).model_fields_set is not made.model_fields_set
+    with pytest.raises((TypeError, ValueError)):
+        build(*values[:-1])

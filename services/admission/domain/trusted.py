@@ -56,8 +56,8 @@ def positional(cls: type[M], names: tuple[str, ...]) -> Callable[..., M]:
     defaults = {name: value for name, value in template.items() if name not in sample}
     if any(cls.model_fields[name].default_factory is not None for name in defaults):
         return fallback  # (a default made per instance: the function would share one)
-    # every field in the model's order, the defaults in place: a copy updated with the values
-    # keeps that order (an update of keys already there does not move them)
+    # every field in the model's order, the defaults in place: a copy written with the values
+    # keeps that order (a key written again does not move)
     base = {name: defaults.get(name) for name in template}
     fields_set = set(names)
     # (BaseModel's slots are written through their descriptors: `object.__setattr__` looks each up)
@@ -66,23 +66,57 @@ def positional(cls: type[M], names: tuple[str, ...]) -> Callable[..., M]:
         return fallback
     set_fields, set_extra, set_private = (slot.__set__ for slot in slots)
 
-    # A closure over the model's names, not generated source (issue 22: no exec or eval): the
-    # dict is a copy of the fields with their defaults, updated with the values.
-    def fast(*values: Any) -> M:
-        model = _new(cls)
-        fields = base.copy()
-        fields.update(zip(names, values, strict=False))  # (the caller gives every name: checked by `agree`)
-        _set(model, "__dict__", fields)
-        set_fields(model, fields_set.copy())
-        set_extra(model, None)
-        set_private(model, None)
-        return model
+    def model(fields: dict[str, Any]) -> M:
+        made = _new(cls)
+        _set(made, "__dict__", fields)
+        set_fields(made, fields_set.copy())
+        set_extra(made, None)
+        set_private(made, None)
+        return made
 
+    fast = _by_arity(base, names, model)
     fast.positional = True  # type: ignore[attr-defined]  # (read by tests: made fast, not the builder)
     built, made = fast(*sample.values()), slow(**sample)
     agree = type(built) is type(made) and list(built.__dict__.items()) == list(made.__dict__.items()) and all(
         getattr(built, slot) == getattr(made, slot) for slot in _SLOTS)
-    return cast(Callable[..., M], fast) if agree else fallback
+    return fast if agree else fallback
+
+
+def _by_arity(base: dict[str, Any], names: tuple[str, ...], model: Callable[[dict[str, Any]], M]) -> Callable[..., M]:
+    """A closure (issue 22: no generated source) that writes `base`'s copy with the values of
+    `names`, given in that order, and makes the model of it. Of 2, 4 or 6 names (the models made
+    per task, per gang and per decision) the values are named parameters, written in one statement:
+    about half the time of `update(zip(names, values))` (0.23 against 0.79 us for 8 fields)."""
+    if len(names) == 2:
+        n0, n1 = names
+
+        def fast2(a: Any, b: Any) -> M:
+            fields = base.copy()
+            fields[n0], fields[n1] = a, b
+            return model(fields)
+        return fast2
+    if len(names) == 4:
+        n0, n1, n2, n3 = names
+
+        def fast4(a: Any, b: Any, c: Any, d: Any) -> M:
+            fields = base.copy()
+            fields[n0], fields[n1], fields[n2], fields[n3] = a, b, c, d
+            return model(fields)
+        return fast4
+    if len(names) == 6:
+        n0, n1, n2, n3, n4, n5 = names
+
+        def fast6(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any) -> M:
+            fields = base.copy()
+            fields[n0], fields[n1], fields[n2], fields[n3], fields[n4], fields[n5] = a, b, c, d, e, f
+            return model(fields)
+        return fast6
+
+    def fast(*values: Any) -> M:
+        fields = base.copy()
+        fields.update(zip(names, values, strict=True))
+        return model(fields)
+    return fast
 
 
 _fast_admitted = positional(GangAdmitted, ("tree", "gang", "pool", "queue", "tasks", "attempt"))
