@@ -139,19 +139,19 @@ def by_group_and_x(group: IntArray, x: FloatArray) -> IntArray:
     part. Its merge sort takes the runs of sorted events a level is made of (each child's
     vertices in order, children by row) whole: 0.2-1 ms on 13-26k events, where ranking by `x`
     and sorting `(group, rank)` took 1.6-3.7. A NaN argument (numpy's sort puts a complex number
-    with a NaN part after every other, whatever its group) takes that way instead: a NaN last in
-    its group, as the stable sort by `x` has it."""
+    with a NaN part after every other, whatever its group: there is one when the last is one)
+    takes that way instead: a NaN last in its group, as the stable sort by `x` has it."""
     n = x.size
-    if np.isnan(x).any():
+    key = np.empty(n, dtype=np.complex128)
+    key.real = group
+    key.imag = x
+    order: IntArray = key.argsort(kind="stable")
+    if n and x[order[-1]] != x[order[-1]]:
         by_x = stable_argsort(x)
         rank = np.empty(n, dtype=np.int64)
         rank[by_x] = np.arange(n, dtype=np.int64)
         out: IntArray = by_x[sorted_minor(group, rank, n)]
         return out
-    key = np.empty(n, dtype=np.complex128)
-    key.real = group
-    key.imag = x
-    order: IntArray = key.argsort(kind="stable")
     return order
 
 
@@ -303,12 +303,16 @@ def segmented_cumsum_at(values: FloatArray, starts: IntArray, at: IntArray, seg:
                         ) -> FloatArray:
     """`segmented_cumsum(values, starts, rebase=False)[:, at]`, the same numbers, without the
     whole `(kinds, n)` difference: each `at`'s cumulative sum less its segment's sum before it.
-    `seg`, when the caller has it: the segment of each `at` (else searched for)."""
+    `at` increasing (distinct columns); `seg`, when the caller has it: the segment of each `at`
+    (else searched for)."""
     c = cumsum_rows(values)
     before = np.zeros((values.shape[0], starts.size))
     before[:, 1:] = c.take(starts[1:] - 1, axis=1)
     if seg is None:
         seg = starts.searchsorted(at, side="right") - 1
+    if at.size == c.shape[1]:  # every column (a level of jobs: one event an argument), in order
+        c -= before.take(seg, axis=1)
+        return c
     out: FloatArray = c.take(at, axis=1) - before.take(seg, axis=1)
     return out
 
