@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from events import ClockTicked, CycleCompleted, GangAdmitted, TaskStateChanged
 from events.views import VIEWS
 from services.admission.domain.state import CONFIG_FOLDED, AdmissionState
@@ -26,3 +28,30 @@ def test_an_event_the_tree_does_not_fold_still_moves_its_position() -> None:
                   GangAdmitted(tree="t", gang="g", pool="/p", queue="pending", tasks=[])):
         state.apply(event, 9, 2.0)
     assert state.config.last_seq == 9
+
+
+@pytest.mark.parametrize("ids", [
+    ["g/0", "g/1"],
+    ["g/é", "g/1"],  # not ASCII: six bytes a character
+    ['g/"q"', "g/1"],  # a quote, a backslash, a character not printable: escaped
+    ["g\\0"],
+    ["g/\x07", "g/2", "g/3"],
+    ["gang/" + "x" * 300],
+])
+@pytest.mark.parametrize("resources", [{}, {"cpu": 1.0}, {"cpu": 0.5, "memory": 2.0, "gpu": 1.0}])
+def test_a_new_gangs_one_walk_agrees_with_the_checks_one_by_one(ids: list[str], resources: dict[str, float]) -> None:
+    """`rules._passes` (every check in one walk over the members, their wire bytes counted in it)
+    gives what `rules._checks` gives, and the wire bytes are `members_bytes`'s."""
+    from events import GangEnqueued, TaskSpec
+    from services.admission.domain import rules
+    from tests.admission.builders import pool, world
+
+    log = world(pool("/a"), resources=("cpu", "memory", "gpu"), capacity={"cpu": 100.0, "memory": 100.0,
+                                                                          "gpu": 10.0})
+    event = GangEnqueued(tree="default", gang="g", pool="/a", job="j", size=len(ids),
+                         tasks=[TaskSpec(id=task_id, resources=resources) for task_id in ids])
+    log.state.config.apply(event, 99)  # (the tree places it first, as `AdmissionState.apply` does)
+    passed = rules._passes(log.state.config, log.rt, event)
+    assert passed is not None
+    assert passed == rules._checks(log.state.config, log.rt, event)
+    assert passed.wire_bytes == rules.members_bytes(event.tasks)

@@ -45,10 +45,15 @@ def members_bytes(specs: Sequence[TaskSpec]) -> int:
     comma each): ids of plain printable ASCII count a byte a character, any other id six (a
     `\\uXXXX` escape is the longest a character gets), a resource kind its name and 28 bytes (its
     quotes, colon, comma and the longest float)."""
-    ids = "".join([spec.id for spec in specs])
-    plain = ids.isascii() and ids.isprintable() and '"' not in ids and "\\" not in ids
     kinds = sum([len(kind) + 28 for spec in specs for kind in spec.resources])
-    return 26 * len(specs) + (len(ids) if plain else 6 * len(ids)) + kinds
+    return _members_bytes([spec.id for spec in specs], kinds)
+
+
+def _members_bytes(ids: list[str], kind_bytes: int) -> int:
+    """`members_bytes` of members with these ids whose resource kinds take `kind_bytes`."""
+    joined = "".join(ids)
+    plain = joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined
+    return 26 * len(ids) + (len(joined) if plain else 6 * len(joined)) + kind_bytes
 
 
 def _too_large(config: TreeState, event: GangEnqueued, wire_bytes: int, pool: str | None,
@@ -76,7 +81,8 @@ def check_new_gang(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> R
 
 def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang | None:
     """The gang when every check of `_checks` passes (the same numbers: `need` is added up in
-    member order, as `total` adds); None when one fails (or it cannot tell quickly)."""
+    member order, as `total` adds, and the wire bytes are `members_bytes`'s, counted in the same
+    walk over the members); None when one fails (or it cannot tell quickly)."""
     tree = config.trees.get(event.tree)
     record = tree.unfinished.get(event.gang) if tree is not None else None
     if tree is None or record is None:
@@ -89,15 +95,19 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     forgotten = rt.forgotten_tasks or None  # (asked once, not per member)
     need: Vector = {}
     get = need.get
+    ids: list[str] = []
+    kind_bytes = 0  # (`members_bytes`: a resource kind's name and 28 bytes)
     for spec in specs:
         resources = spec.resources
         task_id = spec.id
         if not kinds.issuperset(resources) or task_id in tasks or (forgotten is not None and task_id in forgotten):
             return None
+        ids.append(task_id)
         for kind, amount in resources.items():
+            kind_bytes += len(kind) + 28
             value = get(kind, 0.0) + amount
             need[kind] = 0.0 if -1e-9 < value < 1e-9 else value  # as `total` adds
-    if len(specs) > 1 and len({spec.id for spec in specs}) < len(specs):
+    if len(ids) > 1 and len(set(ids)) < len(ids):
         return None
     limit = facts.limit
     for kind, amount in need.items():
@@ -105,7 +115,7 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
             return None
     if facts.max_jobs and _over_max_jobs(rt, event, record.pool, facts.max_jobs) is not None:
         return None
-    wire_bytes = members_bytes(specs)
+    wire_bytes = _members_bytes(ids, kind_bytes)
     if event.size > tree.options.max_tasks_per_gang or wire_bytes > MAX_GANG_BYTES:
         return None
     return NewGang(record.pool, need, wire_bytes)
