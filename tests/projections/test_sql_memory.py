@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from projections import EventLogProjection, PoolTreeProjection, ProjectionStore
@@ -55,29 +56,59 @@ def test_the_least_allowed_limit_still_takes_a_large_batch(tmp_path: Path, monke
 @pytest.mark.parametrize(("text", "value"), [("512MB", "512MB"), (" 2GiB ", "2GiB"), ("1.5gb", "1.5gb"),
                                              ("16MiB", "16MiB")])
 def test_sizes_as_duckdb_reads_them(text: str, value: str) -> None:
-    assert parse_size(text, option="sql-memory", least=16 * 2**20) == value
+    assert parse_size(text, name="--sql-memory", least=16 * 2**20) == value
+    duckdb.connect(config={"memory_limit": value}).close()  # (and DuckDB takes each)
 
 
 @pytest.mark.parametrize(("text", "rule"), [("lots", "expected a size like 512MB"), ("512", "expected a size"),
                                             ("-1GB", "expected a size"), ("16MB", "at least 16MiB"),
-                                            ("1KB", "at least 16MiB")])
+                                            ("1KB", "at least 16MiB"), ("1024TiB", "less than 1024TiB"),
+                                            ("20000000TB", "less than 1024TiB")])
 def test_anything_else_is_refused_with_the_rule(text: str, rule: str) -> None:
+    """(20000000TB: DuckDB itself refuses it, "Memory value out of range", on every connection.)"""
     with pytest.raises(InputError, match=rule) as refused:
-        parse_size(text, option="sql-memory", least=16 * 2**20)
+        parse_size(text, name="--sql-memory", least=16 * 2**20)
     assert str(refused.value).startswith("--sql-memory: ")
 
 
-@pytest.mark.parametrize("how", ["option", "environment"])
-def test_up_refuses_a_bad_size_before_it_starts_anything(tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize(("how", "text"), [("option", "plenty"), ("environment", "plenty"),
+                                           ("option", "20000000TB"), ("environment", "8MB")])
+def test_up_refuses_a_bad_size_before_it_starts_anything(tmp_path: Path, how: str, text: str) -> None:
     argv = [sys.executable, "-m", "services.tools.cli.main", "up", "--data-dir", str(tmp_path / "data")]
     env = {"PATH": "/usr/bin:/bin"}
     if how == "option":
-        argv += ["--sql-memory", "plenty"]
+        argv += ["--sql-memory", text]
     else:
-        env[SQL_MEMORY_ENV] = "plenty"
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env,
-                          cwd=Path(__file__).resolve().parents[2])
+        env[SQL_MEMORY_ENV] = text
+    done = _run(argv, env)
+    setting = "--sql-memory" if how == "option" else SQL_MEMORY_ENV
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "--sql-memory: expected a size like 512MB" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: {setting}: "), done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("text", ["plenty", "20000000TB", "8MB"])
+def test_every_command_refuses_a_bad_size_in_the_environment(tmp_path: Path, text: str) -> None:
+    """`poolwise sql` on a stopped data dir opens the read models itself (as `export` and `demo`
+    do): the setting is checked with its rule first, not handed to DuckDB's parser."""
+    data_dir = tmp_path / "data"
+    ProjectionStore(str(_tree_file(data_dir)), [EventLogProjection()]).close()
+    done = _run([sys.executable, "-m", "services.tools.cli.main", "sql", "--data-dir", str(data_dir), "SELECT 1"],
+                {"PATH": "/usr/bin:/bin", SQL_MEMORY_ENV: text})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {SQL_MEMORY_ENV}: "), done.stderr
+    assert "internal error" not in done.stderr
+    fine = _run([sys.executable, "-m", "services.tools.cli.main", "sql", "--data-dir", str(data_dir),
+                 "SELECT current_setting('memory_limit') AS m"], {"PATH": "/usr/bin:/bin", SQL_MEMORY_ENV: "64MiB"})
+    assert fine.returncode == 0 and "64.0 MiB" in fine.stdout, fine.stdout + fine.stderr
+
+
+def _tree_file(data_dir: Path) -> Path:
+    (data_dir / "tree").mkdir(parents=True)
+    return data_dir / "tree" / "tree.duckdb"
+
+
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env,
+                          cwd=Path(__file__).resolve().parents[2])

@@ -96,18 +96,22 @@ def parse_duration(text: str | None, *, option: str = "duration") -> float | Non
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+MOST_SIZE = 2**50  # (1024TiB: DuckDB refuses a limit from ~16 EiB on; anything near this is a typo)
 
 
-def parse_size(text: str, *, option: str, least: int = 0) -> str:
+def parse_size(text: str, *, name: str, least: int = 0) -> str:
     """A memory size as DuckDB reads it (`512MB`, `2GiB`, `1.5GB`: decimal or binary units), at
-    least `least` bytes; returned as given, without blanks."""
+    least `least` bytes and under 1024TiB; returned as given, without blanks. `name`: the setting,
+    as the error names it (`--sql-memory`, `POOLWISE_SQL_MEMORY`)."""
     found = _SIZE.fullmatch(text.strip())
     if found is None:
-        raise InputError(f"--{option}: expected a size like 512MB, 2GB or 1GiB (a number and a unit of KB, MB, "
+        raise InputError(f"{name}: expected a size like 512MB, 2GB or 1GiB (a number and a unit of KB, MB, "
                          f"GB, TB, KiB, MiB, GiB or TiB); got {text!r}")
     unit = found[2].upper()
     power = "KMGT".index(unit[0]) + 1
     size = float(found[1]) * (2 ** (10 * power) if unit.endswith("IB") else 10 ** (3 * power))
     if size < least:
-        raise InputError(f"--{option}: at least {least / 2**20:g}MiB; got {text!r}")
+        raise InputError(f"{name}: at least {least / 2**20:g}MiB; got {text!r}")
+    if size >= MOST_SIZE:
+        raise InputError(f"{name}: less than 1024TiB; got {text!r}")
     return f"{found[1]}{found[2]}"

@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from typer.main import get_group
 
 from services.tools.cli import credentials, serve_cmd
+from services.tools.cli.args import InputError
 from services.tools.cli.errors import guarded
 
 if TYPE_CHECKING:
@@ -122,6 +123,11 @@ serve_cmd.register(app)
 def main() -> None:
     _log_level()
     _quiet_tls_close()
+    try:
+        serve_cmd.check_environment()
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
     guarded(app)
 
 

@@ -34,6 +34,7 @@ connection of the read models reads."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -45,8 +46,9 @@ from services.tools.cli.options import DEFAULT_DATA_DIR, DataDir
 
 SQL_RETENTION = "--sql-retention"
 SQL_MEMORY_ENV = "POOLWISE_SQL_MEMORY"  # (projections.store.SQL_MEMORY_ENV, which reads it)
+SQL_MEMORY = ("--sql-memory",)
 SqlMemory = Annotated[str | None, typer.Option(
-    "--sql-memory", envvar=SQL_MEMORY_ENV, metavar="SIZE",
+    *SQL_MEMORY, envvar=SQL_MEMORY_ENV, metavar="SIZE",
     help="Memory limit of the tree service's SQL read models (DuckDB): 512MB (the default), 2GB, 1GiB. "
          "A query that needs more spills to disk or is refused; decisions never wait on it.")]
 SqlRetention = Annotated[str | None, typer.Option(
@@ -128,14 +130,24 @@ def up(
                        http=http)
 
 
+LEAST_SQL_MEMORY = 16 * 2**20  # (below this DuckDB cannot insert a batch of the read models' rows)
+
+
 def _set_sql_memory(text: str | None) -> None:
     """`--sql-memory` checked, and set where the read models' connections (in this process and in
     the service processes it starts) read it (`projections.store.sql_memory`; not imported here:
     this process may hold no DuckDB)."""
-    import os
-
     if text is not None:
-        os.environ[SQL_MEMORY_ENV] = parse_size(text, option="sql-memory", least=16 * 2**20)
+        os.environ[SQL_MEMORY_ENV] = parse_size(text, name=SQL_MEMORY[0], least=LEAST_SQL_MEMORY)
+
+
+def check_environment() -> None:
+    """`POOLWISE_SQL_MEMORY` checked for every command (`sql` and `export` on a stopped data dir,
+    `demo` and `whatif` open read models too; `up` and `serve` check it as `--sql-memory`):
+    InputError with the rule, before anything runs, rather than DuckDB's parser error later."""
+    text = os.environ.get(SQL_MEMORY_ENV)
+    if text:
+        os.environ[SQL_MEMORY_ENV] = parse_size(text, name=SQL_MEMORY_ENV, least=LEAST_SQL_MEMORY)
 
 
 @dataclass(frozen=True)
