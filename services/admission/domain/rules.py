@@ -40,12 +40,15 @@ class NewGang:
 MAX_GANG_BYTES = 768 * 1024
 
 
+KIND_BYTES = 28  # a resource kind's bytes beside its name: quotes, colon, comma and the longest float
+
+
 def members_bytes(specs: Sequence[TaskSpec]) -> int:
     """An upper bound of the bytes these members take in JSON (`{"id":...,"resources":{...}}`, a
     comma each): ids of plain printable ASCII count a byte a character, any other id six (a
     `\\uXXXX` escape is the longest a character gets), a resource kind its name and 28 bytes (its
     quotes, colon, comma and the longest float)."""
-    kinds = sum([len(kind) + 28 for spec in specs for kind in spec.resources])
+    kinds = sum([len(kind) + KIND_BYTES for spec in specs for kind in spec.resources])
     return _members_bytes([spec.id for spec in specs], kinds)
 
 
@@ -96,7 +99,7 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     need: Vector = {}
     get = need.get
     ids: list[str] = []
-    kind_bytes = 0  # (`members_bytes`: a resource kind's name and 28 bytes)
+    kind_bytes = 0  # (`members_bytes`: a resource kind's name and `KIND_BYTES`)
     for spec in specs:
         resources = spec.resources
         task_id = spec.id
@@ -104,7 +107,7 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
             return None
         ids.append(task_id)
         for kind, amount in resources.items():
-            kind_bytes += len(kind) + 28
+            kind_bytes += len(kind) + KIND_BYTES
             value = get(kind, 0.0) + amount
             need[kind] = 0.0 if -1e-9 < value < 1e-9 else value  # as `total` adds
     if len(ids) > 1 and len(set(ids)) < len(ids):

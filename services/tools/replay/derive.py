@@ -195,13 +195,10 @@ class Derivation:
                     found = current.get(data)
                     if found is None:
                         found = before.get(data)
-                    if found is not None:
-                        event = found.event
-                        name = event.type
-                        if subject_of(name, getattr(event, "tree", None), found.source) == subject:  # (`_all_found`)
-                            keys, taken = [data], [found]
-                            if name in _RECALLED:
-                                envelopes = taken
+                    if found is not None and _on_its_subject(found, subject):  # (`_all_found`)
+                        keys, taken = [data], [found]
+                        if found.event.type in _RECALLED:
+                            envelopes = taken
                 else:
                     keys = pack_parts(data)
                     taken = _all_found(unread, keys, subject)
@@ -278,6 +275,12 @@ class Derivation:
         return list(map(Made.of, self.unread.all()))
 
 
+def _on_its_subject(decision: Envelope, subject: str) -> bool:
+    """Whether `subject` is the one `decision` is recorded on (`subject_of`)."""
+    event = decision.event
+    return subject_of(event.type, getattr(event, "tree", None), decision.source) == subject
+
+
 def _all_found(unread: Unread, parts: list[bytes], subject: str) -> list[Envelope] | None:
     """The decisions made here whose bytes the parts of a pack on `subject` are, every one (each
     once), or None. Each on its own subject (`subject_of`): a record moved unchanged onto another
@@ -285,7 +288,7 @@ def _all_found(unread: Unread, parts: list[bytes], subject: str) -> list[Envelop
     out: list[Envelope] = []
     for part in parts:
         found = unread.get(part)
-        if found is None or subject_of(found.event.type, getattr(found.event, "tree", None), found.source) != subject:
+        if found is None or not _on_its_subject(found, subject):
             return None
         out.append(found)
     return out if len(set(parts)) == len(parts) else None
