@@ -159,9 +159,10 @@ def _job_events(job_share: FloatArray, weight: FloatArray, group: IntArray, tau:
     `d * (w / D)` from `tau` (the row's start) to `D / w`."""
     top = job_share.max(axis=0) if len(job_share) else np.zeros(job_share.shape[1])
     keep = growing & (top > EPS) & (weight > EPS)
-    keep[keep] = tau[keep] < top[keep] / weight[keep]
+    kept = keep.nonzero()[0]
+    keep[kept] = tau.take(kept) < top.take(kept) / weight.take(kept)
     d = job_share.compress(keep, axis=1)
-    w, top, grp = weight[keep], top[keep], group[keep]
+    w, top, grp = weight.compress(keep), top.compress(keep), group.compress(keep)
     sl = d * (w / top)
     none = nones(w.size)
     return _Events(top / w, -sl, np.zeros(w.size, dtype=bool), grp, none, none, sl, grp)
@@ -183,7 +184,7 @@ def _snap_sorted(x: FloatArray, new_group: BoolArray) -> FloatArray:
     gap = step > TINY * np.maximum(1.0, np.abs(x))
     start = gap | new_group
     idx = np.maximum.accumulate(np.where(start, np.arange(x.size), 0))
-    out: FloatArray = x[idx]
+    out: FloatArray = x.take(idx)
     return out
 
 
@@ -200,11 +201,11 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
         return Inner(np.arange(rows + 1, dtype=np.intp), start.copy(), init.copy(), none, none.copy())
     # by (group, x, event): equal ones by event (stable, as `sum_events`)
     first = by_group_and_x(ev.group, ev.x)
-    gs0 = ev.group[first]
+    gs0 = ev.group.take(first)
     gnew0 = trues(n)
     gnew0[1:] = gs0[1:] != gs0[:-1]
     # nothing before a row's start (a child's key an ulp below its parent's argument)
-    xsnap = _snap_sorted(np.maximum(ev.x[first], start[gs0]), gnew0)
+    xsnap = _snap_sorted(np.maximum(ev.x.take(first), start.take(gs0)), gnew0)
     point0 = gnew0.copy()
     point0[1:] |= xsnap[1:] != xsnap[:-1]
     # then, at one (group, argument): slope changes, then the run segments by vertex (a vertex's
@@ -213,8 +214,8 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     # mostly: the order found, and what was found of it, are kept)
     in_order = True
     if not point0.all():
-        ends = ev.end[first].astype(np.int64) + 1
-        key = (point0.cumsum() * 2 + ev.jump[first]) * (int(ends.max()) + 1) + ends
+        ends = ev.end.take(first).astype(np.int64) + 1
+        key = (point0.cumsum() * 2 + ev.jump.take(first)) * (int(ends.max()) + 1) + ends
         in_order = np.count_nonzero(key[1:] >= key[:-1]) == n - 1
     if in_order:
         order, xs, gs, gnew, new = first, xsnap, gs0, gnew0, point0
@@ -223,19 +224,19 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
         # runs in order whole; the keys are in order but for each argument's few events): 1-6 µs
         # on 0.1-4.4k keys, where `stable_argsort` (a quicksort, then ties by index) took 10-260
         by_key = key.argsort(kind="stable")
-        order, xs = first[by_key], xsnap[by_key]
-        gs = ev.group[order]
+        order, xs = first.take(by_key), xsnap.take(by_key)
+        gs = ev.group.take(order)
         gnew = trues(n)
         gnew[1:] = gs[1:] != gs[:-1]
         new = gnew.copy()
         new[1:] |= xs[1:] != xs[:-1]
-    js = ev.jump[order]
+    js = ev.jump.take(order)
     vs = ev.vec.take(order, axis=1)
     ds = new.nonzero()[0]
     de = np.concatenate((ds[1:], [n])) - 1
-    dg, dx = gs[ds], xs[ds]
+    dg, dx = gs.take(ds), xs.take(ds)
     nd = ds.size
-    gd = gnew[ds]
+    gd = gnew.take(ds)
     gfirst = gd.nonzero()[0]
     ji = js.nonzero()[0]
     jv = vs.take(ji, axis=1)
@@ -245,12 +246,12 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     if ji.size:
         slopes[:, ji] *= 0.0
     gi = gnew.nonzero()[0]
-    start_slope = slope0.take(gs[gi], axis=1)
+    start_slope = slope0.take(gs.take(gi), axis=1)
     for k in range(dims):
         slopes[k][gi] += start_slope[k]
     slope_after = segmented_cumsum_at(slopes, gi, de, gd.cumsum() - 1)
     slope_before = shifted(slope_after, gfirst, start_slope)
-    xprev = shifted(dx, gfirst, start[dg[gfirst]])
+    xprev = shifted(dx, gfirst, start.take(dg.take(gfirst)))
     inc = slope_before * (dx - xprev)
     emit_foot = dx > xprev
     if ji.size == 0:  # no run here (a level of jobs): every vertex a foot, as below with no jump
@@ -265,21 +266,23 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
         scatter(v, off[:-1], init)
         pos = emit_foot.cumsum() - emit_foot + dg + 1
         fi = emit_foot.nonzero()[0]
-        x[pos[fi]] = dx[fi]
-        scatter(v, pos[fi], foot.take(fi, axis=1))
+        pf = pos.take(fi)
+        x[pf] = dx.take(fi)
+        scatter(v, pf, foot.take(fi, axis=1))
         return Inner(off, x, v, nones(total), nones(total))
     point = new.cumsum() - 1  # the distinct argument of each event
+    pji = point.take(ji)  # (each run segment's)
     dj = np.zeros((dims, nd))
     for k in range(dims):
-        dj[k] = np.bincount(point[ji], weights=jv[k], minlength=nd)
+        dj[k] = np.bincount(pji, weights=jv[k], minlength=nd)
     top = segmented_cumsum(inc + dj, gfirst, rebase=True, scratch=True)
     top += init.take(dg, axis=1)
     foot = top - dj
     # each run segment's vertex: the foot of its argument plus the segments before it there
     rstart = trues(ji.size)
-    rstart[1:] = point[ji][1:] != point[ji][:-1]
-    run_v = foot.take(point[ji], axis=1) + segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
-    nj = np.bincount(point[ji], minlength=nd)
+    rstart[1:] = pji[1:] != pji[:-1]
+    run_v = foot.take(pji, axis=1) + segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
+    nj = np.bincount(pji, minlength=nd)
     cnt = emit_foot.astype(np.intp) + nj
     off = offsets_of(row_sums(dg, cnt, rows) + 1)
     total = int(off[-1])
@@ -291,14 +294,16 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     scatter(v, off[:-1], init)
     pos = cnt.cumsum() - cnt + dg + 1
     fi = emit_foot.nonzero()[0]
-    x[pos[fi]] = dx[fi]
-    scatter(v, pos[fi], foot.take(fi, axis=1))
+    pf = pos.take(fi)
+    x[pf] = dx.take(fi)
+    scatter(v, pf, foot.take(fi, axis=1))
     rank = np.arange(ji.size) - rstart.nonzero()[0][rstart.cumsum() - 1]
-    pr = pos[point[ji]] + emit_foot[point[ji]] + rank
-    x[pr] = xs[ji]
+    pr = pos.take(pji) + emit_foot.take(pji) + rank
+    x[pr] = xs.take(ji)
     scatter(v, pr, run_v)
-    owner[pr] = ev.owner[order][ji]
-    end[pr] = ev.end[order][ji]
+    oji = order.take(ji)
+    owner[pr] = ev.owner.take(oji)
+    end[pr] = ev.end.take(oji)
     return Inner(off, x, v, owner, end)
 
 
@@ -429,29 +434,31 @@ def positions(arr: Rows, c: Curves, root_at: float) -> FloatArray:
         sl = slice(lv.start, lv.stop)
         parent = arr.parent[sl] - up_first
         # a function starts at its row's key in the state: before that, its first vertex
-        y = np.maximum(t_up[parent], s.x[s.off[:-1]])
+        y = np.maximum(t_up.take(parent), s.x.take(s.off[:-1]))
         p_kid = argument_at(s, y)
         # children on a run of their parent's at its argument: done, part-way, or at the foot
         rv = (h_up.owner >= 0).nonzero()[0]
         if rv.size:
             # by (owner, vertex): the vertices are distinct, so one integer sort of both
             rv = sorted_minor(h_up.owner[rv], rv, h_up.x.size)
-            key_o = h_up.owner[rv]
+            key_o = h_up.owner.take(rv)
             big = h_up.x.size + 1
             keys = key_o.astype(np.int64) * big + rv
             kid_rows = np.arange(lv.start, lv.stop)
-            jk, fk, jnk = j[parent], f[parent], jn[parent]
-            on_run = (fk <= 0.0) | (h_up.owner[jnk] >= 0) & (jnk > jk)
+            jk, fk, jnk = j.take(parent), f.take(parent), jn.take(parent)
+            owner_n = h_up.owner.take(jnk)
+            x_jk = h_up.x.take(jk)
+            on_run = (fk <= 0.0) | (owner_n >= 0) & (jnk > jk)
             q = keys.searchsorted(kid_rows.astype(np.int64) * big + jk, "right") - 1
             qc = np.minimum(np.maximum(q, 0), rv.size - 1)  # not np.clip: it builds an np.iinfo on ints
-            same = (q >= 0) & (key_o[qc] == kid_rows) & (h_up.x[rv[qc]] == h_up.x[jk])
+            same = (q >= 0) & (key_o.take(qc) == kid_rows) & (h_up.x.take(rv.take(qc)) == x_jk)
             q2 = np.minimum(np.maximum(q + 1, 0), rv.size - 1)
-            later = (q + 1 < rv.size) & (key_o[q2] == kid_rows) & (h_up.x[rv[q2]] == h_up.x[jk])
+            later = (q + 1 < rv.size) & (key_o.take(q2) == kid_rows) & (h_up.x.take(rv.take(q2)) == x_jk)
             done = on_run & same
             foot = on_run & ~same & later
             p_kid[done] = s.t[h_up.end[rv[qc[done]]]]
             p_kid[foot] = s.t[h_up.end[rv[q2[foot]]] - 1]
-            part = (fk > 0.0) & (jnk > jk) & (h_up.owner[jnk] == kid_rows)
+            part = (fk > 0.0) & (jnk > jk) & (owner_n == kid_rows)
             if part.any():
                 ke = h_up.end[jnk[part]]
                 p_kid[part] = s.t[ke - 1] + fk[part] * (s.t[ke] - s.t[ke - 1])
@@ -471,4 +478,5 @@ def _real(pos: FloatArray, h: Inner) -> tuple[IntArray, FloatArray, FloatArray, 
     j = np.minimum(off[:-1] + np.floor(pos).astype(np.intp), last)
     f = np.minimum(np.maximum(np.where(j >= last, 0.0, pos - (j - off[:-1])), 0.0), 1.0)
     jn = np.minimum(j + 1, h.x.size - 1)
-    return j, f, np.where(f > 0.0, h.x[j] + f * (h.x[jn] - h.x[j]), h.x[j]), jn
+    xj = h.x.take(j)
+    return j, f, np.where(f > 0.0, xj + f * (h.x.take(jn) - xj), xj), jn

@@ -90,9 +90,9 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
             for lv in arr.levels:
                 above = first[arr.parent[lv.start : lv.stop]]
                 first[lv.start : lv.stop] = np.where(above != NOWHERE, above, first[lv.start : lv.stop])
-            place = first[drf.job_row[js]]  # (open jobs, kinds)
-            rank = np.where(needs[js] & (place != NOWHERE), depth[np.maximum(place, 0)] * dims + np.arange(dims),
-                            NOWHERE)
+            place = first.take(drf.job_row.take(js), axis=0)  # (open jobs, kinds)
+            rank = np.where(needs.take(js, axis=0) & (place != NOWHERE),
+                            depth[np.maximum(place, 0)] * dims + np.arange(dims), NOWHERE)
             caught = (rank != NOWHERE).any(axis=1)
             if not caught.any() and not newly:
                 return None  # nobody stopped, and no limit newly reached: a guard
@@ -102,7 +102,7 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
             cause_row[stopped] = place[caught.nonzero()[0], kind[caught]]
         elif used[0].any():  # only the tree's capacity (the common case): every place is the root,
             # whose rank is its kind's: the first kind used up that a job needs stops it
-            first_used = _first_kind(needs[js] & used[0])
+            first_used = _first_kind(needs.take(js, axis=0) & used[0])
             caught = first_used >= 0
             if not caught.any() and not newly:
                 return None
@@ -126,27 +126,29 @@ def by_runs(arr: TreeArrays, drf: DrfInputs, dshare: FloatArray, lim: FloatArray
             t = positions(arr, c, at if hit is None else min(at, hit))
         else:  # the rows still growing, as a tree of their own; the others hold what they hold
             rows, jobs = live.rows, live.jobs
-            sub = replace(drf, guarantee=drf.guarantee[rows], limit=drf.limit[rows], job_row=live.job_row,
-                          job_weight=drf.job_weight[jobs])
-            c = curves(live, sub, job_share[:, jobs], State(state.t[rows], share[rows]), given[jobs], open_[jobs],
-                       live.base(arr, share))
+            sub = replace(drf, guarantee=drf.guarantee.take(rows, axis=0), limit=drf.limit.take(rows, axis=0),
+                          job_row=live.job_row, job_weight=drf.job_weight.take(jobs))
+            share_rows = share.take(rows, axis=0)
+            c = curves(live, sub, job_share.take(jobs, axis=1), State(state.t.take(rows), share_rows),
+                       given.take(jobs), open_.take(jobs), live.base(arr, share))
             at = root_fit(c, box[0])
-            hit = first_limit(live, c, box[rows], share[rows])
+            hit = first_limit(live, c, box.take(rows, axis=0), share_rows)
             if hit is not None and math.isnan(hit):
                 return None
             t = state.t.copy()
             t[rows] = positions(live, c, at if hit is None else min(at, hit))
         js = open_.nonzero()[0]  # the others keep what they hold
-        reach = drf.job_weight[js] * t[drf.job_row[js]]
-        dom_js = dom[js]
+        reach = drf.job_weight.take(js) * t.take(drf.job_row.take(js))
+        dom_js = dom.take(js)
         with np.errstate(over="ignore"):  # a speck of demand: reach / dom overflows to inf, read as 1
             position = np.divide(reach, dom_js, out=np.ones_like(dom_js), where=dom_js > 0)
-        given[js] = np.minimum(position, 1.0)
+        given_js = np.minimum(position, 1.0)
+        given[js] = given_js
         if live is None:
             reached = sum_up(arr, drf.job_row, given[:, None] * dshare)
         else:  # only the live leaves' jobs moved: the others' rows are what they were
             reached = _sum_moved(arr, drf.job_row, given, dshare, live, share)
-        open_[js] = given[js] < 1.0 - 1e-9  # the jobs whose demand is met stop (`MET`)
+        open_[js] = given_js < 1.0 - 1e-9  # the jobs whose demand is met stop (`MET`)
         newly = bool(((reached >= full) & ~used).any())
         share, state = reached, State(t, reached)
         if not open_.any():

@@ -203,27 +203,28 @@ def polyline_jumps(p: Polylines, group_of_row: IntArray) -> tuple[Events, FloatA
     the order of its events, which come last), for `hdrf`'s runs (found once, not again)."""
     i0 = _segments(p.off)
     i1 = i0 + 1
-    seg_row = p.row_ids()[i0]
-    grp = group_of_row[seg_row]
-    x0, x1 = p.x[i0], p.x[i1]
+    seg_row = p.row_ids().take(i0)
+    grp = group_of_row.take(seg_row)
+    x0, x1 = p.x.take(i0), p.x.take(i1)
     delta = (p.v[:, 1:] - p.v[:, :-1]).take(i0, axis=1)  # (one difference, then one gather, not two)
     dx = x1 - x0
     sloped = dx > TINY * np.maximum(1.0, x1)
     s = sloped.nonzero()[0]
     j = (~sloped).nonzero()[0]
-    sl = delta.take(s, axis=1) * (1.0 / dx[s])
-    at0 = x0[s] <= 0.0
+    sl = delta.take(s, axis=1) * (1.0 / dx.take(s))
+    x0s = x0.take(s)
+    at0 = x0s <= 0.0
     s0 = at0.nonzero()[0]
     s1 = (~at0).nonzero()[0]
-    sg = grp[s]
+    sg = grp.take(s)
     ns, nj = s1.size, j.size
-    x = np.concatenate([x0[s][s1], x1[s], x0[j]])
+    x = np.concatenate([x0s.take(s1), x1.take(s), x0.take(j)])
     vec = np.concatenate([sl.take(s1, axis=1), -sl, delta.take(j, axis=1)], axis=1)
     jump = np.zeros(ns + s.size + nj, dtype=bool)
     jump[ns + s.size :] = True
-    group = np.concatenate([sg[s1], sg, grp[j]])
-    events = Events(x, vec, jump, group, sl.take(s0, axis=1), sg[s0])
-    return events, p.v.take(p.off[:-1], axis=1), i0[j], seg_row[j]
+    group = np.concatenate([sg.take(s1), sg, grp.take(j)])
+    events = Events(x, vec, jump, group, sl.take(s0, axis=1), sg.take(s0))
+    return events, p.v.take(p.off[:-1], axis=1), i0.take(j), seg_row.take(j)
 
 
 def ramp_events(shares: FloatArray, weight: FloatArray, group: IntArray) -> Events:
@@ -590,7 +591,7 @@ def snap(y: FloatArray, off: IntArray) -> tuple[FloatArray, FloatArray]:
     row_first = off[:-1].repeat(int_diff(off))
     while True:
         last_new = np.maximum.accumulate(np.where(new, idx, -1))
-        kept = np.where(last_new >= row_first, y[np.maximum(last_new, 0)], 0.0)
+        kept = np.where(last_new >= row_first, y.take(np.maximum(last_new, 0)), 0.0)
         prev = shifted(kept, start, 0.0)
         again = y - prev > tol
         if np.count_nonzero(again != new) == 0:
@@ -613,16 +614,16 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     i0 = _segments(off)
     i1 = i0 + 1
     vrow = h.row_ids()
-    srow = vrow[i0]
-    x0, x1 = h.x[i0], h.x[i1]
+    srow = vrow.take(i0)
+    x0, x1 = h.x.take(i0), h.x.take(i1)
     # at every vertex of h: whether it fits, how far above its guarantee, its y, and which line
     # gives that y
     fits = np.logical_not((h.v > (cap + EPS).take(vrow, axis=1)).any(axis=0))  # (the same sums, per row)
     above = h.v - g.take(vrow, axis=1)
-    yh = _y_of(above, inv[vrow], weighted[vrow])
+    yh = _y_of(above, inv.take(vrow), weighted.take(vrow))
     line = _top_line(above)
     is_jump = x1 <= x0
-    fits_b = fits[i1]
+    fits_b = fits.take(i1)
     # where a segment leaves the box: the largest s in [0, 1] with a + s (b - a) <= cap (1 when b fits)
     smax = np.empty(i0.size)
     smax.fill(1.0)
@@ -635,7 +636,7 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
         smax[out] = np.maximum(ratio.min(axis=0), 0.0)
     fail = np.where(is_jump, ~fits_b, smax < 1.0)
     # each row stops at its first failing segment (included: a cut segment still gives vertices)
-    pos = i0 - off[srow]
+    pos = i0 - off.take(srow)
     stop = np.empty(rows, dtype=np.intp)
     stop.fill(_NO_STOP)
     fi = fail.nonzero()[0]
@@ -644,23 +645,23 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
         firsts = trues(fi.size)
         firsts[1:] = fr[1:] != fr[:-1]
         stop[fr[firsts]] = pos[fi[firsts]]
-    active = pos <= stop[srow]
+    active = pos <= stop.take(srow)
     brk = active & fail
     # where the kind that gives y changes along a segment (y is convex along it: if one line is on
     # top at both ends, it is on top throughout)
     nk = np.zeros(i0.size, dtype=np.intp)
     kink_s = np.zeros((dims + 1, 0))
-    kseg = (active & ~is_jump & weighted[srow] & (smax > 0.0)).nonzero()[0]
+    kseg = (active & ~is_jump & weighted.take(srow) & (smax > 0.0)).nonzero()[0]
     if kseg.size:
-        sc = smax[kseg]
-        end_line = line[i1[kseg]]
+        sc = smax.take(kseg)
+        end_line = line.take(i1.take(kseg))
         part = (sc < 1.0).nonzero()[0]
         if part.size:
             pk = kseg[part]
             ap = h.v.take(i0[pk], axis=1)
             cut = ap + sc[part] * (h.v.take(i1[pk], axis=1) - ap)
             end_line[part] = _top_line(cut - g.take(srow[pk], axis=1))
-        kseg = kseg[line[i0[kseg]] != end_line]
+        kseg = kseg.compress(line.take(i0.take(kseg)) != end_line)
         if kseg.size:
             invk = inv[srow[kseg]]
             cs = np.zeros((dims + 1, kseg.size))
@@ -683,8 +684,8 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     src = np.empty(total, dtype=np.intp)  # where each vertex's value comes from, in `pool` below
     first = off[:-1]
     src[ooff[:-1]] = first  # h's vertices come first in the pool
-    ot[ooff[:-1]] = h.x[first]
-    orr[ooff[:-1]] = h.r[first]
+    ot[ooff[:-1]] = h.x.take(first)
+    orr[ooff[:-1]] = h.r.take(first)
     nv = h.x.size
     # kinks and cuts: points inside segments, at s
     kq = (nk[kseg] > 0).nonzero()[0] if kseg.size else np.zeros(0, dtype=np.intp)
@@ -698,16 +699,17 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     ai = h.v.take(i0[inner_seg], axis=1)
     inner_v = ai + inner_s * (h.v.take(i1[inner_seg], axis=1) - ai)
     src[inner_pos] = nv + np.arange(inner_seg.size)
-    x0i = x0[inner_seg]
-    ti = x0i + inner_s * (x1[inner_seg] - x0i)
+    x0i = x0.take(inner_seg)
+    ti = x0i + inner_s * (x1.take(inner_seg) - x0i)
     ot[inner_pos] = ti
     orr[inner_pos] = (ti == x0i) & h.r[i0[inner_seg]]  # a point at its segment's start is that vertex
     # segment ends: h's vertices
     e = (seg_ok & ~brk).nonzero()[0]
-    p = pos_seg[e] + nk[e]
-    src[p] = i1[e]
-    ot[p] = x1[e]
-    orr[p] = h.r[i1[e]]
+    p = pos_seg.take(e) + nk.take(e)
+    i1e = i1.take(e)
+    src[p] = i1e
+    ot[p] = x1.take(e)
+    orr[p] = h.r.take(i1e)
     # jumps of h: the foot (kept only when its top needs a larger y), then the top
     jj = jump_ok.nonzero()[0]
     pj = pos_seg[jj]
@@ -720,7 +722,7 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     orr[pj + 1] = h.r[i1[jj]]
     ri = srow[inner_seg]
     y_inner = _y_of(inner_v - g.take(ri, axis=1), inv[ri], weighted[ri])
-    oy = np.concatenate([yh, y_inner])[src]
+    oy = np.concatenate([yh, y_inner]).take(src)
     yb = yh[i1[jj]]
     oy[pj] = yb
     y, prev = snap(oy, ooff)
@@ -728,19 +730,19 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     # at y = 0 only the top of the chain is kept
     zeros_in_row = row_sums(orow, keep & (y <= 0.0), rows)
     kept_before: IntArray = keep.cumsum() - keep
-    kept_rank: IntArray = kept_before - kept_before[ooff[:-1]][orow]
-    keep &= kept_rank >= zeros_in_row[orow] - 1
+    kept_rank: IntArray = kept_before - kept_before.take(ooff[:-1]).take(orow)
+    keep &= kept_rank >= zeros_in_row.take(orow) - 1
     noff = offsets_of(row_sums(orow, keep, rows))
     kept = keep.nonzero()[0]
     # the values of the kept vertices only, gathered once from their sources
-    sk = src[kept]
+    sk = src.take(kept)
     if nv < _LARGE:
         ov = np.concatenate([h.v, inner_v], axis=1).take(sk, axis=1)
     else:  # (without a copy of all of `h.v`: at a level of jobs, 4 x 34k values for 25k kept)
         ov = h.v.take(sk, axis=1, mode="clip")
         from_inner = (sk >= nv).nonzero()[0]
         scatter(ov, from_inner, inner_v.take(sk[from_inner] - nv, axis=1))
-    return Polylines(noff, y[kept], ov, ot[kept], orr[kept])
+    return Polylines(noff, y.take(kept), ov, ot.take(kept), orr.take(kept))
 
 
 def _locate(p: Polylines, y: FloatArray, right: BoolArray | None) -> tuple[IntArray, IntArray, IntArray, IntArray,
@@ -751,7 +753,7 @@ def _locate(p: Polylines, y: FloatArray, right: BoolArray | None) -> tuple[IntAr
     off = p.off
     n = int_diff(off)
     vrow = p.row_ids()
-    yv = y[vrow]
+    yv = y.take(vrow)
     lo = row_sums(vrow, p.x < yv, p.rows)
     hi = row_sums(vrow, p.x <= yv, p.rows)
     first, last = off[:-1], off[1:] - 1
@@ -788,7 +790,7 @@ def argument_at(p: Polylines, y: FloatArray) -> FloatArray:
     """`evaluate(p, y, right=False)[1]` (each row's inner argument at its own `y`, the foot of a
     jump there), the same numbers, without the values (`hdrf`'s positions read only this)."""
     idx, k, lo_i, hi_i, f = _locate(p, y, None)
-    t: FloatArray = p.t[idx]
+    t: FloatArray = p.t.take(idx)
     if k.size:
         ta = p.t[lo_i]
         t[k] = ta + f * (p.t[hi_i] - ta)
