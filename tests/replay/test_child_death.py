@@ -9,17 +9,18 @@ import pytest
 from services.common.memlog import MemoryLog
 from services.tools.replay import worker
 from services.tools.replay.reader import verify_log
+from services.tools.replay_process import ChildProcess
 from tests.replay.biglog import build
 
 
 def test_a_killed_derivation_process_fails_the_replay_with_its_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    started = worker._Child.start
+    started = ChildProcess.start
 
-    def start_then_kill(self: worker._Child) -> None:
+    def start_then_kill(self: ChildProcess) -> None:
         started(self)
         self.process.kill()
 
-    monkeypatch.setattr(worker._Child, "start", start_then_kill)
+    monkeypatch.setattr(ChildProcess, "start", start_then_kill)
 
     async def main() -> None:
         log = MemoryLog()

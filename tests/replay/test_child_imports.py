@@ -14,6 +14,7 @@ import services.tree.service  # (this process holds the projections, as the repl
 from services.common.memlog import MemoryLog
 from services.tools.replay import worker
 from services.tools.replay.verify import TREE
+from services.tools.replay_process import ChildProcess
 from tests.replay.biglog import build
 
 LIBRARIES = ("duckdb", "pyarrow", "libarrow")
@@ -33,12 +34,12 @@ def test_the_child_maps_no_projection_library() -> None:
 
     piece = anyio.run(rows, backend="asyncio")
     assert {"duckdb", "pyarrow"} <= mapped("self")  # (what is looked for is seen where it is)
-    child = worker._Child()
+    child = ChildProcess()
     child.start()
     try:
         child.send(("start", None, None, [], None, True, None))  # (snapshots sent whole: no source)
         child.send(("piece", piece))
-        done = child.take()  # the piece folded: every module of the fold imported
+        done = worker.take(child)  # the piece folded: every module of the fold imported
         assert done.events > len(piece) and done.matched.get("GangFinished")  # (its own records, read back)
         assert child.process.pid is not None and mapped(child.process.pid) == set()
     finally:

@@ -17,9 +17,9 @@ from services.common.folding import anchor_of
 from services.common.log import Stored
 from services.common.memlog import MemoryLog
 from services.common.snapshots import MemorySnapshots, Snapshot, code_fingerprint
-from services.tools.replay import worker
 from services.tools.replay.reader import runs_on_disk, verify_log
 from services.tools.replay.verify import Verifier, command_refusals
+from services.tools.replay_process import ChildProcess
 from services.tree.domain import used_ids
 from services.tree.domain.used_ids import MemoryRun, MemoryRuns, UsedIds
 from tests.replay.biglog import build
@@ -87,9 +87,9 @@ def _admission_state(messages: list[Stored], cut: int) -> Any:
 def test_the_child_gets_the_snapshots_runs_as_keys_of_the_parent_s_files(monkeypatch: pytest.MonkeyPatch) -> None:
     log = _log(300, seconds=900.0)  # (an hour of log time in 4 rounds: finished gangs are forgotten)
     started: list[tuple[Any, ...]] = []
-    send = worker._Child.send
+    send = ChildProcess.send
 
-    def sending(self: worker._Child, message: Any) -> None:
+    def sending(self: ChildProcess, message: Any) -> None:
         if message[0] == "start":
             started.append(message)
             _, _, _, sent, source, _, _ = message
@@ -100,7 +100,7 @@ def test_the_child_gets_the_snapshots_runs_as_keys_of_the_parent_s_files(monkeyp
             assert b"MemoryRun" not in sent and b"MemoryRun" in pickle.dumps(runs)  # (no run's arrays sent)
         send(self, message)
 
-    monkeypatch.setattr(worker._Child, "send", sending)
+    monkeypatch.setattr(ChildProcess, "send", sending)
 
     async def run() -> tuple[bool, dict[str, int], int]:
         messages = await log.read(1)

@@ -12,8 +12,9 @@ import pytest
 
 from services.common import id_runs
 from services.common.memlog import MemoryLog
-from services.tools.replay import reader, worker
+from services.tools.replay import reader
 from services.tools.replay.reader import verify_log
+from services.tools.replay_process import ChildProcess
 from services.tree.domain import used_ids
 from tests.replay.biglog import build
 
@@ -71,16 +72,16 @@ def test_the_child_keeps_its_runs_in_the_replays_directory(monkeypatch: pytest.M
     log = _log(120)
     given: list[Path | None] = []
     exists: list[bool] = []
-    send = worker._Child.send
+    send = ChildProcess.send
 
-    def sending(self: worker._Child, message: Any) -> None:
+    def sending(self: ChildProcess, message: Any) -> None:
         if message[0] == "start":
             given.append(message[-1])
         elif message[0] == "finish" and given and given[0] is not None:
             exists.append((given[0] / id_runs.DIRECTORY).is_dir())  # the child made its store there
         send(self, message)
 
-    monkeypatch.setattr(worker._Child, "send", sending)
+    monkeypatch.setattr(ChildProcess, "send", sending)
     report = anyio.run(lambda: verify_log(log, process_from=1, chunk=100), backend="asyncio")
     assert report.ok
     assert len(given) == 1 and given[0] is not None

@@ -53,6 +53,7 @@ from services.common.log import EventLog, Stored, read_in_chunks
 from services.common.snapshots import ObjectStoreSnapshots, Snapshot, SnapshotStore, load_newest
 from services.tools.replay.progress import OnProgress, Progress
 from services.tools.replay.verify import REFUSAL_SUBJECTS, Report, Verifier, command_refusals
+from services.tools.replay_process import ChildProcess, stop_child, wants_child
 from services.tree.domain import used_ids
 
 ADMISSION, PREEMPTION, TREE = "admission", "preemption", "tree"  # (the services' names, as their snapshots have them)
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
     from services.common.jetstream import JetStreamLog
 
 CHUNK = 10_000  # positions per read
-PROCESS_FROM = 50_000  # positions of log from which the verifier runs in a process of its own
 
 
 async def read_log(log: EventLog) -> list[Stored]:
@@ -126,26 +126,34 @@ def replay_runs(directory: Path | None) -> used_ids.RunStore:
 
 async def verify_log(log: EventLog, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,
                      on_progress: OnProgress | None = None, process_from: int | None = None,
-                     from_seq: int | None = None, snapshots: SnapshotStore | None = None) -> Report:
+                     from_seq: int | None = None, snapshots: SnapshotStore | None = None,
+                     child: ChildProcess | None = None) -> Report:
     """Verify `log`: with admission's state folded once for both services where the verifier can
     (`Verifier(shared=True)`), and when that finds anything, once more with each service's own
     fold (the log read again; no progress reported meanwhile): the report of a log with findings
     is always the latter's. The id record's runs in files meanwhile (`runs_on_disk`), those of the
-    records made or restored here (in this task: `used_ids.storing_in`)."""
-    with runs_on_disk() as runs, used_ids.storing_in(replay_runs(runs)):
-        report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                                   process_from=process_from, from_seq=from_seq, snapshots=snapshots, shared=True,
-                                   runs=runs)
-        if not report.ok and report.shared:
-            report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=None,
+    records made or restored here (in this task: `used_ids.storing_in`). `child`: a derivation
+    process started already (`replay_process.started_child`) for the first pass, if it wants one;
+    stopped here in any case."""
+    try:
+        with runs_on_disk() as runs, used_ids.storing_in(replay_runs(runs)):
+            report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
                                        process_from=process_from, from_seq=from_seq, snapshots=snapshots,
-                                       shared=False, runs=runs)
+                                       shared=True, runs=runs, child=child)
+            if not report.ok and report.shared:
+                report = await _verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=None,
+                                           process_from=process_from, from_seq=from_seq, snapshots=snapshots,
+                                           shared=False, runs=runs)
+    finally:
+        if child is not None:  # (stopped already where the first pass took it: stopping is idempotent)
+            await stop_child(child)
     return report
 
 
 async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, chunk: int | None,
                       on_progress: OnProgress | None, process_from: int | None, from_seq: int | None,
-                      snapshots: SnapshotStore | None, shared: bool, runs: Path | None = None) -> Report:
+                      snapshots: SnapshotStore | None, shared: bool, runs: Path | None = None,
+                      child: ChildProcess | None = None) -> Report:
     began = time.perf_counter()
     chunk = chunk or CHUNK
     end = await log.last_seq()
@@ -157,27 +165,26 @@ async def _verify_log(log: EventLog, *, tree: str | None, to_seq: int | None, ch
     # the log is read after the earliest start (a service without a snapshot: from 1)
     first = 1 + (min(s.seq for s in starts) if len(starts) == len(SERVICES) else 0)
     tree_start = next((s.seq for s in starts if s.service == TREE), 0)
-    in_process = stop - first + 1 >= (PROCESS_FROM if process_from is None else process_from)
-    if in_process:
+    if wants_child(first, stop, process_from):
         from services.tools.replay import worker
-
-        # started first: its interpreter's start and imports (~0.5 s, more under load) go on
-        # while this process reads the refusals and makes the verifier
-        child = await worker.started_child()
-        try:
-            verifier = await _verifier(log, starts, passed_over, tree_start, stop, chunk, tree=tree, to_seq=to_seq,
-                                       from_seq=from_seq, shared=shared, elsewhere=True, on_progress=on_progress,
-                                       began=began, first=first)
-        except BaseException:
-            await worker.stop_child(child)
-            raise
         from services.tools.replay.derive import FOLDED
 
-        folded = [s for s in starts if s.service in FOLDED]  # (the child's to hold: taken from the list as sent)
-        del starts
-        return await worker.verify_in_process(log, verifier, end, chunk, began, tree=tree, to_seq=to_seq,
+        folded = [s for s in starts if s.service in FOLDED]  # (the child's to hold: emptied once sent)
+
+        async def made_verifier() -> Verifier:  # (made while the child folds the first pieces)
+            nonlocal starts
+            given, starts = starts, []  # (the snapshots' states not held here once it has what it needs)
+            return await _verifier(log, given, passed_over, tree_start, stop, chunk, tree=tree, to_seq=to_seq,
+                                   from_seq=from_seq, shared=shared, elsewhere=True, on_progress=on_progress,
+                                   began=began, first=first)
+
+        # (the child started now if not given: its interpreter's start and imports, ~0.5 s, go on
+        # while this process reads the first pieces)
+        return await worker.verify_in_process(log, made_verifier, end, chunk, began, tree=tree, to_seq=to_seq,
                                               on_progress=on_progress, snapshots=folded, first=first, shared=shared,
                                               runs=None if runs is None else runs / "child", worker=child)
+    if child is not None:  # (not wanted after all: its memory not held while this process verifies)
+        await stop_child(child)
     verifier = await _verifier(log, starts, passed_over, tree_start, stop, chunk, tree=tree, to_seq=to_seq,
                                from_seq=from_seq, shared=shared, elsewhere=False, on_progress=on_progress,
                                began=began, first=first)
@@ -237,9 +244,11 @@ async def _store_of(log: JetStreamLog) -> SnapshotStore | None:
 
 async def verify_jetstream(log: JetStreamLog, *, tree: str | None = None, to_seq: int | None = None,
                            chunk: int | None = None, on_progress: OnProgress | None = None,
-                           process_from: int | None = None, from_seq: int | None = None) -> Report:
+                           process_from: int | None = None, from_seq: int | None = None,
+                           child: ChildProcess | None = None) -> Report:
     """Verify the log of `log`'s stream; `NoLog` when the server does not have it. With `from_seq`,
-    from the snapshots in the server's object store (`BUCKET`)."""
+    from the snapshots in the server's object store (`BUCKET`). `child`: as `verify_log` takes it
+    (the caller stops it if this raises before)."""
     from nats.js.errors import NotFoundError
 
     try:
@@ -248,7 +257,7 @@ async def verify_jetstream(log: JetStreamLog, *, tree: str | None = None, to_seq
         raise NoLog(f"no stream {log.stream} on this server: nothing was ever recorded there") from None
     store = await _store_of(log) if from_seq is not None else None
     return await verify_log(log, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                            process_from=process_from, from_seq=from_seq, snapshots=store)
+                            process_from=process_from, from_seq=from_seq, snapshots=store, child=child)
 
 
 async def verify_url(url: str, *, tree: str | None = None, to_seq: int | None = None, chunk: int | None = None,

@@ -22,10 +22,9 @@ folds them itself). The child holds its states and a piece, the pipe and the par
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -41,6 +40,7 @@ from services.common.snapshots import Snapshot, pickled_naming_files, split_pick
 from services.tools.replay.derive import Derivation, Derived
 from services.tools.replay.progress import Progress
 from services.tools.replay.verify import Elsewhere, Made, Report, Verifier
+from services.tools.replay_process import ChildFailed, ChildProcess, started_child, stop_child
 from services.tree.domain import used_ids
 
 # A Stored as sent: plain values pickle fastest; the subject interned (a piece's few subjects are
@@ -96,50 +96,9 @@ def elsewhere(answered: tuple[Any, ...]) -> Elsewhere:
     return Elsewhere(list(map(Made._make, rows)), recording, events, malformed, matched)
 
 
-class ChildFailed(Exception):
-    """The derivation's process failed (its traceback is the message)."""
-
-
-class _Child:
-    def __init__(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.inbox_r, self.inbox_w = context.Pipe(duplex=False)
-        self.outbox_r, self.outbox_w = context.Pipe(duplex=False)
-        self.process = context.Process(target=child, args=(self.inbox_r, self.outbox_w), name="poolwise-replay",
-                                       daemon=True)
-
-    def start(self) -> None:
-        self.process.start()
-        self.inbox_r.close()
-        self.outbox_w.close()
-
-    def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        for end in (self.inbox_w, self.outbox_r):
-            end.close()
-
-    def send(self, message: Any) -> None:
-        try:
-            self.inbox_w.send(message)
-        except OSError:  # (a broken pipe: the child is gone)
-            raise self.ended() from None
-
-    def ended(self) -> ChildFailed:
-        """What to say when the child is gone (its exit code once it is reaped)."""
-        self.process.join(timeout=1.0)
-        return ChildFailed(f"the derivation's process ended (exit code {self.process.exitcode})")
-
-    def take(self) -> Elsewhere:
-        """The child's next piece's work."""
-        try:
-            kind, *rest = self.outbox_r.recv()
-        except (EOFError, OSError):
-            raise self.ended() from None
-        if kind == "error":
-            raise ChildFailed(rest[0])
-        return elsewhere((kind, *rest))
+def take(worker: ChildProcess) -> Elsewhere:
+    """The child's next piece's work."""
+    return elsewhere(worker.received())
 
 
 def _started(tree: str | None, to_seq: int | None, snapshots: list[Snapshot], shared: bool,
@@ -155,20 +114,6 @@ def _started(tree: str | None, to_seq: int | None, snapshots: list[Snapshot], sh
     data = pickled_naming_files(snapshots)
     held = [store.local(key) for key in split_pickled(data)[0]]
     return ("start", tree, to_seq, data, store.directory, shared, runs), held
-
-
-async def started_child() -> _Child:
-    """A child process started (its interpreter imports the folds meanwhile, ~0.5 s of CPU: a
-    replay starts it as soon as it knows it will need it), to be given to `verify_in_process`,
-    which stops it; `stop_child` if it is not given."""
-    worker = _Child()
-    await anyio.to_thread.run_sync(worker.start)
-    return worker
-
-
-async def stop_child(worker: _Child) -> None:
-    with anyio.CancelScope(shield=True):
-        await anyio.to_thread.run_sync(worker.stop)
 
 
 @contextmanager
@@ -187,15 +132,18 @@ def _one_failure() -> Iterator[None]:
         raise first from None
 
 
-async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: int, began: float, *,
-                            tree: str | None, to_seq: int | None, on_progress: Any,
+async def verify_in_process(log: EventLog, make_verifier: Callable[[], Awaitable[Verifier]], end: int, chunk: int,
+                            began: float, *, tree: str | None, to_seq: int | None, on_progress: Any,
                             snapshots: list[Snapshot], first: int = 1, shared: bool = False,
-                            runs: Path | None = None, worker: _Child | None = None) -> Report:
-    """`verifier` (`derived_elsewhere`) fed the log from `first` through `end` (or until it is
-    `done`), with admission's and preemption's decisions derived in a child process, from
-    `snapshots` (of admission and preemption: emptied once sent, the child holds them), its id
-    record's runs in files in `runs` (None: in memory). `worker`: the child, started already
-    (`started_child`; stopped here whatever happens), or None to start one now."""
+                            runs: Path | None = None, worker: ChildProcess | None = None) -> Report:
+    """The verifier `make_verifier` makes (`derived_elsewhere`) fed the log from `first` through
+    `end` (or until it is `done`), with admission's and preemption's decisions derived in a child
+    process, from `snapshots` (of admission and preemption: emptied once sent, the child holds
+    them), its id record's runs in files in `runs` (None: in memory). `worker`: the child, started
+    already (`started_child`; stopped here whatever happens), or None to start one now. The
+    verifier is made while the first pieces are read and folded by the child (making it reads the
+    refusals: the server scans the whole log for their subjects, ~0.1-0.4 s on the 100k-gang log,
+    which the child need not wait for: it folds no refusal of a command)."""
     stop = end if to_seq is None else min(to_seq, end)  # the progress' total
     if worker is None:
         worker = await started_child()
@@ -232,8 +180,9 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(read)
                 tg.start_soon(send)
+                verifier = await make_verifier()
                 async for piece in sent_r:
-                    elsewhere = await anyio.to_thread.run_sync(worker.take)
+                    elsewhere = await anyio.to_thread.run_sync(take, worker)
                     verifier.feed(piece, elsewhere)
                     if on_progress is not None:
                         report = verifier.report
@@ -244,7 +193,7 @@ async def verify_in_process(log: EventLog, verifier: Verifier, end: int, chunk: 
                 tg.cancel_scope.cancel()  # (before the stream closes: the sender is cancelled, not broken)
         if not verifier.done:  # (the decisions whose record the child did not read: compared here)
             await anyio.to_thread.run_sync(worker.send, ("finish",))
-            for made in (await anyio.to_thread.run_sync(worker.take)).made:
+            for made in (await anyio.to_thread.run_sync(take, worker)).made:
                 verifier.add_made(made)
         report = verifier.finish()
         if on_progress is not None:
