@@ -10,7 +10,7 @@ import pytest
 from services.admission.domain.explain import explain
 from services.admission.folder import AdmissionFolder
 from services.admission.queries import ExplainingFolder
-from tests.admission.builders import admitted, cancel, finished, gang, pool, refusal, rejected, task, world
+from tests.admission.builders import admitted, cancel, finished, gang, pool, refusal, rejected, task, tree, world
 
 
 def done_gang(retention: float | None = 60.0):  # type: ignore[no-untyped-def]
@@ -104,3 +104,19 @@ def test_explain_says_a_gang_was_forgotten_and_drops_its_notes() -> None:
     assert ("default", "g") not in folder.history.notes
     text = explain(log.state, "default", "g", folder.history).findings[0].message
     assert "finished and was forgotten" in text
+
+
+def test_gangs_are_forgotten_by_deadline_ties_by_gang_id() -> None:
+    """In deadline order, ties by gang id, as the timers fire; a retention made shorter forgets
+    the gangs that finish after it first."""
+    log = world(pool("/a", reservation={"cpu": 10}), gang_retention=60)
+    forgotten: list[str] = []
+    log.state.on_forget = lambda tree_name, gang_id: forgotten.append(gang_id)
+    log.feed(*(gang(g, "/a", tasks=1) for g in ("c", "a", "b", "d")))
+    log.feed(cancel("c"), cancel("a"), cancel("b"), at=1)  # forgotten at 61, in the order a, b, c
+    log.feed(tree(gang_retention=5), at=10)
+    log.feed(cancel("d"), at=10)  # forgotten at 15, before them
+    log.tick(20)
+    assert forgotten == ["d"]
+    log.tick(61)
+    assert forgotten == ["d", "a", "b", "c"] and set(log.rt.gangs) == set()

@@ -30,9 +30,9 @@ class FoldData:
     on_forget: Callable[[str, str], None] | None = None
     # The gang and placement timeouts (`timers.py`): (deadline, gang, tree, kind, attempt).
     timers: list[tuple[float, str, str, str, int]] = field(default_factory=list)
-    # When finished gangs are forgotten (`retention.py`): (deadline, gang, tree). Apart from
-    # `timers`, since forgetting decides nothing: it waits for the next event past its time (no
-    # tick for it).
+    # When finished gangs are forgotten (`retention.py`): (deadline, gang, tree), a sorted list
+    # (a heap too). Apart from `timers`, since forgetting decides nothing: it waits for the next
+    # event past its time (no tick for it).
     forgets: list[tuple[float, str, str]] = field(default_factory=list)
 
     # --- a snapshot's ---------------------------------------------------------------------------
@@ -47,6 +47,7 @@ class FoldData:
     def __setstate__(self, state: tuple[object, ...]) -> None:
         for name, value in zip(_STATE_FIELDS, state, strict=True):
             setattr(self, name, value)
+        self.forgets.sort()  # (kept sorted, `retention.py`: a heap's order is not; sorted, it stays one)
 
     # --- what readers ask -----------------------------------------------------------------------
 
