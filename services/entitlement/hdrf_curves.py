@@ -101,7 +101,8 @@ class Inner:
     def as_polylines(self) -> Polylines:
         """`h` over its ordinal argument, for `compose`."""
         u = (np.arange(self.x.size) - self.off[:-1].repeat(int_diff(self.off))).astype(np.float64)
-        return Polylines(self.off, u, self.v, u.copy(), np.zeros(u.size, dtype=bool))
+        # (`t` is `x` itself: `compose` and `fit` read it, neither writes it)
+        return Polylines(self.off, u, self.v, u, np.zeros(u.size, dtype=bool))
 
 
 @dataclass(slots=True, eq=False)
@@ -340,7 +341,7 @@ def curves(arr: Rows, drf: DrfInputs, job_share: FloatArray, state: State, given
                                      state.t[drf.job_row[lo:hi]], growing[lo:hi]))
         sl = slice(lv.start, lv.stop)
         h = sum_runs(rows, init, _concat(parts), state.t[sl])
-        below = compose(h.as_polylines(), g_t[:, sl], box[:, sl], weight[sl])
+        below = compose(h.as_polylines(), g_t[:, sl], box[:, sl], weight[sl], ordinal=True)
         hs.append(h)
         ss.append(below)
     hs.reverse()

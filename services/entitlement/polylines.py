@@ -599,14 +599,18 @@ def snap(y: FloatArray, off: IntArray) -> tuple[FloatArray, FloatArray]:
         new = again
 
 
-def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) -> Polylines:
+def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, ordinal: bool = False) -> Polylines:
     """Each row's share as a function of its siblings' argument `y`, from its inner polyline `h`:
     `h` re-parametrized by `y = max(0, max_k (h_k - g_k) / w)`, cut where it leaves `cap`.
 
     Along `h`: a jump of `h` is taken (at the `y` of its top, after waiting at its foot) only when
     all of it fits, else the row ends at its foot; a segment is cut where it leaves `cap` (the row
     ends there), with a vertex wherever the kind that gives `y` changes. Arguments within `TINY`
-    of the previous one are the previous one; at `y = 0` only the top of the chain is kept."""
+    of the previous one are the previous one; at `y = 0` only the top of the chain is kept.
+
+    `ordinal`: `h`'s arguments are its vertices' ordinals in their row, and no vertex is the top
+    of a jump (`hdrf`'s inner sums, `Inner.as_polylines`): no segment is a jump, so the passes
+    over jumps are left out (the same vertices: they would find none)."""
     dims, rows = g.shape
     weighted = weight > EPS
     inv = np.where(weighted, 1.0 / np.where(weighted, weight, 1.0), 0.0)
@@ -622,19 +626,19 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     above = h.v - g.take(vrow, axis=1)
     yh = _y_of(above, inv.take(vrow), weighted.take(vrow))
     line = _top_line(above)
-    is_jump = x1 <= x0
+    is_jump = None if ordinal else x1 <= x0  # (None: no jump)
     fits_b = fits.take(i1)
     # where a segment leaves the box: the largest s in [0, 1] with a + s (b - a) <= cap (1 when b fits)
     smax = np.empty(i0.size)
     smax.fill(1.0)
-    out = (~fits_b & ~is_jump).nonzero()[0]
+    out = (~fits_b if is_jump is None else ~fits_b & ~is_jump).nonzero()[0]
     if out.size:
         ao, bo, co = h.v.take(i0[out], axis=1), h.v.take(i1[out], axis=1), cap.take(srow[out], axis=1)
         over = (bo > co + EPS) & (bo > ao)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = np.where(over, (co - ao) / (bo - ao), 1.0)
         smax[out] = np.maximum(ratio.min(axis=0), 0.0)
-    fail = np.where(is_jump, ~fits_b, smax < 1.0)
+    fail = smax < 1.0 if is_jump is None else np.where(is_jump, ~fits_b, smax < 1.0)
     # each row stops at its first failing segment (included: a cut segment still gives vertices)
     pos = i0 - off.take(srow)
     stop = np.empty(rows, dtype=np.intp)
@@ -647,11 +651,12 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
         stop[fr[firsts]] = pos[fi[firsts]]
     active = pos <= stop.take(srow)
     brk = active & fail
+    seg_ok = active if is_jump is None else active & ~is_jump
     # where the kind that gives y changes along a segment (y is convex along it: if one line is on
     # top at both ends, it is on top throughout)
     nk = np.zeros(i0.size, dtype=np.intp)
     kink_s = np.zeros((dims + 1, 0))
-    kseg = (active & ~is_jump & weighted.take(srow) & (smax > 0.0)).nonzero()[0]
+    kseg = (seg_ok & weighted.take(srow) & (smax > 0.0)).nonzero()[0]
     if kseg.size:
         sc = smax.take(kseg)
         end_line = line.take(i1.take(kseg))
@@ -671,21 +676,22 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
             kink_s, kc = _kinks(cs, ms, smax[kseg])
             nk[kseg] = kc
     # how many vertices each segment gives, and where they go (after the row's first vertex)
-    jump_ok = active & is_jump & ~brk
-    seg_ok = active & ~is_jump
-    cnt = np.where(jump_ok, 2, 0) + np.where(seg_ok, nk + np.where(brk, smax > 0.0, 1), 0)
+    cnt = np.where(seg_ok, nk + np.where(brk, smax > 0.0, 1), 0)
+    if is_jump is not None:
+        jump_ok = active & is_jump & ~brk
+        cnt = np.where(jump_ok, 2, 0) + cnt
     ooff = offsets_of(row_sums(srow, cnt, rows) + 1)
     total = int(ooff[-1])
     orow = np.arange(rows, dtype=np.intp).repeat(int_diff(ooff))
     pos_seg = cnt.cumsum() - cnt + srow + 1
     ot = np.empty(total)
-    orr = np.zeros(total, dtype=bool)
-    ofoot = np.zeros(total, dtype=bool)
+    orr = np.zeros(total, dtype=bool)  # (`ordinal`: no vertex is a jump's top, nor any of these)
     src = np.empty(total, dtype=np.intp)  # where each vertex's value comes from, in `pool` below
     first = off[:-1]
     src[ooff[:-1]] = first  # h's vertices come first in the pool
     ot[ooff[:-1]] = h.x.take(first)
-    orr[ooff[:-1]] = h.r.take(first)
+    if not ordinal:
+        orr[ooff[:-1]] = h.r.take(first)
     nv = h.x.size
     # kinks and cuts: points inside segments, at s
     kq = (nk[kseg] > 0).nonzero()[0] if kseg.size else np.zeros(0, dtype=np.intp)
@@ -702,31 +708,38 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray) ->
     x0i = x0.take(inner_seg)
     ti = x0i + inner_s * (x1.take(inner_seg) - x0i)
     ot[inner_pos] = ti
-    orr[inner_pos] = (ti == x0i) & h.r[i0[inner_seg]]  # a point at its segment's start is that vertex
+    if not ordinal:
+        orr[inner_pos] = (ti == x0i) & h.r[i0[inner_seg]]  # a point at its segment's start is that vertex
     # segment ends: h's vertices
     e = (seg_ok & ~brk).nonzero()[0]
     p = pos_seg.take(e) + nk.take(e)
     i1e = i1.take(e)
     src[p] = i1e
     ot[p] = x1.take(e)
-    orr[p] = h.r.take(i1e)
-    # jumps of h: the foot (kept only when its top needs a larger y), then the top
-    jj = jump_ok.nonzero()[0]
-    pj = pos_seg[jj]
-    src[pj] = i0[jj]
-    ot[pj] = x0[jj]
-    orr[pj] = h.r[i0[jj]]
-    ofoot[pj] = True
-    src[pj + 1] = i1[jj]
-    ot[pj + 1] = x1[jj]
-    orr[pj + 1] = h.r[i1[jj]]
+    if not ordinal:
+        orr[p] = h.r.take(i1e)
+    if is_jump is not None:
+        # jumps of h: the foot (kept only when its top needs a larger y), then the top
+        jj = jump_ok.nonzero()[0]
+        pj = pos_seg[jj]
+        src[pj] = i0[jj]
+        ot[pj] = x0[jj]
+        orr[pj] = h.r[i0[jj]]
+        src[pj + 1] = i1[jj]
+        ot[pj + 1] = x1[jj]
+        orr[pj + 1] = h.r[i1[jj]]
     ri = srow[inner_seg]
     y_inner = _y_of(inner_v - g.take(ri, axis=1), inv[ri], weighted[ri])
     oy = np.concatenate([yh, y_inner]).take(src)
-    yb = yh[i1[jj]]
-    oy[pj] = yb
-    y, prev = snap(oy, ooff)
-    keep = ~ofoot | (oy > prev)
+    if is_jump is None:  # no jump, no foot: every vertex is kept (but at y = 0, below)
+        y = snap(oy, ooff)[0]
+        keep = trues(total)
+    else:
+        oy[pj] = yh[i1[jj]]
+        y, prev = snap(oy, ooff)
+        ofoot = np.zeros(total, dtype=bool)
+        ofoot[pj] = True
+        keep = ~ofoot | (oy > prev)
     # at y = 0 only the top of the chain is kept
     zeros_in_row = row_sums(orow, keep & (y <= 0.0), rows)
     kept_before: IntArray = keep.cumsum() - keep

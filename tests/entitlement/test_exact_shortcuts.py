@@ -20,6 +20,7 @@ from services.entitlement.polylines import (
     _top_line,
     argument_at,
     by_group_and_x,
+    compose,
     cumsum_rows,
     evaluate,
     segmented_cumsum,
@@ -320,3 +321,39 @@ def test_top_line_in_place_is_the_one_by_where(above: np.ndarray) -> None:
         best = np.where(up, k + 1, best)
         m = np.where(up, above[k], m)
     assert _top_line(above).tolist() == best.tolist()
+
+
+@st.composite
+def _ordinal_sums(draw: st.DrawFn) -> tuple[Polylines, np.ndarray, np.ndarray, np.ndarray]:
+    """Inner sums as `hdrf_curves.Inner.as_polylines` gives them to `compose` (rows of 1-7
+    vertices over their ordinals, values nondecreasing by steps from few values: flat stretches,
+    runs of one kind), with guarantees, limits (some reached inside a row) and weights (some 0)."""
+    rows = draw(st.integers(1, 6))
+    counts = [draw(st.integers(1, 7)) for _ in range(rows)]
+    n = sum(counts)
+    off = np.concatenate(([0], np.cumsum(counts))).astype(np.intp)
+    step = st.sampled_from([0.0, 0.0, 0.01, 0.05, 0.1, 0.3])
+    v = np.array([[draw(step) for _ in range(n)] for _ in range(3)]).reshape(3, n)
+    starts = off[:-1]
+    for k in range(3):
+        v[k] = np.cumsum(v[k])
+        v[k] -= np.repeat(v[k][starts], counts) - np.repeat(np.array([draw(step) for _ in range(rows)]), counts)
+    u = (np.arange(n) - np.repeat(starts, counts)).astype(np.float64)
+    g = np.array([[draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])) for _ in range(rows)] for _ in range(3)])
+    cap = np.array([[draw(st.sampled_from([0.15, 0.4, 1.0, 1.0])) for _ in range(rows)] for _ in range(3)])
+    weight = np.array([draw(st.sampled_from([0.0, 0.5, 1.0, 1.0, 3.0])) for _ in range(rows)])
+    return Polylines(off, u, v, u.copy(), np.zeros(n, dtype=bool)), g, cap, weight
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ordinal_sums())
+def test_compose_of_ordinal_sums_skips_no_vertex_bit_for_bit(case: tuple[Polylines, np.ndarray, np.ndarray,
+                                                                       np.ndarray]) -> None:
+    """`compose(..., ordinal=True)` (`hdrf`'s inner sums, which have no jump) leaves out the passes
+    over jumps; it gives what the general path gives."""
+    h, g, cap, weight = case
+    want = compose(h, g, cap, weight)
+    got = compose(h, g, cap, weight, ordinal=True)
+    assert got.off.tolist() == want.off.tolist()
+    for field in ("x", "v", "t", "r"):
+        assert getattr(got, field).tobytes() == getattr(want, field).tobytes(), field
