@@ -6,7 +6,7 @@ import pytest
 
 from events import ClockTicked, CycleCompleted, GangAdmitted, TaskStateChanged
 from events.views import VIEWS
-from services.admission.domain.state import CONFIG_FOLDED, AdmissionState
+from services.admission.domain.state import CONFIG_FOLDED, CONFIG_FOLDS, AdmissionState
 from services.tree.domain import state as tree_state
 
 
@@ -16,6 +16,26 @@ def test_the_fold_hands_the_tree_state_every_type_it_folds() -> None:
     models = {kind for kind in CONFIG_FOLDED if kind not in VIEWS.values()}
     assert models == set(tree_state._FOLDED)
     assert {VIEWS[kind] for kind in models if kind in VIEWS} <= CONFIG_FOLDED
+
+
+def test_the_folds_of_a_gangs_events_are_the_tree_states_apply() -> None:
+    """`CONFIG_FOLDS` hands a gang's events (models and views) to the tree's handler of their
+    type: the tree state ends as `TreeState.apply` leaves it (the gang placed; then finished)."""
+    from events import GangEnqueued, GangFinished, TaskSpec
+    from services.tree.domain.state import TreeState
+    from tests.admission.builders import pool, world
+
+    enqueued = GangEnqueued(tree="default", gang="g", pool="/a", job="j", size=1, user="u",
+                            tasks=[TaskSpec(id="g/0", resources={"cpu": 1.0})])
+    finished = GangFinished(tree="default", gang="g", pool="/a", outcome="done")
+    for events in ([enqueued], [enqueued, finished]):
+        applied, folded = world(pool("/a")).state.config, world(pool("/a")).state.config
+        for seq, event in enumerate(events, start=90):
+            applied.apply(event, seq)
+            CONFIG_FOLDS[type(event)](folded, event, seq)
+        assert (folded.trees, folded.hosts) == (applied.trees, applied.hosts)  # (`last_seq`: the caller's)
+        assert list(folded.tree().unfinished) == (["g"] if len(events) == 1 else [])
+    assert {CONFIG_FOLDS[VIEWS[GangEnqueued]], CONFIG_FOLDS[GangEnqueued]} == {TreeState.gang_enqueued}
 
 
 def test_an_event_the_tree_does_not_fold_still_moves_its_position() -> None:

@@ -30,6 +30,7 @@ wired to their event types in the one table below. The names other packages impo
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from events import (
     ClockTicked,
@@ -58,6 +59,7 @@ from services.admission.domain.fold_tasks import on_preemption, on_task
 from services.admission.domain.outcomes import SERVICE, Outcome, failed_cycle
 from services.admission.domain.retention import forget_due, is_forgotten
 from services.admission.domain.timers import advance
+from services.tree.domain.state import TreeState
 
 __all__ = ["HANDLERS", "SERVICE", "AdmissionState", "Outcome", "failed_cycle", "is_forgotten", "trees_ticked"]
 
@@ -80,10 +82,11 @@ class AdmissionState(FoldData):
             self.last_seq = seq
         kind = type(event)
         config = self.config
-        if kind in CONFIG_FOLDED:
-            config.apply(event, seq)
-        elif seq > config.last_seq:  # (all `TreeState.apply` does with the rest: most of the log)
+        if seq > config.last_seq:  # (all `TreeState.apply` does with the rest: most of the log)
             config.last_seq = seq
+        fold = CONFIG_FOLDS.get(kind)
+        if fold is not None:
+            fold(config, event, seq)
         handler = HANDLERS.get(kind)
         if handler is not None:
             handler(self, event, seq, out)
@@ -110,8 +113,12 @@ HANDLERS: dict[type[Event], Handler] = with_views({
     HostRemoved: on_config,
 })  # the views of gang events (events.views) as their models
 
-# The types the trees' configuration folds (`TreeState.apply`), views too: of any other event it
-# only moves its `last_seq`, and asking it (`event_class`, a call) cost ~2% of a replay's child.
-# A test holds this to the tree's own list.
-CONFIG_FOLDED: frozenset[type[Event]] = frozenset(with_views(dict.fromkeys([
-    GangEnqueued, GangFinished, TreeConfigured, PoolConfigChanged, PoolDeleted, HostRegistered, HostRemoved], True)))
+# The types the trees' configuration folds (`TreeState.apply`), views too, and how: of any other
+# event it only moves its `last_seq`, and asking it (`event_class`, a call) cost ~2% of a replay's
+# child; a gang's events (one each per gang) go to the tree's own handler of their type. A test
+# holds this to the tree's own list.
+ConfigFold = Callable[[TreeState, Any, int], None]
+CONFIG_FOLDS: dict[type[Event], ConfigFold] = with_views({
+    GangEnqueued: TreeState.gang_enqueued, GangFinished: TreeState.gang_finished,
+    **dict.fromkeys([TreeConfigured, PoolConfigChanged, PoolDeleted, HostRegistered, HostRemoved], TreeState.apply)})
+CONFIG_FOLDED: frozenset[type[Event]] = frozenset(CONFIG_FOLDS)
