@@ -58,7 +58,6 @@ from services.entitlement.polylines import (
     segmented_cumsum_at,
     shifted,
     sorted_minor,
-    stable_argsort,
     start_slopes,
     trues,
 )
@@ -394,7 +393,7 @@ def first_limit(arr: Rows, c: Curves, box: FloatArray, held: FloatArray) -> floa
         up_first = levels[depth - 1].start if depth > 0 else 0
         runs = (h_up.owner >= 0).nonzero()[0]
         keys = h_up.owner[runs].astype(np.int64) * (s.x.size + 1) + h_up.end[runs]
-        by_key = stable_argsort(keys)
+        by_key = keys.argsort(kind="stable")  # (mostly in order: numpy's merge sort takes runs whole)
         keys, runs = keys[by_key], runs[by_key]
         for row, k in here.items():
             del found[row]

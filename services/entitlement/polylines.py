@@ -542,16 +542,18 @@ def _kinks_many(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatAr
     out.fill(np.nan)
     cnt = np.zeros(n, dtype=np.intp)
     alive = np.arange(n)
-    ca, ma, sa = c, m, smax
+    # (C order: the line `cu` of column `k` is item `cu * columns + k`, one gather, not a 2-d one)
+    ca, ma, sa = np.ascontiguousarray(c), np.ascontiguousarray(m), smax
     top_m = ma.max(axis=0)
+    flat_out = out.reshape(-1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(lines):
             if alive.size == 0:
                 break
-            cu = cur[alive]
             k = np.arange(alive.size)
-            dm = ma - ma[cu, k]
-            sj = np.where(dm > 0.0, (ca[cu, k] - ca) / dm, np.inf)
+            at = cur.take(alive) * alive.size + k
+            dm = ma - ma.take(at)
+            sj = np.where(dm > 0.0, (ca.take(at) - ca) / dm, np.inf)
             # a crossing before `sa` (where no line rises above the current one `sj` is inf, and
             # inf < sa is false whatever `sa`); a column has one when its least is below inf
             sj = np.where(sj < sa, sj, np.inf)
@@ -560,16 +562,18 @@ def _kinks_many(c: FloatArray, m: FloatArray, smax: FloatArray) -> tuple[FloatAr
             # the columns without one take no `best` below: their ties need no mask
             tie = sj == best_s
             best = _first_true(tie & (ma == np.where(tie, ma, -np.inf).max(axis=0)), none=0)
-            app = has & (best_s > s[alive])
-            done = alive[app]
-            out[cnt[done], done] = best_s[app]
+            app = has & (best_s > s.take(alive))
+            done = alive.compress(app)
+            found = best_s.compress(app)
+            flat_out[cnt.take(done) * n + done] = found
             cnt[done] += 1
-            s[done] = best_s[app]
-            cur[alive[has]] = best[has]
+            s[done] = found
+            cur[alive.compress(has)] = best.compress(has)
             # from the steepest line, nothing crosses above any more
-            has &= top_m > ma[best, k]
-            alive = alive[has]
-            ca, ma, sa, top_m = ca.compress(has, axis=1), ma.compress(has, axis=1), sa[has], top_m[has]
+            has &= top_m > ma.take(best * alive.size + k)
+            alive = alive.compress(has)
+            ca, ma = ca.compress(has, axis=1), ma.compress(has, axis=1)
+            sa, top_m = sa.compress(has), top_m.compress(has)
     return out, cnt
 
 
@@ -582,15 +586,15 @@ def snap(y: FloatArray, off: IntArray) -> tuple[FloatArray, FloatArray]:
     previous argument, then correct from the arguments kept until the decisions are a fixed point
     (by induction, then the recurrence's own); one or two passes unless arguments creep up by less
     than `TINY` at a time."""
-    total = y.size
     start = off[:-1]
     tol = TINY * np.maximum(1.0, y)
     prev = shifted(y, start, 0.0)
     new = y - prev > tol
-    idx = np.arange(total)
     row_first = off[:-1].repeat(int_diff(off))
     while True:
-        last_new = np.maximum.accumulate(np.where(new, idx, -1))
+        # the last new one at or before each vertex (-1: none), as the count of new ones so far
+        # into their list (a running maximum of indices took twice as long)
+        last_new = np.concatenate(([-1], new.nonzero()[0])).take(new.cumsum())
         kept = np.where(last_new >= row_first, y.take(np.maximum(last_new, 0)), 0.0)
         prev = shifted(kept, start, 0.0)
         again = y - prev > tol
@@ -617,14 +621,15 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
     off = h.off
     i0 = _segments(off)
     i1 = i0 + 1
-    vrow = h.row_ids()
+    counts = int_diff(off)
+    vrow = np.arange(rows, dtype=np.intp).repeat(counts)
     srow = vrow.take(i0)
     x0, x1 = h.x.take(i0), h.x.take(i1)
     # at every vertex of h: whether it fits, how far above its guarantee, its y, and which line
-    # gives that y
-    fits = np.logical_not((h.v > (cap + EPS).take(vrow, axis=1)).any(axis=0))  # (the same sums, per row)
-    above = h.v - g.take(vrow, axis=1)
-    yh = _y_of(above, inv.take(vrow), weighted.take(vrow))
+    # gives that y (each row's numbers repeated for its vertices: a repeat copies runs, ~2x a gather)
+    fits = np.logical_not((h.v > (cap + EPS).repeat(counts, axis=1)).any(axis=0))  # (the same sums, per row)
+    above = h.v - g.repeat(counts, axis=1)
+    yh = _y_of(above, inv.repeat(counts), weighted.repeat(counts))
     line = _top_line(above)
     is_jump = None if ordinal else x1 <= x0  # (None: no jump)
     fits_b = fits.take(i1)
