@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from events import CYCLE_DECISION_TYPES, PACKABLE, DecodeError, Envelope, decode_all, encode, read_envelope, read_pack
 from events.codec import pack_parts
+from events.fastencode import encode_envelope
 from events.subjects import PREFIX
 from services.admission.domain.state import SERVICE as ADMISSION
 from services.admission.domain.state import AdmissionState
@@ -271,8 +272,9 @@ class Derivation:
             for envelope in out:
                 if envelope.event.type == "InputRejected":
                     made.append(Made.of(envelope))
-                else:
-                    current[encode(envelope)] = envelope
+                else:  # (`encode`, its call spared where the fast path writes it: every decision, nearly)
+                    data = encode_envelope(envelope)
+                    current[data if data is not None else encode(envelope)] = envelope
         out.clear()
 
     def rest(self) -> list[Made]:
