@@ -24,7 +24,8 @@ def on_admitted(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> 
     event = cast(GangAdmitted, event)  # the model or its view (events.views)
     rt = state.trees.get(event.tree) or state.runtime(event.tree)
     gang = rt.gangs.get(event.gang)
-    if gang is None or gang.state != PENDING or event.attempt != gang.attempt + 1:
+    attempt = event.attempt  # (read once: of a cycle's own model, a pydantic attribute read is slow)
+    if gang is None or gang.state != PENDING or attempt != gang.attempt + 1:
         return  # decided on a state that moved on (e.g. cancelled in between): no effect
     pool = gang.pool
     ledger = rt.ledgers.get(pool) or ledger_of(rt, pool)
@@ -33,7 +34,7 @@ def on_admitted(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> 
         ledger.want(gang, -1.0)
     now = state.now
     gang.state, gang.queue, gang.attempt, gang.admitted_at, gang.head_rank, gang.slot_wait = (
-        ADMITTED, None, event.attempt, now, 0, None)
+        ADMITTED, None, attempt, now, 0, None)
     resources: list[Vector] = []
     for task in gang.tasks:
         task.state = "ready"
@@ -41,7 +42,7 @@ def on_admitted(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> 
     ledger.hold_all(gang, resources, 1.0)
     started_running(rt, gang)
     # (`timers.add_timer`, inline: once per admission)
-    heapq.heappush(state.timers, (now + gang.timeout, gang.id, gang.tree, "placement", gang.attempt))
+    heapq.heappush(state.timers, (now + gang.timeout, gang.id, gang.tree, "placement", attempt))
 
 
 def on_moved(state: FoldData, event: Event, seq: int, out: list[Outcome]) -> None:

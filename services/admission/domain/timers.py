@@ -23,11 +23,12 @@ def add_timer(state: FoldData, deadline: float, gang: Gang, kind: str) -> None:
 
 def advance(state: FoldData, time: float, seq: int, out: list[Outcome]) -> None:
     """Fire the timers due at or before `time`, in deadline order (ties by gang id)."""
-    timers = state.timers
+    timers, trees, pop = state.timers, state.trees, heapq.heappop  # (once per timer: ~1k a clock move)
     while timers and timers[0][0] <= time:
-        deadline, gang_id, tree, kind, attempt = heapq.heappop(timers)
-        state.now = max(state.now, deadline)
-        rt = state.trees.get(tree)
+        deadline, gang_id, tree, kind, attempt = pop(timers)
+        if deadline > state.now:  # (`max(state.now, deadline)`, without the call)
+            state.now = deadline
+        rt = trees.get(tree)
         gang = rt.gangs.get(gang_id) if rt else None
         if rt is None or gang is None:
             continue

@@ -16,5 +16,7 @@ def jitter_fraction(gang_id: str) -> float:
 def gang_timeout(own: float | None, options: GangTimeoutOptions, gang_id: str) -> float:
     """Its own timeout, else the tree default, capped at the tree limit, plus jitter in [0, jitter)."""
     base = options.default if own is None else own
-    base = min(base, options.limit)
-    return base + (options.jitter * jitter_fraction(gang_id) if options.jitter > 0 else 0.0)
+    limit, jitter = options.limit, options.jitter  # (each read once: a pydantic model's reads are slow)
+    if limit < base:  # (`min(base, limit)`, without the call: once per gang)
+        base = limit
+    return base + (jitter * jitter_fraction(gang_id) if jitter > 0 else 0.0)
