@@ -41,7 +41,7 @@ def decision_envelope(service: str, event: Event, key: str, basis: int, causatio
     test holds the two to each other."""
     tree = getattr(event, "tree", None)
     parts = (service, basis, key) if tree is None else (service, basis, tree, key)
-    return envelope(derived_id(*parts), time, service, causation, basis, event)
+    return _envelope(derived_id(*parts), time, service, causation, basis, event)  # (`envelope`)
 
 
 def decision_envelopes(service: str, decided: Iterable[Decided], basis: int, causation: str,

@@ -190,21 +190,24 @@ class Derivation:
                 continue
             envelopes: list[Envelope] | None = None
             taken: list[Envelope] | None = None  # the decisions made here that it records, every one
-            keys: list[bytes] = []
+            keys: list[bytes]  # (with `taken`: their bytes, and their types, `names`)
+            names: list[str]
             if kind & _DECIDED and self.claiming:
                 if data[:1] != b"[":
                     found = current.get(data)
                     if found is None:
                         found = before.get(data)
                     if found is not None and _on_its_subject(found, subject):  # (`_all_found`)
-                        keys, taken = [data], [found]
-                        if found.event.type in _RECALLED:
+                        keys, taken, names = [data], [found], [found.event.type]
+                        if names[0] in _RECALLED:
                             envelopes = taken
                 else:
                     keys = pack_parts(data)
-                    taken = _all_found(unread, keys, subject)
-                    if taken is not None and all(e.event.type in _PACK_RECALLED for e in taken):
-                        envelopes = taken
+                    found_all = _all_found(unread, keys, subject)
+                    if found_all is not None:
+                        taken, names, cycle = found_all
+                        if cycle:
+                            envelopes = taken  # (admission's cycle decisions: `step` passes over each)
             if envelopes is None:
                 try:  # (`decode_all`, its calls spared for a message of one event: most of a log)
                     if data[:1] != b"{":
@@ -222,11 +225,12 @@ class Derivation:
                     continue
             events += len(envelopes)
             if taken is not None:  # (decoded, when it had to be: its bytes read as they do elsewhere)
-                take = unread.take
-                for key, envelope in zip(keys, taken, strict=True):
-                    take(key)
-                    name = envelope.event.type
-                    matched[name] = matched.get(name, 0) + 1
+                unread.take(keys)
+                if len(names) == 1:
+                    matched[names[0]] = matched.get(names[0], 0) + 1
+                else:  # (a cycle's pack: one type or two, counted at once)
+                    for name in set(names):
+                        matched[name] = matched.get(name, 0) + names.count(name)
             else:
                 for envelope in envelopes:
                     if envelope.event.type in decisions:
@@ -243,7 +247,7 @@ class Derivation:
                         found_ = [rejection_of_fault(ADMISSION, envelope, seq, 0, error, shared.now)]
                     if found_:
                         out += found_
-            else:
+            elif envelopes is not taken:  # (a pack taken as its decisions: admission's cycle's, `step` gives [])
                 step_message(shared, envelopes, seq, out)
             if shared.preempted:
                 out += shared.take()
@@ -288,17 +292,35 @@ def _on_its_subject(decision: Envelope, subject: str) -> bool:
     return subject_of(event.type, getattr(event, "tree", None), decision.source) == subject
 
 
-def _all_found(unread: Unread, parts: list[bytes], subject: str) -> list[Envelope] | None:
+def _all_found(unread: Unread, parts: list[bytes], subject: str) -> tuple[list[Envelope], list[str], bool] | None:
     """The decisions made here whose bytes the parts of a pack on `subject` are, every one (each
-    once), or None. Each on its own subject (`subject_of`): a record moved unchanged onto another
-    is the verifier's to compare (it reports the subject), as any record not taken here."""
+    once), their types, and whether they are all admission's of the types `feed_rows` recalls in
+    a pack (a cycle's); or None. Each on its own subject (`subject_of`): a record moved unchanged
+    onto another is the verifier's to compare (it reports the subject), as any record not taken
+    here. (A pack's decisions are mostly of one type, tree and source: its subject is asked once
+    per change of them, not per part.)"""
     out: list[Envelope] = []
+    names: list[str] = []
+    current, before = unread.current, unread.before
+    checked = None  # the (type, tree, source) last found to be recorded on `subject`
+    cycle = True
     for part in parts:
-        found = unread.get(part)
-        if found is None or not _on_its_subject(found, subject):
-            return None
+        found = current.get(part)
+        if found is None:
+            found = before.get(part)
+            if found is None:
+                return None
+        event = found.event
+        name = event.type
+        key = (name, getattr(event, "tree", None), found.source)
+        if key != checked:
+            if subject_of(*key) != subject:
+                return None
+            checked = key
+            cycle = cycle and name in _PACK_RECALLED and key[2] == ADMISSION
         out.append(found)
-    return out if len(set(parts)) == len(parts) else None
+        names.append(name)
+    return (out, names, cycle) if len(set(parts)) == len(parts) else None
 
 
 # What a subject is to `Derivation.feed_rows`: folded (one of admission's), owned (a malformed
@@ -317,6 +339,7 @@ _TASK_SUBJECT = f"{PREFIX}.task."
 # would not refuse them); in a pack, only those that may be packed (else the pack is malformed)
 _RECALLED = CYCLE_DECISION_TYPES | {"GangFinished"}
 _PACK_RECALLED = _RECALLED & PACKABLE
+assert _PACK_RECALLED <= CYCLE_DECISION_TYPES  # (`feed_rows` steps none of a pack of them that is admission's)
 _OLD_COMPUTATION = b'"type":"EntitlementsComputed","version":'  # (`version_of` then says which)
 
 

@@ -25,11 +25,10 @@ preemption's own part only is preemption's refusal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import cast
 
-from events import CYCLE_DECISION_TYPES, Envelope, Event, PreemptionRequested, at_seconds, event_class
+from events import CYCLE_DECISION_TYPES, Envelope, Event, PreemptionRequested, at_seconds
 from events.views import VIEWS
 from services.admission.domain.decide import run_cycles
 from services.admission.domain.state import SERVICE as ADMISSION
@@ -94,29 +93,34 @@ class SharedFolds:
             return [refused, *decision_envelopes(ADMISSION, cycles, seq, envelope.id, at_seconds(state.now))]
         if kind in ACTS_ON or preemption.open:  # (else preemption's part does nothing: most task reports)
             self._preempt(envelope, kind, seq, before, outcomes)
-        cycles = self._cycles(envelope, seq) if last and (state.due or state.full) else []
-        if not outcomes and not cycles:
+        decided = self._cycles(envelope, seq) if last and (state.due or state.full) else None  # (no list per event)
+        if not outcomes and not decided:
             return []
         if part:
             outcomes = [naming_part(o, seq, part) for o in outcomes]
-        outcomes += cycles
+        if decided:
+            outcomes += decided
         return decision_envelopes(ADMISSION, outcomes, seq, envelope.id, self._time(state.now))
 
     def _cycles(self, envelope: Envelope, seq: int) -> list[Outcome]:
         """The cycles due at the end of the message at `seq`, each decision followed by
         preemption's part of applying it."""
-        time = self._time(self.state.now)  # (the cycles do not move the clock)
+        cause = (envelope.id, self._time(self.state.now))  # (the cycles do not move the clock)
+        preemption = self.preemption
 
         def applied(decision: Outcome, announced: list[Outcome]) -> None:
-            self._preempt(decision, event_class(decision.event), seq, None, announced,
-                          lambda: decision_envelopes(ADMISSION, [decision], seq, envelope.id, time)[0])
+            event = decision.event
+            kind = _MODEL_OF.get(type(event)) or type(event)  # (`event_class`, without its call: per decision)
+            if kind in ACTS_ON or preemption.open:  # (else preemption's part does nothing, as in `step`)
+                self._preempt(decision, kind, seq, None, announced, cause)
 
         return run_cycles(self.state, seq, applied)
 
     def _preempt(self, applied: Envelope | Outcome, kind: type, seq: int, before: int | None,
-                 announced: list[Outcome], envelope_of: Callable[[], Envelope] | None = None) -> None:
+                 announced: list[Outcome], cause: tuple[str, datetime] | None = None) -> None:
         """Preemption's part of folding an input `applied` (or a cycle's decision: its envelope
-        made by `envelope_of` when needed), which admission's state has applied."""
+        made of the `cause`, the id and time of the input whose cycle it is, when needed), which
+        admission's state has applied."""
         state = self.preemption
         fault: Exception | None = None
         try:
@@ -125,7 +129,10 @@ class SharedFolds:
             outcomes, fault = [], error
         if not outcomes and fault is None:
             return
-        envelope = envelope_of() if envelope_of is not None else cast(Envelope, applied)  # (an input: a view, maybe)
+        if cause is None:
+            envelope = cast(Envelope, applied)  # (an input: a view, maybe)
+        else:
+            envelope = decision_envelopes(ADMISSION, [cast(Outcome, applied)], seq, *cause)[0]
         if fault is not None:
             self.preempted.append(rejection_of_fault(PREEMPTION, envelope, seq, 0, fault, state.now))
         else:

@@ -39,13 +39,12 @@ class Unread:
     def __len__(self) -> int:
         return len(self.current) + len(self.before)
 
-    def get(self, data: bytes) -> Envelope | None:
-        found = self.current.get(data)
-        return found if found is not None else self.before.get(data)
-
-    def take(self, data: bytes) -> None:
-        if self.current.pop(data, None) is None:
-            del self.before[data]
+    def take(self, keys: list[bytes]) -> None:
+        """The decisions of these bytes read (a record's, or a pack's parts: in one call)."""
+        current, before = self.current, self.before
+        for data in keys:
+            if current.pop(data, None) is None:
+                del before[data]
 
     def stale(self) -> list[Envelope]:
         """The decisions kept for two pieces and not read (the piece before's), let go."""
