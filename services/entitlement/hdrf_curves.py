@@ -183,8 +183,9 @@ def _snap_sorted(x: FloatArray, new_group: BoolArray) -> FloatArray:
     np.subtract(x[1:], x[:-1], out=step[1:])
     gap = step > TINY * np.maximum(1.0, np.abs(x))
     start = gap | new_group
-    idx = np.maximum.accumulate(np.where(start, np.arange(x.size), 0))
-    out: FloatArray = x.take(idx)
+    # each one's cluster's first, as the count of firsts so far into their list (`start[0]` holds:
+    # `new_group`'s first does); a running maximum of indices took twice as long
+    out: FloatArray = x.take(start.nonzero()[0].take(start.cumsum() - 1))
     return out
 
 

@@ -408,3 +408,18 @@ def test_known_disagreement_a_vanishing_demand_at_a_limit() -> None:
     assert has_vanishing_demand(tree)
     assert dominant_oracle.dominant_entitlements(build_arrays(tree))[0][1] == [0.0, 0.0]
     assert dominant_entitlements(build_arrays(tree))[0][1].tolist() == pytest.approx([0.5, 1e-12])
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.sampled_from([0.0, -0.0, 0.0, 1.0, 1.0, 2.5, 2.5 + 2.5 * TINY / 2]), min_size=1,
+                         max_size=8), min_size=1, max_size=5))
+def test_snapping_is_the_sequential_rule_bit_for_bit(rows: list[list[float]]) -> None:
+    """Arguments repeated exactly (the guess is right at once) and signed zeros: the same bits
+    as the sequential rule, whose `last` starts at 0.0 (a -0.0 before a row's first new argument
+    is snapped to it)."""
+    y = [v for row in rows for v in row]
+    off = list(itertools.accumulate((len(row) for row in rows), initial=0))
+    got, got_before = snap(np.array(y), np.array(off, dtype=np.intp))
+    want, want_before = _snap_one_by_one(y, off)
+    assert got.tobytes() == np.array(want).tobytes()
+    assert got_before.tobytes() == np.array(want_before).tobytes()
