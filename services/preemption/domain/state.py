@@ -94,7 +94,7 @@ class PreemptionState:
         `PreemptionRequested`'s). A replay that folds admission's state once for both services
         steps it so (`services/tools/replay/shared.py`)."""
         if kind is GangAdmitted or kind is PreemptionRequested:
-            self._track(event, seq, before)
+            self._track(event, kind, seq, before)
         if self.open:
             self._settle([event, *(o.event for o in announced)])
         if kind is not CycleCompleted:
@@ -155,12 +155,14 @@ class PreemptionState:
         gang = self.admission.runtime(event.tree).gangs.get(event.gang)
         return gang.attempt if gang is not None and gang.state == ADMITTED else None
 
-    def _track(self, event: Event, seq: int, attempt: int | None) -> None:
-        if event_class(event) is GangAdmitted:
+    def _track(self, event: Event, kind: type[Event], seq: int, attempt: int | None) -> None:
+        """Record what `event` (of class `kind`) admitted or asked to preempt."""
+        if kind is GangAdmitted:
             event = cast(GangAdmitted, event)
-            gang = self.admission.runtime(event.tree).gangs.get(event.gang)
+            tree = event.tree  # (read once: of a cycle's own model, a pydantic attribute read is slow)
+            gang = self.admission.runtime(tree).gangs.get(event.gang)
             if gang is not None and gang.state == ADMITTED:
-                self._admitted(event.tree).add(gang)
+                self._admitted(tree).add(gang)
         elif isinstance(event, PreemptionRequested):
             record = PreemptionRecord(seq, self.now, event.tree, event.pool, event.gang, list(event.tasks),
                                       event.reason, attempt if attempt is not None else 0)
