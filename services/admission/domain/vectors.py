@@ -55,8 +55,10 @@ def fits(need: Mapping[str, float], room: Mapping[str, float]) -> bool:
 def fits_free(need: Mapping[str, float], limit: Mapping[str, float], used: Mapping[str, float]) -> bool:
     """`fits(need, free(limit, used, need))`, the same arithmetic, without building the room."""
     for kind, amount in need.items():
-        if amount > 0 and not amount - max(0.0, limit.get(kind, 0.0) - used.get(kind, 0.0)) < TOLERANCE:
-            return False
+        if amount > 0:
+            room = limit.get(kind, 0.0) - used.get(kind, 0.0)
+            if not amount - (room if room > 0.0 else 0.0) < TOLERANCE:  # max(0.0, room), without the call
+                return False
     return True
 
 
