@@ -32,6 +32,7 @@ from operator import attrgetter
 from events import GangAdmitted, GangMovedToQueue, PoolEntitlement, TaskSpec
 from services.admission.domain.chains import pool_chain
 from services.admission.domain.model import CYCLE_ORDER, PENDING, Gang, Ledger
+from services.admission.domain.outcomes import new_outcome
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.state import AdmissionState, Outcome
 from services.admission.domain.trusted import gang_admitted, task_spec
@@ -328,4 +329,4 @@ def admit(rt: TreeRuntime, gang: Gang, queue: str, pools: dict[str, EffectivePoo
         specs.append(task_spec(spec))  # (a view of it, read from the log, made into the model)
     else:
         admitted = gang_admitted(rt.name, gang.id, gang.pool, queue, specs, attempt)
-    out.append(Outcome(admitted, f"admitted:{gang.id}:{attempt}"))
+    out.append(new_outcome(Outcome, (admitted, f"admitted:{gang.id}:{attempt}")))  # (`Outcome(...)`: once per gang)

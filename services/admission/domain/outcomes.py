@@ -21,6 +21,12 @@ class Outcome(NamedTuple):
     key: str
 
 
+# `Outcome(event, key)` for the outcomes made once per gang (a gang finished, admitted): the
+# same instance, without the class call's Python `__new__` (~1.4k of its ~2.9k instructions).
+# `new_outcome(Outcome, (event, key))`.
+new_outcome = tuple.__new__
+
+
 def failed_cycle(tree: str, service: str, trigger_seq: int, trigger_type: str, what: str,
                  error: Exception) -> list[Outcome]:
     """A cycle (admission's) or a pass (preemption's) whose decision raised: nothing is decided,
@@ -37,7 +43,7 @@ def failed_cycle(tree: str, service: str, trigger_seq: int, trigger_type: str, w
 
 def finished_outcome(rt: TreeRuntime, gang: Gang,
                      outcome: Literal["done", "cancelled", "timed_out", "rejected"]) -> Outcome:
-    return Outcome(gang_finished(rt.name, gang.id, gang.pool, outcome), f"finished:{gang.id}")
+    return new_outcome(Outcome, (gang_finished(rt.name, gang.id, gang.pool, outcome), f"finished:{gang.id}"))
 
 
 def rejected_outcome(rt: TreeRuntime, event: Event, seq: int, rule: str, message: str, ref: str) -> Outcome:
