@@ -258,10 +258,11 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     if ji.size == 0:  # no run here (a level of jobs): every vertex a foot, as below with no jump
         # (`inc + 0.0` is `inc + dj` with `dj` all zeros: a -0.0 made +0.0; `top - 0.0` is `top`)
         foot = segmented_cumsum(inc + 0.0, gfirst, rebase=True, scratch=True)
-        foot += init.take(dg, axis=1)  # (a sum is the same bits either way round)
+        if init.any():  # (adding zeros changes nothing: the sums hold no -0.0, as `inc + 0.0` has none)
+            foot += init.take(dg, axis=1)  # (a sum is the same bits either way round)
         off = offsets_of(row_sums(dg, emit_foot, rows) + 1)
         total = int(off[-1])
-        x = np.zeros(total)
+        x = np.empty(total)  # (every vertex is written: each row's first, then its feet)
         x[off[:-1]] = start
         v = np.empty((dims, total))
         scatter(v, off[:-1], init)
