@@ -127,10 +127,16 @@ def test_argument_at_is_evaluates_argument_bit_for_bit(case: tuple[Polylines, np
 
 
 @settings(max_examples=200, deadline=None)
-@given(hnp.arrays(np.bool_, st.tuples(st.integers(0, 40), st.integers(1, 5))))
-def test_first_kind_is_the_first_true_column(hit: np.ndarray) -> None:
+@given(hnp.arrays(np.bool_, st.tuples(st.integers(0, 40), st.integers(1, 5))), st.data())
+def test_first_kind_is_the_first_true_column(needs: np.ndarray, data: st.DataObject) -> None:
+    """The first kind used up that each of some jobs needs: the first true column of their rows
+    of `needs & used`."""
+    used = data.draw(hnp.arrays(np.bool_, needs.shape[1]))
+    js = np.array(sorted(data.draw(st.sets(st.integers(0, max(0, needs.shape[0] - 1)), max_size=needs.shape[0]))),
+                  dtype=np.intp)
+    hit = needs[js] & used
     expected = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
-    assert _first_kind(hit).tolist() == expected.tolist()
+    assert _first_kind(np.ascontiguousarray(needs.T), js, used).tolist() == expected.tolist()
 
 
 @settings(max_examples=200, deadline=None)
