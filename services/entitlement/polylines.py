@@ -415,10 +415,12 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     return Polylines(off, x, pool.take(src, axis=1), x.copy(), r)
 
 
-def _y_of(above: FloatArray, inv: FloatArray, weighted: BoolArray) -> FloatArray:
+def _y_of(above: FloatArray, inv: FloatArray, weighted: BoolArray | None) -> FloatArray:
     """`max(0, max_k (v_k - g_k) / w)` per vertex from `above = v - g` (0 for a pool without
-    weight)."""
-    y: FloatArray = np.where(weighted, np.maximum((above * inv).max(axis=0), 0.0), 0.0)
+    weight; `weighted` None: every pool has one)."""
+    y: FloatArray = np.maximum((above * inv).max(axis=0), 0.0)
+    if weighted is not None:
+        y = np.where(weighted, y, 0.0)
     return y
 
 
@@ -629,7 +631,8 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
     # gives that y (each row's numbers repeated for its vertices: a repeat copies runs, ~2x a gather)
     fits = np.logical_not((h.v > (cap + EPS).repeat(counts, axis=1)).any(axis=0))  # (the same sums, per row)
     above = h.v - g.repeat(counts, axis=1)
-    yh = _y_of(above, inv.repeat(counts), weighted.repeat(counts))
+    all_weighted = bool(weighted.all())  # (mostly: then no vertex's y is put to 0 for its row)
+    yh = _y_of(above, inv.repeat(counts), None if all_weighted else weighted.repeat(counts))
     line = _top_line(above)
     is_jump = None if ordinal else x1 <= x0  # (None: no jump)
     fits_b = fits.take(i1)
@@ -734,7 +737,7 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
         ot[pj + 1] = x1[jj]
         orr[pj + 1] = h.r[i1[jj]]
     ri = srow[inner_seg]
-    y_inner = _y_of(inner_v - g.take(ri, axis=1), inv[ri], weighted[ri])
+    y_inner = _y_of(inner_v - g.take(ri, axis=1), inv.take(ri), None if all_weighted else weighted.take(ri))
     oy = np.concatenate([yh, y_inner]).take(src)
     if is_jump is None:  # no jump, no foot: every vertex is kept (but at y = 0, below)
         y = snap(oy, ooff)[0]
