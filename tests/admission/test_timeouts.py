@@ -153,3 +153,17 @@ def test_the_timer_of_an_earlier_attempt_does_not_requeue_a_later_one() -> None:
     # stale entries in the timer heap (attempt 1) must not fire for attempt 2
     assert requeued(log.tick(15)) == []
     assert log.gang("g").attempt == 2
+
+
+def test_a_gang_takes_the_timeouts_and_size_limit_of_the_tree_as_configured_when_it_comes() -> None:
+    """The fold reads the tree's gang options once per configuration (`facts`): a new
+    configuration is what the next gang gets."""
+    from tests.admission.builders import tree
+
+    log = world(pool("/a"))  # default 30, limit 100, no jitter
+    log.feed(gang("a", "/a", tasks=1, size=2), gang("b", "/a", tasks=1, size=3))
+    log.feed(tree(gang_timeout=GangTimeoutOptions(default=50, limit=60, jitter=0), max_tasks_per_gang=2), at=1)
+    log.feed(gang("c", "/a", tasks=1, size=2), gang("d", "/a", tasks=1, size=2, timeout=90),
+             gang("e", "/a", tasks=1, size=3), at=1)
+    assert (log.gang("a").timeout, log.gang("c").timeout, log.gang("d").timeout) == (30, 50, 60)
+    assert log.gang("b").state == "waiting" and log.gang("e").state == "rejected"

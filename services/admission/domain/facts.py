@@ -27,6 +27,7 @@ class PoolFacts:
     kinds_text: str  # the tree's kinds as a refusal names them (`cpu, memory`), in declared order
     limit: dict[str, float]  # the effective limit, per kind of the tree
     max_jobs: tuple[tuple[str, int], ...]  # (pool, max_jobs) on its way up, nearest first, where set
+    max_tasks: int  # the tree's `max_tasks_per_gang` (a pydantic read per gang, ~350 instructions, spared)
 
 
 _NONE = object()
@@ -56,7 +57,19 @@ def _facts(config: TreeState, tree: str, path: str) -> PoolFacts | None:
             max_jobs.append((step, above.max_jobs))
     kinds = found.kinds
     return PoolFacts(path=path, leaf=pool.is_leaf, children=tuple(sorted(pool.children)), kinds=frozenset(kinds),
-                     kinds_text=", ".join(kinds), limit=view.limit, max_jobs=tuple(max_jobs))
+                     kinds_text=", ".join(kinds), limit=view.limit, max_jobs=tuple(max_jobs),
+                     max_tasks=found.options.max_tasks_per_gang)
+
+
+def gang_timeouts(config: TreeState, tree: str) -> tuple[float, float, float]:
+    """The tree's gang timeout options (`default`, `limit`, `jitter`), memoised like the facts:
+    read once per configuration, not three pydantic reads per gang."""
+    key = ("admission_gang_timeouts", tree)
+    found = config.cache.get(key)
+    if found is None:
+        options = config.tree(tree).options.gang_timeout
+        found = config.cache[key] = (options.default, options.limit, options.jitter)
+    return found  # type: ignore[return-value]
 
 
 def running_limit(config: TreeState, tree: str, path: str) -> int | None:

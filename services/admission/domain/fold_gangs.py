@@ -7,6 +7,7 @@ from typing import cast
 
 from events import Event, GangCancelled, GangEnqueued
 from services.admission.domain import rules
+from services.admission.domain.facts import gang_timeouts
 from services.admission.domain.fold_data import FoldData
 from services.admission.domain.job_counts import count_job
 from services.admission.domain.model import ADMITTED, CANCELLED, FINISHED, REJECTED, TERMINAL, Gang, Task
@@ -16,7 +17,7 @@ from services.admission.domain.retention import forgotten_reason, is_forgotten, 
 from services.admission.domain.runtime import TreeRuntime
 from services.admission.domain.stopping import forget_job, release
 from services.admission.domain.timers import add_timer
-from services.admission.domain.timing import gang_timeout
+from services.admission.domain.timing import resolved_timeout
 from services.admission.domain.vectors import Vector, add_into
 
 
@@ -55,12 +56,11 @@ def _first_members(state: FoldData, rt: TreeRuntime, event: GangEnqueued, seq: i
 
 def _new_gang(state: FoldData, rt: TreeRuntime, event: GangEnqueued, pool: str,
               resources: Vector | None = None) -> Gang:
-    config = state.config
-    options = (config.trees.get(rt.name) or config.tree(rt.name)).options  # (`config.tree`, without the call)
     rt.made += 1
+    timeout = resolved_timeout(event.timeout, gang_timeouts(state.config, rt.name), event.gang)
     return Gang(event.gang, rt.name, pool, event.job, event.user, event.size, event.priority, event.preemptible,
-                event.revocable, event.controller, gang_timeout(event.timeout, options.gang_timeout, event.gang),
-                state.now, [], resources={} if resources is None else resources, number=rt.made)
+                event.revocable, event.controller, timeout, state.now, [],
+                resources={} if resources is None else resources, number=rt.made)
 
 
 def _more_members(state: FoldData, rt: TreeRuntime, gang: Gang, event: GangEnqueued, seq: int,

@@ -119,7 +119,7 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     if facts.max_jobs and _over_max_jobs(rt, event, record.pool, facts.max_jobs) is not None:
         return None
     wire_bytes = _members_bytes(ids, kind_bytes)
-    if event.size > tree.options.max_tasks_per_gang or wire_bytes > MAX_GANG_BYTES:
+    if event.size > facts.max_tasks or wire_bytes > MAX_GANG_BYTES:
         return None
     return NewGang(record.pool, need, wire_bytes)
 

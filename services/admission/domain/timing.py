@@ -15,8 +15,14 @@ def jitter_fraction(gang_id: str) -> float:
 
 def gang_timeout(own: float | None, options: GangTimeoutOptions, gang_id: str) -> float:
     """Its own timeout, else the tree default, capped at the tree limit, plus jitter in [0, jitter)."""
-    base = options.default if own is None else own
-    limit, jitter = options.limit, options.jitter  # (each read once: a pydantic model's reads are slow)
-    if limit < base:  # (`min(base, limit)`, without the call: once per gang)
+    return resolved_timeout(own, (options.default, options.limit, options.jitter), gang_id)
+
+
+def resolved_timeout(own: float | None, timeouts: tuple[float, float, float], gang_id: str) -> float:
+    """`gang_timeout` of the options' (default, limit, jitter) (`facts.gang_timeouts`: the fold
+    makes one per gang)."""
+    default, limit, jitter = timeouts
+    base = default if own is None else own
+    if limit < base:  # (`min(base, limit)`, without the call)
         base = limit
     return base + (jitter * jitter_fraction(gang_id) if jitter > 0 else 0.0)
