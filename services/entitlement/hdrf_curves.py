@@ -97,10 +97,16 @@ class Inner:
     owner: IntArray
     end: IntArray
 
+    def as_ordinal(self) -> Polylines:
+        """`h` for `compose(..., ordinal=True)`, which takes its arguments as the ordinals and
+        reads neither them nor the flags: those arrays left empty (a read would fail)."""
+        none = np.zeros(0)
+        return Polylines(self.off, none, self.v, none, np.zeros(0, dtype=bool))
+
     def as_polylines(self) -> Polylines:
-        """`h` over its ordinal argument, for `compose`."""
+        """`h` over its ordinal argument (the root's, for `fit`)."""
         u = (np.arange(self.x.size) - self.off[:-1].repeat(int_diff(self.off))).astype(np.float64)
-        # (`t` is `x` itself: `compose` and `fit` read it, neither writes it)
+        # (`t` is `x` itself: `fit` reads it, and does not write it)
         return Polylines(self.off, u, self.v, u, np.zeros(u.size, dtype=bool))
 
 
@@ -342,7 +348,7 @@ def curves(arr: Rows, drf: DrfInputs, job_share: FloatArray, state: State, given
                                      state.t[drf.job_row[lo:hi]], growing[lo:hi]))
         sl = slice(lv.start, lv.stop)
         h = sum_runs(rows, init, _concat(parts), state.t[sl])
-        below = compose(h.as_polylines(), g_t[:, sl], box[:, sl], weight[sl], ordinal=True)
+        below = compose(h.as_ordinal(), g_t[:, sl], box[:, sl], weight[sl], ordinal=True)
         hs.append(h)
         ss.append(below)
     hs.reverse()

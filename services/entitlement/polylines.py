@@ -618,7 +618,8 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
 
     `ordinal`: `h`'s arguments are its vertices' ordinals in their row, and no vertex is the top
     of a jump (`hdrf`'s inner sums, `Inner.as_polylines`): no segment is a jump, so the passes
-    over jumps are left out (the same vertices: they would find none)."""
+    over jumps are left out (the same vertices: they would find none), and neither `h.x`, `h.t`
+    nor `h.r` is read (`Inner.as_ordinal` leaves them empty)."""
     dims, rows = g.shape
     weighted = weight > EPS
     inv = np.where(weighted, 1.0 / np.where(weighted, weight, 1.0), 0.0)
@@ -626,7 +627,12 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
     i0, srow = _segments(off)
     i1 = i0 + 1
     counts = int_diff(off)
-    x0, x1 = h.x.take(i0), h.x.take(i1)
+    pos = i0 - off.take(srow)  # (each segment's place in its row)
+    if ordinal:  # the arguments are the ordinals: each segment's is its place (`h.x` is not read)
+        x0 = pos.astype(np.float64)
+        x1 = x0 + 1.0
+    else:
+        x0, x1 = h.x.take(i0), h.x.take(i1)
     # at every vertex of h: whether it fits, how far above its guarantee, its y, and which line
     # gives that y (each row's numbers repeated for its vertices: a repeat copies runs, ~2x a gather)
     fits = np.logical_not((h.v > (cap + EPS).repeat(counts, axis=1)).any(axis=0))  # (the same sums, per row)
@@ -648,7 +654,6 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
         smax[out] = np.maximum(ratio.min(axis=0), 0.0)
     fail = smax < 1.0 if is_jump is None else np.where(is_jump, ~fits_b, smax < 1.0)
     # each row stops at its first failing segment (included: a cut segment still gives vertices)
-    pos = i0 - off.take(srow)
     stop = np.empty(rows, dtype=np.intp)
     stop.fill(_NO_STOP)
     fi = fail.nonzero()[0]
@@ -697,10 +702,10 @@ def compose(h: Polylines, g: FloatArray, cap: FloatArray, weight: FloatArray, or
     src = np.empty(total, dtype=np.intp)  # where each vertex's value comes from, in `pool` below
     first = off[:-1]
     src[ooff[:-1]] = first  # h's vertices come first in the pool
-    ot[ooff[:-1]] = h.x.take(first)
+    ot[ooff[:-1]] = 0.0 if ordinal else h.x.take(first)
     if not ordinal:
         orr[ooff[:-1]] = h.r.take(first)
-    nv = h.x.size
+    nv = h.v.shape[1]
     # kinks and cuts: points inside segments, at s
     kq = (nk[kseg] > 0).nonzero()[0] if kseg.size else np.zeros(0, dtype=np.intp)
     reps = nk[kseg[kq]]

@@ -331,7 +331,7 @@ def test_top_line_in_place_is_the_one_by_where(above: np.ndarray) -> None:
 
 @st.composite
 def _ordinal_sums(draw: st.DrawFn) -> tuple[Polylines, np.ndarray, np.ndarray, np.ndarray]:
-    """Inner sums as `hdrf_curves.Inner.as_polylines` gives them to `compose` (rows of 1-7
+    """Inner sums over their ordinals, as `hdrf_curves.Inner` has them (rows of 1-7
     vertices over their ordinals, values nondecreasing by steps from few values: flat stretches,
     runs of one kind), with guarantees, limits (some reached inside a row) and weights (some 0)."""
     rows = draw(st.integers(1, 6))
@@ -356,10 +356,12 @@ def _ordinal_sums(draw: st.DrawFn) -> tuple[Polylines, np.ndarray, np.ndarray, n
 def test_compose_of_ordinal_sums_skips_no_vertex_bit_for_bit(case: tuple[Polylines, np.ndarray, np.ndarray,
                                                                        np.ndarray]) -> None:
     """`compose(..., ordinal=True)` (`hdrf`'s inner sums, which have no jump) leaves out the passes
-    over jumps; it gives what the general path gives."""
+    over jumps and takes the arguments as the ordinals (given none, as `Inner.as_ordinal` gives
+    none); it gives what the general path gives on the ordinals."""
     h, g, cap, weight = case
     want = compose(h, g, cap, weight)
-    got = compose(h, g, cap, weight, ordinal=True)
+    none = np.zeros(0)
+    got = compose(Polylines(h.off, none, h.v, none, np.zeros(0, dtype=bool)), g, cap, weight, ordinal=True)
     assert got.off.tolist() == want.off.tolist()
     for field in ("x", "v", "t", "r"):
         assert getattr(got, field).tobytes() == getattr(want, field).tobytes(), field
