@@ -48,11 +48,10 @@ from services.entitlement.polylines import (
     argument_at,
     by_group_and_x,
     compose,
+    first_places,
     fit,
     int_diff,
-    offsets_of,
     polyline_jumps,
-    row_sums,
     scatter,
     segmented_cumsum,
     segmented_cumsum_at,
@@ -266,7 +265,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
         foot = segmented_cumsum(inc + 0.0, gfirst, rebase=True, scratch=True)
         if init.any():  # (adding zeros changes nothing: the sums hold no -0.0, as `inc + 0.0` has none)
             foot += init.take(dg, axis=1)  # (a sum is the same bits either way round)
-        off = offsets_of(row_sums(dg, emit_foot, rows) + 1)
+        off = first_places(dg, emit_foot, rows)
         total = int(off[-1])
         x = np.empty(total)  # (every vertex is written: each row's first, then its feet)
         x[off[:-1]] = start
@@ -292,7 +291,7 @@ def sum_runs(rows: int, init: FloatArray, ev: _Events, start: FloatArray) -> Inn
     run_v = foot.take(pji, axis=1) + segmented_cumsum(jv, rstart.nonzero()[0], rebase=False)
     nj = np.bincount(pji, minlength=nd)
     cnt = emit_foot.astype(np.intp) + nj
-    off = offsets_of(row_sums(dg, cnt, rows) + 1)
+    off = first_places(dg, cnt, rows)
     total = int(off[-1])
     x = np.zeros(total)
     x[off[:-1]] = start

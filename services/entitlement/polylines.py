@@ -172,15 +172,20 @@ def _segments(off: IntArray) -> tuple[IntArray, IntArray]:
     return first, row
 
 
-def row_sums(ids: IntArray, weights: IntArray | BoolArray, rows: int) -> IntArray:
-    """Per row, the sum of `weights` over the entries `ids` name (a count for booleans)."""
-    return np.bincount(ids, weights=weights, minlength=rows).astype(np.intp)
-
-
 def offsets_of(counts: IntArray) -> IntArray:
     off = np.zeros(len(counts) + 1, dtype=np.intp)
     counts.cumsum(out=off[1:])
     return off
+
+
+def first_places(ids: IntArray, counts: IntArray | BoolArray, rows: int) -> IntArray:
+    """Where each of `rows` rows' places start when it has one of its own and `counts` more per
+    entry `ids` gives it (`ids` in order): the running sums of `counts` read at each row's first
+    entry (a bincount with `counts` as weights, which converts them to floats and back, took ~2x)."""
+    every = np.arange(rows + 1, dtype=np.intp)
+    first_entry = offsets_of(np.bincount(ids, minlength=rows))
+    out: IntArray = every + np.concatenate(([0], counts.cumsum())).take(first_entry)
+    return out
 
 
 def shifted(a: FloatArray, first: IntArray, fill: FloatArray | float) -> FloatArray:
@@ -393,7 +398,7 @@ def sum_events(rows: int, init: FloatArray, ev: Events) -> Polylines:
     at0 = (lifted & (dx <= 0.0)).nonzero()[0]  # a jump at 0 lifts the first vertex
     scatter(v0, dg[at0], top.take(at0, axis=1))
     cnt = emit_foot.astype(np.intp) + emit_top
-    off = offsets_of(row_sums(dg, cnt, rows) + 1)
+    off = first_places(dg, cnt, rows)
     total = int(off[-1])
     x = np.zeros(total)
     r = np.zeros(total, dtype=bool)
@@ -784,10 +789,10 @@ def _locate(p: Polylines, y: FloatArray, right: BoolArray | None) -> tuple[IntAr
     `right` None: every row at the foot of a jump."""
     off = p.off
     n = int_diff(off)
-    vrow = p.row_ids()
-    yv = y.take(vrow)
-    lo = row_sums(vrow, p.x < yv, p.rows)
-    hi = row_sums(vrow, p.x <= yv, p.rows)
+    yv = y.repeat(n)
+    # (every row has a vertex: its counts by reduceat over its vertices)
+    lo = np.add.reduceat(p.x < yv, off[:-1], dtype=np.intp)
+    hi = np.add.reduceat(p.x <= yv, off[:-1], dtype=np.intp)
     first, last = off[:-1], off[1:] - 1
     at_first = (y <= 0.0) | (n == 1)
     at_last = ~at_first & (lo == n)
