@@ -228,14 +228,15 @@ def _sum_moved(arr: TreeArrays, job_row: IntArray, given: FloatArray, dshare: Fl
     moved since `share` was that sum: the same numbers bit for bit (each live leaf sums all its
     jobs, in order; every level's groups are summed again, as `sum_up` does), without a pass over
     every job (a later epoch's open jobs are a few percent of them)."""
-    n = len(arr.paths)
     out = share.copy()
     jobs = live.jobs
-    at = job_row[jobs]
-    per_job = given[jobs, None] * dshare[jobs]
+    held = given.take(jobs)
     rows = live.rows
-    for kd in range(per_job.shape[1]):  # a live row that is not a leaf gets its children's sum below
-        out[rows, kd] = np.bincount(at, weights=per_job[:, kd], minlength=n)[rows]
+    # by live row (`live.job_row`: the same jobs in the same order as by the tree's, so the same
+    # sums), a kind at a time from `dshare`'s columns (contiguous: it is a transposed view); a live
+    # row that is not a leaf gets its children's sum below
+    for kd in range(dshare.shape[1]):
+        out[:, kd][rows] = np.bincount(live.job_row, weights=held * dshare[:, kd].take(jobs), minlength=rows.size)
     for lv in reversed(arr.levels):
         out[lv.group_parent] = np.add.reduceat(out[lv.start : lv.stop], lv.group_starts, axis=0)
     return out
