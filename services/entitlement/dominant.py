@@ -301,8 +301,11 @@ def _held(arr: TreeArrays, requirement: FloatArray, active: list[int], cap: Floa
     a hold) but no more than the guarantee, which is capped at the limit and scaled down with its
     siblings': the holds then never add up to more than their parent's guarantee, nor the
     capacity."""
-    reserved = np.minimum(arr.reservation[:, active] / cap, guarantee)
-    own = np.where(arr.static[:, None], np.maximum(reserved - requirement[:, active] / cap, 0.0), 0.0)
+    # the static pools' rows only (a few percent of a tree; the others hold 0.0)
+    static = arr.static.nonzero()[0]
+    own = np.zeros((len(arr.paths), len(active)))
+    reserved = np.minimum(arr.reservation[static][:, active] / cap, guarantee[static])
+    own[static] = np.maximum(reserved - requirement[static][:, active] / cap, 0.0)
     own[0] = 0.0
     for lv in reversed(arr.levels):  # bottom up: a pool holds its own and its subtree's
         own[lv.group_parent] += np.add.reduceat(own[lv.start : lv.stop], lv.group_starts, axis=0)
