@@ -75,3 +75,20 @@ def test_a_new_gangs_one_walk_agrees_with_the_checks_one_by_one(ids: list[str], 
     assert passed is not None
     assert passed == rules._checks(log.state.config, log.rt, event)
     assert passed.wire_bytes == rules.members_bytes(event.tasks)
+
+
+@pytest.mark.parametrize("second", [{"cpu": 1.0, "disk": 1.0}, {"disk": 1.0, "cpu": 1.0}, {"disk": 0.0}])
+def test_a_new_gangs_one_walk_passes_no_member_of_an_unknown_kind(second: dict[str, float]) -> None:
+    """`rules._passes` gives up on a member asking for a kind the tree does not have (wherever it
+    stands among the member's kinds), and the checks one by one name it."""
+    from events import GangEnqueued, TaskSpec
+    from services.admission.domain import rules
+    from tests.admission.builders import pool, world
+
+    log = world(pool("/a"), resources=("cpu", "memory"), capacity={"cpu": 100.0, "memory": 100.0})
+    event = GangEnqueued(tree="default", gang="g", pool="/a", job="j", size=2,
+                         tasks=[TaskSpec(id="g/0", resources={"cpu": 1.0}), TaskSpec(id="g/1", resources=second)])
+    log.state.config.apply(event, 99)
+    assert rules._passes(log.state.config, log.rt, event) is None
+    refusal = rules._checks(log.state.config, log.rt, event)
+    assert isinstance(refusal, rules.Refusal) and refusal.rule == "unknown_kind" and "disk" in refusal.message

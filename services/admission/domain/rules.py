@@ -103,10 +103,12 @@ def _passes(config: TreeState, rt: TreeRuntime, event: GangEnqueued) -> NewGang 
     for spec in specs:
         resources = spec.resources
         task_id = spec.id
-        if not kinds.issuperset(resources) or task_id in tasks or (forgotten is not None and task_id in forgotten):
+        if task_id in tasks or (forgotten is not None and task_id in forgotten):
             return None
         ids.append(task_id)
         for kind, amount in resources.items():
+            if kind not in kinds:  # (`kinds.issuperset(resources)`, in this walk: it made a set of a dict's keys)
+                return None
             kind_bytes += len(kind) + KIND_BYTES
             value = get(kind, 0.0) + amount
             need[kind] = 0.0 if -1e-9 < value < 1e-9 else value  # as `total` adds
