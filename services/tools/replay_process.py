@@ -11,6 +11,7 @@ of one after the other. Only `multiprocessing` and `anyio` are imported here; th
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 from multiprocessing.connection import Connection
 from typing import Any
@@ -25,11 +26,14 @@ def wants_child(first: int, stop: int, process_from: int | None) -> bool:
     return stop - first + 1 >= (PROCESS_FROM if process_from is None else process_from)
 
 
-def _run(inbox: Connection, outbox: Connection) -> None:
-    """The child's target: `worker.child`, imported here (in the child)."""
-    from services.tools.replay.worker import child
+REPLAY_CHILD = "services.tools.replay.worker:child"  # what the child runs: named, imported in the child
 
-    child(inbox, outbox)
+
+def _run(entry: str, inbox: Connection, outbox: Connection) -> None:
+    """The child's target: the function `entry` names (module:name), imported here, in the child
+    (the worker imports this module: named, not imported, the two do not import each other)."""
+    module, name = entry.split(":")
+    getattr(importlib.import_module(module), name)(inbox, outbox)
 
 
 class ChildFailed(Exception):
@@ -43,8 +47,8 @@ class ChildProcess:
         context = multiprocessing.get_context("spawn")  # (nothing of the parent's event loop or threads)
         self.inbox_r, self.inbox_w = context.Pipe(duplex=False)
         self.outbox_r, self.outbox_w = context.Pipe(duplex=False)
-        self.process = context.Process(target=_run, args=(self.inbox_r, self.outbox_w), name="poolwise-replay",
-                                       daemon=True)
+        self.process = context.Process(target=_run, args=(REPLAY_CHILD, self.inbox_r, self.outbox_w),
+                                       name="poolwise-replay", daemon=True)
 
     def start(self) -> None:
         self.process.start()

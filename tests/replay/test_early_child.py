@@ -13,7 +13,7 @@ from services.common.memlog import MemoryLog
 from services.tools.cli.errors import leaves
 from services.tools.cli.replay_cmd import early_child
 from services.tools.replay.reader import verify_log
-from services.tools.replay_process import PROCESS_FROM, ChildProcess, started_child, wants_child
+from services.tools.replay_process import PROCESS_FROM, REPLAY_CHILD, ChildProcess, started_child, wants_child
 from tests.replay.biglog import build
 
 
@@ -35,6 +35,13 @@ async def _log() -> MemoryLog:
     log = MemoryLog()
     await build(log, 60, per_round=20, leaves=2)
     return log
+
+
+def test_the_child_runs_the_worker_it_names() -> None:
+    from services.tools.replay import worker
+
+    module, name = REPLAY_CHILD.split(":")
+    assert module == worker.__name__ and getattr(worker, name) is worker.child
 
 
 def test_a_log_wants_a_child_from_its_length() -> None:
