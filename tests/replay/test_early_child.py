@@ -13,6 +13,7 @@ from services.common.memlog import MemoryLog
 from services.tools.cli.errors import leaves
 from services.tools.cli.replay_cmd import early_child
 from services.tools.replay.reader import verify_log
+from services.tools.replay.verify import Verifier
 from services.tools.replay_process import PROCESS_FROM, REPLAY_CHILD, ChildProcess, started_child, wants_child
 from tests.replay.biglog import build
 
@@ -65,13 +66,24 @@ def test_the_replay_folds_in_the_child_it_was_given(starts: list[ChildProcess]) 
     assert not starts[0].process.is_alive()
 
 
-def test_a_child_not_wanted_after_all_is_stopped(starts: list[ChildProcess]) -> None:
+def test_a_child_not_wanted_after_all_is_stopped_before_the_fold(starts: list[ChildProcess],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    alive_while_folding: list[bool] = []
+    feed = Verifier.feed
+
+    def fed(self: Verifier, *args: Any, **kwargs: Any) -> None:
+        alive_while_folding.append(starts[0].process.is_alive())
+        feed(self, *args, **kwargs)
+
+    monkeypatch.setattr(Verifier, "feed", fed)
+
     async def main() -> Any:
         log = await _log()
         return await verify_log(log, process_from=10**9, child=await started_child())
 
     report = anyio.run(main, backend="asyncio")
     assert report.ok and len(starts) == 1 and not starts[0].process.is_alive()
+    assert alive_while_folding and not any(alive_while_folding)  # (its memory not held meanwhile)
 
 
 def test_no_child_for_a_short_log_or_a_start_from_snapshots(starts: list[ChildProcess]) -> None:
