@@ -273,15 +273,3 @@ async def verify_url(url: str, *, tree: str | None = None, to_seq: int | None = 
     finally:
         with anyio.CancelScope(shield=True):
             await log.close()
-
-
-async def verify_data_dir(data_dir: Path, *, tree: str | None = None, to_seq: int | None = None,
-                          chunk: int | None = None, on_progress: OnProgress | None = None,
-                          process_from: int | None = None, from_seq: int | None = None) -> Report:
-    """Verify the log kept in `data_dir` by `poolwise up`, while no server runs on it: start a private
-    one on its store for the time of the read."""
-    from services.common.natsserver import EmbeddedNats
-
-    async with EmbeddedNats(data_dir) as server:
-        return await verify_url(server.url, tree=tree, to_seq=to_seq, chunk=chunk, on_progress=on_progress,
-                                process_from=process_from, from_seq=from_seq)
